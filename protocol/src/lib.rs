@@ -1,0 +1,20 @@
+//! Wire types of the wuu app-server protocol (`wuu-app-server/v0.1`) and of the
+//! `wuu exec --json` event stream. Pure data and serde: no I/O.
+//!
+//! Sources: `spec/app-server.md` (envelope §1, methods §3, notifications §4, shapes §5)
+//! and the seeds, which win where they differ.
+
+pub mod config;
+pub mod envelope;
+pub mod input;
+pub mod methods;
+pub mod notifications;
+pub mod schema;
+pub mod thread;
+
+pub use config::*;
+pub use envelope::*;
+pub use input::*;
+pub use methods::*;
+pub use notifications::*;
+pub use thread::*;

@@ -1,0 +1,444 @@
+//! The one table of client → server methods (DESIGN.md "One table of methods").
+//!
+//! Each row names the wire method, its params type, its result type and its **route**:
+//! - `inline`: answered on the reader thread from memory (cheap),
+//! - `spawn`: creates a new conversation on a new session thread,
+//! - `session`: delivered to the session thread of the conversation the params name,
+//! - `catalog`: answered by the catalog pool (listings, searches, model catalogs).
+//!
+//! From the table come [`ClientRequest`] (the typed request the router matches on),
+//! [`ClientRequest::route`], and [`METHODS`] (used for the JSON Schema export).
+//! Adding a method is one row.
+
+use crate::config::*;
+use crate::input::*;
+use crate::thread::*;
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Where the router sends a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Answer on the reader thread.
+    Inline,
+    /// Create a new conversation (a new session thread answers).
+    Spawn,
+    /// The session thread of this conversation id.
+    Session(String),
+    /// The session thread of the given id, or — when `None` — the conversation the
+    /// catalog pool resolves (e.g. `thread/resume` without `session_id`).
+    Resolve(Option<String>),
+    /// The catalog pool.
+    Catalog,
+}
+
+/// Why params could not be decoded into the method's params type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DecodeError {
+    /// No such method.
+    UnknownMethod(String),
+    /// The params did not fit; the message names the field (`path: problem`).
+    InvalidParams(String),
+}
+
+/// Decodes params, naming the offending field in the error (`thread_id: invalid type:
+/// integer `1`, expected a string`).
+pub fn decode_params<T: DeserializeOwned>(params: Value) -> Result<T, DecodeError> {
+    let params = if params.is_null() {
+        Value::Object(Default::default())
+    } else {
+        params
+    };
+    serde_path_to_error::deserialize::<_, T>(params).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        if path == "." || path.is_empty() {
+            DecodeError::InvalidParams(format!("invalid params: {inner}"))
+        } else {
+            DecodeError::InvalidParams(format!("invalid params: {path}: {inner}"))
+        }
+    })
+}
+
+/// Schema facts of one method row, for `generate-json-schema`.
+pub struct MethodInfo {
+    /// Wire name.
+    pub name: &'static str,
+    /// Rust name of the params type.
+    pub params_type: &'static str,
+    /// Rust name of the result type.
+    pub result_type: &'static str,
+    /// Schema of the params.
+    pub params_schema: fn(&mut SchemaGenerator) -> Schema,
+    /// Schema of the result.
+    pub result_schema: fn(&mut SchemaGenerator) -> Schema,
+}
+
+macro_rules! client_methods {
+    ($( $variant:ident => $wire:literal, $params:ident, $result:ident, $route:expr; )*) => {
+        /// A decoded client request: one variant per method of [`METHODS`].
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum ClientRequest {
+            $(
+                #[doc = concat!("`", $wire, "`")]
+                $variant($params),
+            )*
+        }
+
+        impl ClientRequest {
+            /// Decodes `params` for `method`. Errors: [`DecodeError::UnknownMethod`],
+            /// [`DecodeError::InvalidParams`] naming the field.
+            pub fn decode(method: &str, params: Value) -> Result<Self, DecodeError> {
+                match method {
+                    $( $wire => Ok(ClientRequest::$variant(decode_params(params)?)), )*
+                    other => Err(DecodeError::UnknownMethod(other.to_owned())),
+                }
+            }
+
+            /// The wire name of the method.
+            pub fn method(&self) -> &'static str {
+                match self { $( ClientRequest::$variant(_) => $wire, )* }
+            }
+
+            /// Where the router delivers this request.
+            pub fn route(&self) -> Route {
+                match self {
+                    $( ClientRequest::$variant(p) => {
+                        let f: fn(&$params) -> Route = $route;
+                        f(p)
+                    } )*
+                }
+            }
+        }
+
+        /// Every method, in table order.
+        pub const METHODS: &[MethodInfo] = &[
+            $( MethodInfo {
+                name: $wire,
+                params_type: stringify!($params),
+                result_type: stringify!($result),
+                params_schema: |g| g.subschema_for::<$params>(),
+                result_schema: |g| g.subschema_for::<$result>(),
+            }, )*
+        ];
+    };
+}
+
+client_methods! {
+    Initialize => "initialize", InitializeParams, InitializeResult, |_| Route::Inline;
+    Shutdown => "shutdown", EmptyParams, OkResult, |_| Route::Inline;
+    ConfigRead => "config/read", EmptyParams, ConfigReadResult, |_| Route::Inline;
+    ModelCatalogProviders => "config/model-catalog/providers", ModelCatalogProvidersParams, ModelCatalogProvidersResult, |_| Route::Inline;
+    ModelCatalogRefresh => "config/model-catalog/refresh", EmptyParams, ModelCatalogRefreshResult, |_| Route::Catalog;
+    ThreadStart => "thread/start", ThreadStartParams, ThreadResult, |_| Route::Spawn;
+    ThreadResume => "thread/resume", ThreadResumeParams, ThreadResumeResult, |p| Route::Resolve(p.session_id.clone());
+    ThreadFork => "thread/fork", ThreadForkParams, ThreadResult, |_| Route::Spawn;
+    ThreadList => "thread/list", ThreadListParams, ThreadListResult, |_| Route::Catalog;
+    ThreadListAll => "thread/listAll", ThreadListParams, ThreadListResult, |_| Route::Catalog;
+    ThreadListArchived => "thread/listArchived", ThreadListParams, ThreadListResult, |_| Route::Catalog;
+    ThreadSearch => "thread/search", ThreadSearchParams, ThreadSearchResult, |_| Route::Catalog;
+    ThreadRename => "thread/rename", ThreadRenameParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
+    ThreadArchive => "thread/archive", ThreadArchiveParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
+    ThreadDelete => "thread/delete", ThreadDeleteParams, ThreadDeleteResult, |p| Route::Session(p.thread_id.clone());
+    TurnStart => "turn/start", TurnStartParams, TurnResult, |p| Route::Session(p.thread_id.clone());
+    TurnInterrupt => "turn/interrupt", TurnInterruptParams, OkResult, |p| Route::Session(p.thread_id.clone());
+}
+
+/// Params of methods that take none. Unknown members are still rejected.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmptyParams {}
+
+/// `{ok: true}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OkResult {
+    /// Always true on success.
+    pub ok: bool,
+}
+
+/// `thread/start` (spec §3.1; all optional).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadStartParams {
+    /// Working directory; defaults to the server's `--workdir`.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Workspace id (informational).
+    #[serde(default)]
+    pub workspace_id: Option<String>,
+    /// Engine id; empty → `engines.default_engine`, empty default → `wuu`.
+    #[serde(default)]
+    pub engine: Option<String>,
+    /// Provider id of the selection (defaults to the workspace default).
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// Model of the selection.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Reasoning effort; mirrored into `model_variant` for the built-in engine.
+    #[serde(default)]
+    pub effort: Option<String>,
+    /// Speed hint (kept, unused by the built-in engine).
+    #[serde(default)]
+    pub speed: Option<String>,
+    /// `standard` | `read_only` | `unconfined`.
+    #[serde(default)]
+    pub permission_mode: Option<String>,
+    /// Review automation (built-in engine, standard mode only).
+    #[serde(default)]
+    pub approve_for_me: Option<bool>,
+    /// In-memory only; never touches the database.
+    #[serde(default)]
+    pub ephemeral: Option<bool>,
+    /// `shared` (default) | `worktree` (not supported by this server: refused).
+    #[serde(default)]
+    pub workspace: Option<String>,
+    /// With `workspace: worktree` only.
+    #[serde(default)]
+    pub base_revision: Option<String>,
+    /// Project membership (`{name}`), kept as given.
+    #[serde(default)]
+    pub project: Option<Value>,
+}
+
+/// `{thread}` (thread/start, fork, rename, archive).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadResult {
+    /// The conversation snapshot.
+    pub thread: Thread,
+}
+
+/// `thread/resume` (spec §3.1; seed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadResumeParams {
+    /// The conversation; omitted → the most recent visible conversation of the workspace.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Do not broadcast `thread/resumed`.
+    #[serde(default)]
+    pub response_only: Option<bool>,
+    /// Return only the newest history page (legacy name of `conversation_history`).
+    #[serde(default)]
+    pub history_page: Option<bool>,
+    /// Compact history with `process_summary` items and a `history_cursor` (seed).
+    #[serde(default)]
+    pub conversation_history: Option<bool>,
+}
+
+/// `thread/resume` result and `thread/resumed` params.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadResumeResult {
+    /// The conversation.
+    pub thread: Thread,
+    /// Durable parked inputs (never auto-run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_user_messages: Vec<HeldUserMessage>,
+    /// Inputs this live process still manages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_user_messages: Vec<HeldUserMessage>,
+}
+
+/// `thread/fork`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadForkParams {
+    /// Source conversation.
+    pub thread_id: String,
+    /// Copy history up to and including this turn.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+    /// Within `turn_id`, copy items up to and including this item.
+    #[serde(default)]
+    pub item_id: Option<String>,
+    /// Alternative cut `{seq?, type?, source_id?}` (accepted; `turn_id`/`item_id` win).
+    #[serde(default)]
+    pub target: Option<Value>,
+    /// `local` (default); `worktree` is refused.
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+/// `thread/list`, `thread/listAll`, `thread/listArchived`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadListParams {
+    /// Workspace to list (`thread/list`); defaults to the server's workdir.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Return `turns: []` (listings always do; accepted for compatibility).
+    #[serde(default)]
+    pub summary_only: Option<bool>,
+}
+
+/// Listing result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadListResult {
+    /// Conversations, most recently active first, with `turns: []`.
+    pub threads: Vec<Thread>,
+}
+
+/// `thread/search`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadSearchParams {
+    /// Text to find in titles and messages; empty → recent unarchived suggestions.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// At most this many results (≤ 100, default 20).
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One search hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadSearchHit {
+    /// The conversation (with `turns: []`).
+    pub thread: Thread,
+    /// The matching text around the hit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snippet: Option<String>,
+    /// Position of the matching message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_seq: Option<u64>,
+}
+
+/// `thread/search` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadSearchResult {
+    /// Hits, best first.
+    pub results: Vec<ThreadSearchHit>,
+}
+
+/// `thread/rename`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadRenameParams {
+    /// The conversation.
+    pub thread_id: String,
+    /// New title (trimmed; empty clears it).
+    pub title: String,
+    /// Revision of this title; omitted → one above the stored revision. A revision lower
+    /// than the stored one is ignored (the stored, newer title is returned).
+    #[serde(default)]
+    pub title_revision: Option<u64>,
+}
+
+/// `thread/archive`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadArchiveParams {
+    /// The conversation.
+    pub thread_id: String,
+    /// `true` archives, `false` restores.
+    pub archived: bool,
+    /// Archive even while running (interrupts first).
+    #[serde(default)]
+    pub force: Option<bool>,
+}
+
+/// `thread/delete` (seed).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadDeleteParams {
+    /// The conversation.
+    pub thread_id: String,
+    /// Refuse unless the conversation is archived (checked inside the delete
+    /// transaction).
+    #[serde(default)]
+    pub only_if_archived: Option<bool>,
+}
+
+/// `thread/delete` result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThreadDeleteResult {
+    /// The deleted conversation.
+    pub thread_id: String,
+}
+
+/// `turn/start` (spec §3.2; seed: explicit continue).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnStartParams {
+    /// The conversation.
+    pub thread_id: String,
+    /// The user's message.
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Image attachments.
+    #[serde(default)]
+    pub images: Option<Vec<Attachment>>,
+    /// File attachments.
+    #[serde(default)]
+    pub files: Option<Vec<Attachment>>,
+    /// Legacy: must equal the conversation's mode (cannot widen it).
+    #[serde(default)]
+    pub permission_mode: Option<String>,
+    /// `{path}` of the editor's active document (kept as metadata).
+    #[serde(default)]
+    pub active_document: Option<Value>,
+    /// Ordered presentation metadata (seed: content parts).
+    #[serde(default)]
+    pub content_parts: Option<Vec<Value>>,
+    /// Kept as the user item's `source_id`.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Explicit continue of this (latest) turn without a user message.
+    #[serde(default)]
+    pub resume_after_turn_id: Option<String>,
+}
+
+/// `{turn}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnResult {
+    /// The admitted turn.
+    pub turn: Turn,
+}
+
+/// `turn/interrupt`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TurnInterruptParams {
+    /// The conversation.
+    pub thread_id: String,
+    /// Only interrupt if this is the active turn.
+    #[serde(default)]
+    pub turn_id: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decode_names_the_field() {
+        let e = ClientRequest::decode("thread/rename", json!({"thread_id": 1, "title": "x"}))
+            .unwrap_err();
+        let DecodeError::InvalidParams(m) = e else {
+            panic!()
+        };
+        assert!(m.contains("thread_id"), "{m}");
+        let e = ClientRequest::decode("thread/start", json!({"bogus": true})).unwrap_err();
+        let DecodeError::InvalidParams(m) = e else {
+            panic!()
+        };
+        assert!(m.contains("bogus"), "{m}");
+        assert!(matches!(
+            ClientRequest::decode("nope/nope", json!({})),
+            Err(DecodeError::UnknownMethod(_))
+        ));
+    }
+
+    #[test]
+    fn routes() {
+        let r = ClientRequest::decode("thread/rename", json!({"thread_id":"t","title":"x"}))
+            .unwrap();
+        assert_eq!(r.route(), Route::Session("t".into()));
+        let r = ClientRequest::decode("thread/list", json!({})).unwrap();
+        assert_eq!(r.route(), Route::Catalog);
+        assert!(METHODS.iter().any(|m| m.name == "thread/start"));
+    }
+}

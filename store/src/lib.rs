@@ -1,0 +1,1 @@
+//! SQLite persistence of wuu (under construction).
