@@ -19,3 +19,5 @@ pub mod provider;
 pub mod server;
 pub mod session;
 pub mod tools;
+
+pub mod util;

@@ -1,1 +1,197 @@
-fn main() {}
+//! The `wuu` command line (lexopt): `app-server`, `exec`, `debug app-server …`.
+//!
+//! stdout belongs to the protocol (app-server) or to the result (exec); logs go to
+//! stderr through `env_logger` (`RUST_LOG`).
+
+use lexopt::prelude::*;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use wuu::server::{self, ServerOptions};
+
+const USAGE: &str = "wuu — an agent host for AI coding agents
+
+Usage:
+  wuu app-server --workdir DIR [--config FILE] [--safe-mode]
+  wuu app-server generate-json-schema --out DIR
+  wuu exec [OPTIONS] [PROMPT]            (see `wuu exec --help`)
+  wuu debug app-server initialize --workdir DIR [--config FILE]
+  wuu debug app-server send --workdir DIR [--config FILE] METHOD PARAMS_JSON
+  wuu --version
+
+Environment:
+  WUU_HOME   where the database, traces and user config live (default ~/.wuu)
+  RUST_LOG   log filter for stderr (e.g. info, wuu=debug)
+";
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
+        .target(env_logger::Target::Stderr)
+        .init();
+    let mut args = std::env::args_os().skip(1);
+    let Some(cmd) = args.next() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest: Vec<std::ffi::OsString> = args.collect();
+    let result = match cmd.to_str().unwrap_or("") {
+        "app-server" => app_server(rest),
+        "exec" => return wuu::exec::main(rest),
+        "debug" => debug(rest),
+        "-h" | "--help" | "help" => {
+            print!("{USAGE}");
+            Ok(0)
+        }
+        "-V" | "--version" => {
+            println!("wuu {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        other => Err(format!("unknown command {other:?}; see `wuu --help`")),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+struct ServerArgs {
+    workdir: Option<PathBuf>,
+    config: Option<PathBuf>,
+    safe_mode: bool,
+    out: Option<PathBuf>,
+    positional: Vec<String>,
+}
+
+fn parse_server_args(args: Vec<std::ffi::OsString>) -> Result<ServerArgs, String> {
+    let mut p = lexopt::Parser::from_args(args);
+    let mut a = ServerArgs {
+        workdir: None,
+        config: None,
+        safe_mode: false,
+        out: None,
+        positional: vec![],
+    };
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        match arg {
+            Long("workdir") | Long("cd") | Short('C') => {
+                a.workdir = Some(p.value().map_err(|e| e.to_string())?.into())
+            }
+            Long("config") => a.config = Some(p.value().map_err(|e| e.to_string())?.into()),
+            Long("safe-mode") => a.safe_mode = true,
+            Long("out") => a.out = Some(p.value().map_err(|e| e.to_string())?.into()),
+            Long("help") | Short('h') => {
+                print!("{USAGE}");
+                std::process::exit(0);
+            }
+            Value(v) => a.positional.push(v.string().map_err(|e| e.to_string())?),
+            other => return Err(other.unexpected().to_string()),
+        }
+    }
+    Ok(a)
+}
+
+fn options(a: &ServerArgs) -> Result<ServerOptions, String> {
+    let workdir = match &a.workdir {
+        Some(w) => w.clone(),
+        None => std::env::current_dir().map_err(|e| e.to_string())?,
+    };
+    let workdir = workdir
+        .canonicalize()
+        .map_err(|e| format!("--workdir {}: {e}", workdir.display()))?;
+    if !workdir.is_dir() {
+        return Err(format!("--workdir {} is not a directory", workdir.display()));
+    }
+    let mut o = ServerOptions::new(workdir);
+    o.config_file = a.config.clone();
+    o.safe_mode = a.safe_mode;
+    Ok(o)
+}
+
+fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
+    let a = parse_server_args(args)?;
+    if a.positional.first().map(String::as_str) == Some("generate-json-schema") {
+        let out = a.out.ok_or("generate-json-schema needs --out DIR")?;
+        let files = wuu::server::schema::write_schemas(&out)?;
+        eprintln!("wrote {files} schema files to {}", out.display());
+        return Ok(0);
+    }
+    if let Some(p) = a.positional.first() {
+        return Err(format!("unexpected argument {p:?}"));
+    }
+    let opts = options(&a)?;
+    let stdin = std::io::stdin().lock();
+    let stdout = std::io::stdout();
+    let code = server::serve(
+        opts,
+        Box::new(server::transport::CappedLines::new(
+            std::io::BufReader::with_capacity(256 * 1024, stdin),
+            server::transport::MAX_LINE_BYTES,
+        )),
+        Box::new(server::transport::WriteSink(std::io::BufWriter::with_capacity(
+            256 * 1024,
+            stdout,
+        ))),
+        |shared| {
+            // SIGTERM/SIGINT take the graceful path: settle, flush, exit 0.
+            let mut signals = match signal_hook::iterator::Signals::new([
+                signal_hook::consts::SIGTERM,
+                signal_hook::consts::SIGINT,
+            ]) {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("cannot install signal handlers: {e}");
+                    return;
+                }
+            };
+            std::thread::Builder::new()
+                .name("wuu-signals".into())
+                .spawn(move || {
+                    if let Some(sig) = signals.forever().next() {
+                        log::info!("signal {sig}: shutting down");
+                        shared.shutdown(None);
+                        std::process::exit(0);
+                    }
+                })
+                .expect("spawn signal thread");
+        },
+    );
+    Ok(code as u8)
+}
+
+fn debug(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
+    let mut it = args.into_iter();
+    if it.next().and_then(|s| s.into_string().ok()).as_deref() != Some("app-server") {
+        return Err("usage: wuu debug app-server (initialize|send) --workdir DIR …".into());
+    }
+    let a = parse_server_args(it.collect())?;
+    let opts = options(&a)?;
+    let (method, params) = match a.positional.first().map(String::as_str) {
+        Some("initialize") => (
+            "initialize".to_owned(),
+            serde_json::json!({"protocol_version": wuu_protocol::PROTOCOL_VERSION, "client": {"name": "wuu-debug"}}),
+        ),
+        Some("send") => {
+            let method = a.positional.get(1).ok_or("send needs METHOD")?.clone();
+            let raw = a.positional.get(2).map(String::as_str).unwrap_or("{}");
+            let params: serde_json::Value =
+                serde_json::from_str(raw).map_err(|e| format!("PARAMS_JSON is not JSON: {e}"))?;
+            (method, params)
+        }
+        _ => return Err("usage: wuu debug app-server (initialize|send) …".into()),
+    };
+    let client = server::MemoryClient::start(opts)?;
+    if method != "initialize" {
+        client.send("init", "initialize", serde_json::json!({"client": {"name": "wuu-debug"}}))?;
+        client.wait_response("init", |_| {})?;
+    }
+    client.send("1", &method, params)?;
+    let resp = client.wait_response("1", |n| log::info!("notification: {n}"))?;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&resp).map_err(|e| e.to_string())?
+    );
+    client.close();
+    Ok(if resp.get("error").is_some() { 1 } else { 0 })
+}

@@ -49,3 +49,407 @@ pub struct ProviderConfig {
     #[serde(default)]
     pub initial_backoff_ms: Option<u64>,
 }
+
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Agent settings (`agent` object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Default permission mode of new conversations (user-owned).
+    #[serde(default)]
+    pub permission_mode: Option<String>,
+    /// Default model override of new conversations (user-owned model routing).
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Default reasoning effort (user-owned model routing).
+    #[serde(default)]
+    pub effort: Option<String>,
+    /// Model steps per turn before the turn stops (default 200).
+    #[serde(default)]
+    pub max_steps: Option<u32>,
+    /// Parallel capacity reported to clients (default 4).
+    #[serde(default)]
+    pub max_parallel: Option<u32>,
+    /// Default `bash` timeout, ms (default 120 000).
+    #[serde(default)]
+    pub bash_timeout_ms: Option<u64>,
+    /// Bytes of each command output stream kept inline (default 64 KiB).
+    #[serde(default)]
+    pub output_cap_bytes: Option<usize>,
+    /// Generate titles automatically after successful turns (default true).
+    #[serde(default)]
+    pub auto_title: Option<bool>,
+}
+
+/// Engine settings (`engines` object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct EnginesConfig {
+    /// Engine for new conversations; empty → `wuu`.
+    #[serde(default)]
+    pub default_engine: Option<String>,
+}
+
+/// The whole configuration document (every layer has this shape; every field optional).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// JSON Schema hint for editors; ignored.
+    #[serde(default, rename = "$schema")]
+    pub schema: Option<String>,
+    /// Provider id of new conversations (user-owned).
+    #[serde(default)]
+    pub default_provider: Option<String>,
+    /// Provider connections by id (user-owned).
+    #[serde(default)]
+    pub providers: Option<BTreeMap<String, ProviderConfig>>,
+    /// Extra instructions for the system prompt (user-owned).
+    #[serde(default)]
+    pub instructions: Option<String>,
+    /// Agent settings.
+    #[serde(default)]
+    pub agent: Option<AgentConfig>,
+    /// Engine settings.
+    #[serde(default)]
+    pub engines: Option<EnginesConfig>,
+}
+
+/// Paths a project layer may not set (user-owned), as JSON pointers.
+pub const USER_OWNED: &[&str] = &[
+    "/default_provider",
+    "/providers",
+    "/instructions",
+    "/agent/permission_mode",
+    "/agent/model",
+    "/agent/effort",
+];
+
+/// Project layer file names, in load order (later wins). Only the first of `.wuu.json` /
+/// `wuu.json` that exists is read.
+pub const PROJECT_LAYERS: &[&str] = &[".wuu/settings.json", ".wuu/settings.local.json"];
+
+/// A readiness problem found while loading (becomes an `initialize` issue).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// Machine code (`missing_user_config`, `invalid_config`, `protected_field_ignored`,
+    /// `invalid_provider`, `unknown_provider`, `missing_api_key`).
+    pub code: &'static str,
+    /// Provider concerned.
+    pub provider: Option<String>,
+    /// Detail naming the file and the field path.
+    pub message: String,
+}
+
+/// The effective configuration and how it was obtained.
+#[derive(Debug, Clone, Default)]
+pub struct LoadedConfig {
+    /// Merged, validated configuration (the embedded defaults when the user file is
+    /// missing or invalid).
+    pub config: Config,
+    /// The user file (or the `--config` file).
+    pub config_path: PathBuf,
+    /// Directory that relative paths in the config resolve against.
+    pub config_dir: PathBuf,
+    /// Project layers read, in order.
+    pub layers: Vec<PathBuf>,
+    /// Problems; any of them makes `initialize` report `needs_setup`, except
+    /// `protected_field_ignored` which is informational.
+    pub issues: Vec<ConfigIssue>,
+}
+
+impl LoadedConfig {
+    /// Provider id used for new conversations.
+    pub fn default_provider(&self) -> String {
+        self.config
+            .default_provider
+            .clone()
+            .or_else(|| {
+                self.config
+                    .providers
+                    .as_ref()
+                    .and_then(|p| p.keys().next().cloned())
+            })
+            .unwrap_or_default()
+    }
+
+    /// The provider config of `id`.
+    pub fn provider(&self, id: &str) -> Option<&ProviderConfig> {
+        self.config.providers.as_ref()?.get(id)
+    }
+
+    /// Default model of new conversations: `agent.model`, else the default provider's
+    /// model.
+    pub fn default_model(&self) -> String {
+        if let Some(m) = self.agent().model.clone().filter(|m| !m.is_empty()) {
+            return m;
+        }
+        self.provider(&self.default_provider())
+            .map(|p| p.model.clone())
+            .unwrap_or_default()
+    }
+
+    /// The agent settings (defaults when absent).
+    pub fn agent(&self) -> AgentConfig {
+        self.config.agent.clone().unwrap_or_default()
+    }
+
+    /// Whether the configuration is usable as is.
+    pub fn ready(&self) -> bool {
+        self.issues
+            .iter()
+            .all(|i| i.code == "protected_field_ignored")
+    }
+}
+
+/// The wuu home: `$WUU_HOME`, else `~/.wuu`.
+pub fn wuu_home() -> PathBuf {
+    if let Some(h) = std::env::var_os("WUU_HOME").filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    PathBuf::from(home).join(".wuu")
+}
+
+/// Loads the configuration for `workdir`.
+///
+/// - With `explicit = Some(FILE)`: exactly that file, no project layers. A missing or
+///   invalid file is an `invalid_config` issue (embedded defaults are used).
+/// - Otherwise: `home/config.json` (missing → `missing_user_config`), then the project
+///   layers of `workdir`: `.wuu.json` (or `wuu.json`), `.wuu/settings.json`,
+///   `.wuu/settings.local.json`. User-owned fields in a project layer are stripped and
+///   reported (`protected_field_ignored`).
+///
+/// Objects merge recursively; arrays and scalars replace. Unknown fields make the layer
+/// invalid (`invalid_config`, naming file and field path); an invalid layer is skipped.
+pub fn load(home: &Path, workdir: &Path, explicit: Option<&Path>) -> LoadedConfig {
+    let mut out = LoadedConfig::default();
+    let mut merged = Value::Object(Map::new());
+    let user_path = explicit
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| home.join("config.json"));
+    out.config_dir = user_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    out.config_path = user_path.clone();
+    match read_layer(&user_path) {
+        Ok(Some(v)) => merge(&mut merged, v),
+        Ok(None) => {
+            if explicit.is_some() {
+                out.issues.push(ConfigIssue {
+                    code: "invalid_config",
+                    provider: None,
+                    message: format!("config file {} does not exist", user_path.display()),
+                });
+            } else {
+                out.issues.push(ConfigIssue {
+                    code: "missing_user_config",
+                    provider: None,
+                    message: format!(
+                        "no user config at {}: create it with at least one provider",
+                        user_path.display()
+                    ),
+                });
+            }
+        }
+        Err(msg) => out.issues.push(ConfigIssue {
+            code: "invalid_config",
+            provider: None,
+            message: msg,
+        }),
+    }
+    if explicit.is_none() {
+        let first = [".wuu.json", "wuu.json"]
+            .iter()
+            .map(|n| workdir.join(n))
+            .find(|p| p.is_file());
+        let rest = PROJECT_LAYERS.iter().map(|n| workdir.join(n));
+        for path in first.into_iter().chain(rest) {
+            match read_layer(&path) {
+                Ok(Some(mut v)) => {
+                    for ptr in USER_OWNED {
+                        if remove_pointer(&mut v, ptr) {
+                            out.issues.push(ConfigIssue {
+                                code: "protected_field_ignored",
+                                provider: None,
+                                message: format!(
+                                    "{}: `{}` is user-owned and was ignored in a project layer",
+                                    path.display(),
+                                    ptr.trim_start_matches('/').replace('/', ".")
+                                ),
+                            });
+                        }
+                    }
+                    out.layers.push(path);
+                    merge(&mut merged, v);
+                }
+                Ok(None) => {}
+                Err(msg) => out.issues.push(ConfigIssue {
+                    code: "invalid_config",
+                    provider: None,
+                    message: msg,
+                }),
+            }
+        }
+    }
+    out.config = serde_json::from_value(merged).unwrap_or_default();
+    validate_providers(&mut out);
+    out
+}
+
+/// Reads and validates one layer. `Ok(None)` when the file does not exist; `Err` names
+/// the file and the field path of the problem.
+fn read_layer(path: &Path) -> Result<Option<Value>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+    };
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
+    if !value.is_object() {
+        return Err(format!("{}: the config must be a JSON object", path.display()));
+    }
+    serde_path_to_error::deserialize::<_, Config>(value.clone()).map_err(|e| {
+        let at = e.path().to_string();
+        format!("{}: at `{at}`: {}", path.display(), e.into_inner())
+    })?;
+    Ok(Some(value))
+}
+
+/// Recursive merge: objects merge, everything else replaces.
+pub fn merge(base: &mut Value, layer: Value) {
+    match (base, layer) {
+        (Value::Object(b), Value::Object(l)) => {
+            for (k, v) in l {
+                match b.get_mut(&k) {
+                    Some(slot) if slot.is_object() && v.is_object() => merge(slot, v),
+                    _ => {
+                        b.insert(k, v);
+                    }
+                }
+            }
+        }
+        (b, l) => *b = l,
+    }
+}
+
+fn remove_pointer(v: &mut Value, ptr: &str) -> bool {
+    let (parent, key) = ptr.rsplit_once('/').unwrap_or(("", ptr));
+    let parent = if parent.is_empty() {
+        Some(v)
+    } else {
+        v.pointer_mut(parent)
+    };
+    match parent {
+        Some(Value::Object(o)) => o.remove(key).is_some(),
+        _ => false,
+    }
+}
+
+/// Provider types this host speaks.
+pub const PROVIDER_TYPES: &[&str] = &["openai-responses", "openai-compatible", "anthropic", "replay"];
+
+fn validate_providers(out: &mut LoadedConfig) {
+    let providers = out.config.providers.clone().unwrap_or_default();
+    for (id, p) in &providers {
+        let bad = |m: String| ConfigIssue {
+            code: "invalid_provider",
+            provider: Some(id.clone()),
+            message: m,
+        };
+        if !PROVIDER_TYPES.contains(&p.provider_type.as_str()) {
+            out.issues.push(bad(format!(
+                "providers.{id}.type: unknown provider type `{}` (expected one of {})",
+                p.provider_type,
+                PROVIDER_TYPES.join(", ")
+            )));
+            continue;
+        }
+        if p.provider_type == "replay" {
+            if p.cassette.as_deref().unwrap_or("").is_empty() {
+                out.issues
+                    .push(bad(format!("providers.{id}.cassette: required for replay")));
+            }
+        } else if p.base_url.trim().is_empty() {
+            out.issues
+                .push(bad(format!("providers.{id}.base_url: required")));
+        }
+        if p.model.trim().is_empty() {
+            out.issues.push(bad(format!("providers.{id}.model: required")));
+        }
+        if let Some(env) = &p.api_key_env {
+            if std::env::var_os(env).is_none_or(|v| v.is_empty()) {
+                out.issues.push(ConfigIssue {
+                    code: "missing_api_key",
+                    provider: Some(id.clone()),
+                    message: format!("providers.{id}.api_key_env: environment variable {env} is not set"),
+                });
+            }
+        }
+    }
+    if let Some(d) = &out.config.default_provider {
+        if !providers.contains_key(d) {
+            out.issues.push(ConfigIssue {
+                code: "unknown_provider",
+                provider: Some(d.clone()),
+                message: format!("default_provider `{d}` is not in providers"),
+            });
+        }
+    } else if providers.is_empty() && !out.issues.iter().any(|i| i.code == "missing_user_config") {
+        out.issues.push(ConfigIssue {
+            code: "invalid_config",
+            provider: None,
+            message: format!("{}: no providers configured", out.config_path.display()),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn layers_merge_strip_and_reject() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        fs::write(
+            home.path().join("config.json"),
+            r#"{"default_provider":"p","providers":{"p":{"type":"openai-compatible","base_url":"http://x/v1","model":"m"}},"agent":{"max_steps":10}}"#,
+        )
+        .unwrap();
+        fs::write(
+            ws.path().join(".wuu.json"),
+            r#"{"default_provider":"evil","agent":{"max_parallel":2}}"#,
+        )
+        .unwrap();
+        let c = load(home.path(), ws.path(), None);
+        assert_eq!(c.default_provider(), "p");
+        assert_eq!(c.agent().max_steps, Some(10));
+        assert_eq!(c.agent().max_parallel, Some(2));
+        assert!(c.ready(), "{:?}", c.issues);
+        assert!(c.issues.iter().any(|i| i.code == "protected_field_ignored"));
+
+        fs::create_dir_all(ws.path().join(".wuu")).unwrap();
+        fs::write(
+            ws.path().join(".wuu/settings.json"),
+            r#"{"agent":{"max_stepz":3}}"#,
+        )
+        .unwrap();
+        let c = load(home.path(), ws.path(), None);
+        assert!(!c.ready());
+        let issue = c.issues.iter().find(|i| i.code == "invalid_config").unwrap();
+        assert!(issue.message.contains("agent.max_stepz"), "{}", issue.message);
+    }
+
+    #[test]
+    fn missing_user_config_needs_setup() {
+        let home = tempfile::tempdir().unwrap();
+        let c = load(home.path(), home.path(), None);
+        assert!(!c.ready());
+        assert_eq!(c.issues[0].code, "missing_user_config");
+    }
+}

@@ -1,1 +1,359 @@
-//! (under construction)
+//! The app-server core: transport threads, router, session registry, catalog pool.
+//!
+//! Thread layout (DESIGN.md): one reader thread parses and routes lines; one writer
+//! thread alone owns the output; one session thread per live conversation
+//! ([`crate::session`]); a small catalog pool for listings and model catalogs. No async
+//! runtime. Protocol: spec `app-server.md` (`wuu-app-server/v0.1`).
+
+pub mod catalog;
+pub mod init;
+pub mod registry;
+pub mod router;
+pub mod schema;
+pub mod transport;
+
+use crate::config::{self, LoadedConfig};
+use parking_lot::{Mutex, RwLock};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use transport::{FrameSink, LineSource, Outbox, Overflow};
+use wuu_protocol::{
+    ClientCapabilities, ErrorCode, ErrorObject, Notification, RequestId, Response,
+    ServerNotification,
+};
+use wuu_store::LeaseOwner;
+
+/// How the server was started.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Workspace root (absolute).
+    pub workdir: PathBuf,
+    /// The wuu home (database, traces, spill files).
+    pub home: PathBuf,
+    /// `--config FILE`: load exactly that file.
+    pub config_file: Option<PathBuf>,
+    /// `--safe-mode`: start without plugins (there are none yet; reported in features).
+    pub safe_mode: bool,
+    /// Park idle session threads after this long.
+    pub park_after: Duration,
+}
+
+impl ServerOptions {
+    /// Options for `workdir` with the default home and no config override.
+    pub fn new(workdir: PathBuf) -> Self {
+        ServerOptions {
+            workdir,
+            home: config::wuu_home(),
+            config_file: None,
+            safe_mode: false,
+            park_after: Duration::from_secs(60),
+        }
+    }
+}
+
+/// State shared by the reader, the sessions and the pool. Small and explicit.
+pub struct Shared {
+    /// Start options.
+    pub opts: ServerOptions,
+    /// The configuration snapshot (replaced wholesale on change).
+    pub config: RwLock<Arc<LoadedConfig>>,
+    /// The outbox (to the writer thread).
+    pub outbox: Outbox,
+    /// Live sessions.
+    pub registry: registry::Registry,
+    /// Catalog pool.
+    pub catalog: catalog::CatalogPool,
+    /// This process's lease identity.
+    pub owner: LeaseOwner,
+    /// Set once shutdown began: new work is refused with `server_closed`.
+    pub closing: AtomicBool,
+    /// What the client declared in `initialize`.
+    pub capabilities: RwLock<ClientCapabilities>,
+    /// Model catalog (embedded, refreshed on demand).
+    pub model_catalog: Mutex<Vec<wuu_protocol::CatalogProvider>>,
+    /// Outstanding requests to the client.
+    pub reverse: crate::session::reverse::Pending,
+    shutdown_once: Mutex<bool>,
+}
+
+impl Shared {
+    /// The current configuration.
+    pub fn config(&self) -> Arc<LoadedConfig> {
+        self.config.read().clone()
+    }
+
+    /// Sends a notification, waiting at most [`transport::NOTIFY_DEADLINE`] for room.
+    pub fn notify<N: ServerNotification>(&self, n: &N) -> Result<(), Overflow> {
+        self.notify_raw(N::METHOD, serde_json::to_value(n).unwrap_or_default())
+    }
+
+    /// Sends a notification given as a method and params.
+    pub fn notify_raw(&self, method: &str, params: serde_json::Value) -> Result<(), Overflow> {
+        let n = Notification {
+            method: method.to_owned(),
+            params,
+        };
+        let frame = serde_json::to_vec(&n).expect("serialize notification");
+        self.outbox.send_within(frame, transport::NOTIFY_DEADLINE)
+    }
+
+    /// Whether shutdown began.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Graceful shutdown: refuse new work, stop and settle every session's active work,
+    /// then (if given) answer the `shutdown` request, and flush the output. Idempotent:
+    /// returns false if shutdown already ran.
+    pub fn shutdown(&self, reply: Option<Responder>) -> bool {
+        let mut done = self.shutdown_once.lock();
+        if *done {
+            if let Some(r) = reply {
+                r.ok(&serde_json::json!({"ok": true}));
+            }
+            return false;
+        }
+        *done = true;
+        self.closing.store(true, Ordering::SeqCst);
+        self.registry.shutdown_all(Duration::from_secs(60));
+        self.catalog.stop();
+        if let Some(r) = reply {
+            r.ok(&serde_json::json!({"ok": true}));
+        }
+        self.outbox.flush();
+        true
+    }
+}
+
+/// Answers one request. Requests without id (client notifications) are executed but
+/// not answered. Dropping a responder without answering answers `internal_error`, so a
+/// request is never left without a response.
+pub struct Responder {
+    id: Option<RequestId>,
+    outbox: Outbox,
+    method: &'static str,
+    answered: bool,
+}
+
+impl Responder {
+    /// A responder for request `id` of `method`.
+    pub fn new(id: Option<RequestId>, outbox: Outbox, method: &'static str) -> Self {
+        Responder {
+            id,
+            outbox,
+            method,
+            answered: false,
+        }
+    }
+
+    /// The method being answered.
+    pub fn method(&self) -> &'static str {
+        self.method
+    }
+
+    /// Answers with a result.
+    pub fn ok<T: Serialize>(mut self, result: &T) {
+        self.answered = true;
+        if let Some(id) = self.id.take() {
+            let value = serde_json::to_value(result).expect("serialize result");
+            let frame = serde_json::to_vec(&Response::ok(id, value)).expect("serialize");
+            self.outbox.send(frame);
+        }
+    }
+
+    /// Answers with an error.
+    pub fn err(mut self, code: ErrorCode, message: impl Into<String>) {
+        self.error(ErrorObject::new(code, message));
+    }
+
+    /// Answers with an error object.
+    pub fn error(&mut self, e: ErrorObject) {
+        self.answered = true;
+        if let Some(id) = self.id.take() {
+            let frame = serde_json::to_vec(&Response::err(Some(id), e)).expect("serialize");
+            self.outbox.send(frame);
+        }
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if !self.answered && self.id.is_some() {
+            log::error!("request {} was dropped without an answer", self.method);
+            let m = format!("{} was not answered (internal error)", self.method);
+            self.error(ErrorObject::new(ErrorCode::InternalError, m));
+        }
+    }
+}
+
+/// Runs a server over `source`/`sink` until end of input or `shutdown`. Returns the exit
+/// code (0 on a graceful end). `on_start` receives the shared state once it exists (the
+/// CLI uses it to hook SIGTERM).
+pub fn serve(
+    opts: ServerOptions,
+    source: Box<dyn LineSource>,
+    sink: Box<dyn FrameSink>,
+    on_start: impl FnOnce(Arc<Shared>),
+) -> i32 {
+    let shared = match start(opts, sink) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("{e}");
+            return 1;
+        }
+    };
+    on_start(shared.clone());
+    router::read_loop(&shared, source);
+    shared.shutdown(None);
+    0
+}
+
+/// Builds the shared state: loads config, opens the store (migrations + crash
+/// recovery), starts the writer and the catalog pool.
+pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared>, String> {
+    std::fs::create_dir_all(&opts.home)
+        .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
+    let loaded = config::load(&opts.home, &opts.workdir, opts.config_file.as_deref());
+    let owner = LeaseOwner::current();
+    {
+        let mut store = wuu_store::Store::open_home(&opts.home)
+            .map_err(|e| format!("cannot open the store under {}: {e}", opts.home.display()))?;
+        match store.recover(&owner, 15_000) {
+            Ok(r) => log::info!("recovery: {r:?}"),
+            Err(e) => log::warn!("recovery failed: {e}"),
+        }
+    }
+    let closed = Arc::new(AtomicBool::new(false));
+    let closed2 = closed.clone();
+    let (outbox, _writer) = transport::start_writer(
+        sink,
+        Box::new(move || closed2.store(true, Ordering::SeqCst)),
+    );
+    let catalog_entries = init::embedded_catalog(&loaded);
+    let shared = Arc::new_cyclic(|weak| Shared {
+        opts: opts.clone(),
+        config: RwLock::new(Arc::new(loaded)),
+        outbox,
+        registry: registry::Registry::default(),
+        catalog: catalog::CatalogPool::start(2, weak.clone()),
+        owner,
+        closing: AtomicBool::new(false),
+        capabilities: RwLock::new(ClientCapabilities::default()),
+        model_catalog: Mutex::new(catalog_entries),
+        reverse: Default::default(),
+        shutdown_once: Mutex::new(false),
+    });
+    let hb = Arc::downgrade(&shared);
+    std::thread::Builder::new()
+        .name("wuu-lease-heartbeat".into())
+        .spawn(move || heartbeat_loop(hb))
+        .map_err(|e| e.to_string())?;
+    Ok(shared)
+}
+
+fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
+    let Some(s) = shared.upgrade() else { return };
+    let home = s.opts.home.clone();
+    let owner = s.owner.clone();
+    drop(s);
+    let mut store = match wuu_store::Store::open_home(&home) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn!("lease heartbeat disabled: {e}");
+            return;
+        }
+    };
+    loop {
+        std::thread::sleep(Duration::from_secs(3));
+        match shared.upgrade() {
+            Some(s) if !s.is_closing() => {}
+            _ => return,
+        }
+        if let Err(e) = store.heartbeat(&owner) {
+            log::warn!("lease heartbeat: {e}");
+        }
+    }
+}
+
+/// The client side of an in-memory connection to a server running on its own threads
+/// (used by `wuu exec`, `wuu debug app-server`, tests and benches). The same protocol
+/// messages as stdio, without a process boundary.
+pub struct MemoryClient {
+    /// Lines to the server (drop it to send end-of-input: graceful shutdown).
+    pub tx: Option<crossbeam_channel::Sender<Vec<u8>>>,
+    /// Lines from the server, in order.
+    pub rx: crossbeam_channel::Receiver<Vec<u8>>,
+    /// The server's reader thread; yields the exit code.
+    pub join: Option<std::thread::JoinHandle<i32>>,
+    /// The shared state, once started.
+    pub shared: Arc<Shared>,
+}
+
+/// Capacity of the in-memory output channel, in frames.
+pub const MEMORY_OUTPUT_CAPACITY: usize = 1024;
+
+impl MemoryClient {
+    /// Starts a server over channels.
+    pub fn start(opts: ServerOptions) -> Result<MemoryClient, String> {
+        let (in_tx, in_rx) = crossbeam_channel::bounded::<Vec<u8>>(64);
+        let (out_tx, out_rx) = crossbeam_channel::bounded::<Vec<u8>>(MEMORY_OUTPUT_CAPACITY);
+        let shared = start(opts, Box::new(transport::ChannelSink(out_tx)))?;
+        let s2 = shared.clone();
+        let join = std::thread::Builder::new()
+            .name("wuu-reader".into())
+            .spawn(move || {
+                router::read_loop(&s2, Box::new(transport::ChannelLines(in_rx)));
+                s2.shutdown(None);
+                0
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(MemoryClient {
+            tx: Some(in_tx),
+            rx: out_rx,
+            join: Some(join),
+            shared,
+        })
+    }
+
+    /// Sends one request line.
+    pub fn send(&self, id: &str, method: &str, params: serde_json::Value) -> Result<(), String> {
+        let line = serde_json::to_vec(&serde_json::json!({"id": id, "method": method, "params": params}))
+            .map_err(|e| e.to_string())?;
+        self.tx
+            .as_ref()
+            .ok_or("connection closed")?
+            .send(line)
+            .map_err(|_| "server closed".to_owned())
+    }
+
+    /// Waits for the response to `id`, passing every other line to `other`.
+    pub fn wait_response(
+        &self,
+        id: &str,
+        mut other: impl FnMut(serde_json::Value),
+    ) -> Result<serde_json::Value, String> {
+        for line in self.rx.iter() {
+            let v: serde_json::Value =
+                serde_json::from_slice(&line).map_err(|e| format!("bad frame: {e}"))?;
+            if v.get("method").is_none() && v.get("id").and_then(|i| i.as_str()) == Some(id) {
+                return Ok(v);
+            }
+            other(v);
+        }
+        Err("the server closed the connection".into())
+    }
+
+    /// Closes input and waits for the graceful shutdown.
+    pub fn close(mut self) -> i32 {
+        self.tx.take();
+        // Keep draining so the writer never blocks while sessions settle.
+        let rx = self.rx.clone();
+        let drain = std::thread::spawn(move || for _ in rx.iter() {});
+        let code = self.join.take().map(|j| j.join().unwrap_or(1)).unwrap_or(0);
+        drop(drain);
+        code
+    }
+}

@@ -1,1 +1,261 @@
-//! (under construction)
+//! Session threads: one OS thread per live conversation owns its state (selection,
+//! history, pending input, the active turn) and serializes every mutation of it through
+//! its mailbox — no locks around conversation state.
+//!
+//! A session is created by `thread/start`/`thread/fork` ([`spawn_new`]) or revived from
+//! the store when a request names a conversation that is not live ([`spawn_existing`]).
+//! Idle persisted sessions park (the thread ends; the state lives in the store).
+//! Ephemeral conversations never touch the database and never park.
+
+pub mod convert;
+pub mod lifecycle;
+pub mod reverse;
+
+use crate::server::registry::{SessionEntry, MAILBOX_CAPACITY};
+use crate::server::{Responder, Shared};
+use convert::TurnState;
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use wuu_protocol::{ClientRequest, ErrorCode};
+use wuu_store::{Store, ThreadRow};
+
+/// A message to a session thread.
+pub enum SessionMsg {
+    /// A client request routed to this conversation.
+    Request {
+        /// The decoded request.
+        req: ClientRequest,
+        /// Where the answer goes.
+        reply: Responder,
+    },
+    /// Stop active work, settle it, then acknowledge and end.
+    Shutdown {
+        /// Acknowledged once settled.
+        done: Sender<()>,
+    },
+    /// A copy of the conversation (for `thread/fork`).
+    Snapshot {
+        /// Receives the copy, or why there is none.
+        reply: Sender<Result<Snapshot, (ErrorCode, String)>>,
+    },
+}
+
+/// A copy of a conversation's state.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The thread row.
+    pub thread: ThreadRow,
+    /// Its turns.
+    pub turns: Vec<TurnState>,
+}
+
+/// The state a session thread owns.
+pub struct Session {
+    /// Server state.
+    pub shared: Arc<Shared>,
+    /// Conversation id.
+    pub id: String,
+    /// Mailbox.
+    pub rx: Receiver<SessionMsg>,
+    /// Own store connection; `None` for ephemeral conversations.
+    pub store: Option<Store>,
+    /// The conversation row (kept in memory for ephemeral ones).
+    pub thread: ThreadRow,
+    /// History, oldest turn first.
+    pub turns: Vec<TurnState>,
+    /// True while a turn executes (read by listings).
+    pub running: Arc<AtomicBool>,
+    /// Set when the session must end after the current message (deleted, shut down).
+    pub exit: bool,
+}
+
+impl Session {
+    /// Whether this conversation lives in memory only.
+    pub fn ephemeral(&self) -> bool {
+        self.store.is_none()
+    }
+
+    /// Main loop: serve the mailbox; park after `park_after` of idleness.
+    fn run(mut self) {
+        let park_after = self.shared.opts.park_after;
+        while !self.exit {
+            match self.rx.recv_timeout(park_after) {
+                Ok(msg) => self.handle(msg),
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.ephemeral() || self.running.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    let rx = self.rx.clone();
+                    if self
+                        .shared
+                        .registry
+                        .remove_if(&self.id, move || rx.is_empty())
+                    {
+                        log::debug!("session {} parked", self.id);
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+        self.unregister_and_drain();
+    }
+
+    /// Ends the session: unregisters it, then re-dispatches anything that was already
+    /// in its mailbox (a revived or missing session answers it).
+    fn unregister_and_drain(&mut self) {
+        self.shared.registry.remove_if(&self.id, || true);
+        while let Ok(msg) = self.rx.try_recv() {
+            match msg {
+                SessionMsg::Shutdown { done } => {
+                    let _ = done.send(());
+                }
+                other => self.shared.registry.dispatch(&self.shared, &self.id, other),
+            }
+        }
+    }
+
+    /// Handles one mailbox message.
+    pub fn handle(&mut self, msg: SessionMsg) {
+        match msg {
+            SessionMsg::Request { req, reply } => self.handle_request(req, reply),
+            SessionMsg::Shutdown { done } => {
+                self.settle_for_shutdown();
+                let _ = done.send(());
+                self.exit = true;
+            }
+            SessionMsg::Snapshot { reply } => {
+                let _ = reply.send(Ok(Snapshot {
+                    thread: self.thread.clone(),
+                    turns: self.turns.clone(),
+                }));
+            }
+        }
+    }
+
+    fn handle_request(&mut self, req: ClientRequest, reply: Responder) {
+        match req {
+            ClientRequest::ThreadResume(p) => self.resume(p, reply),
+            ClientRequest::ThreadRename(p) => self.rename(p, reply),
+            ClientRequest::ThreadArchive(p) => self.archive(p, reply),
+            ClientRequest::ThreadDelete(p) => self.delete(p, reply),
+            ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
+            ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
+            other => reply.err(
+                ErrorCode::InternalError,
+                format!("{} is not a conversation method", other.method()),
+            ),
+        }
+    }
+
+    /// Stops active work before shutdown (the engine settles the active turn).
+    fn settle_for_shutdown(&mut self) {
+        crate::engine::settle_for_shutdown(self);
+    }
+}
+
+fn entry_for(tx: Sender<SessionMsg>, running: Arc<AtomicBool>) -> SessionEntry {
+    SessionEntry { tx, running }
+}
+
+/// Spawns the session thread of an existing conversation (revival). Called under the
+/// registry lock; the thread loads the conversation and, if it does not exist, answers
+/// `thread_not_found` to what it was sent and ends.
+pub fn spawn_existing(shared: &Arc<Shared>, thread_id: &str) -> SessionEntry {
+    let (tx, rx) = bounded(MAILBOX_CAPACITY);
+    let running = Arc::new(AtomicBool::new(false));
+    let entry = entry_for(tx, running.clone());
+    let shared = shared.clone();
+    let id = thread_id.to_owned();
+    let spawned = std::thread::Builder::new()
+        .name(format!("wuu-session-{}", short(&id)))
+        .spawn(move || match lifecycle::load(&shared, &id) {
+            Ok(Some((store, thread, turns))) => Session {
+                shared,
+                id,
+                rx,
+                store: Some(store),
+                thread,
+                turns,
+                running,
+                exit: false,
+            }
+            .run(),
+            Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
+            Err(e) => refuse_all(&shared, &id, &rx, ErrorCode::InternalError, Some(e)),
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot spawn a session thread: {e}");
+    }
+    entry
+}
+
+fn refuse_all(
+    shared: &Arc<Shared>,
+    id: &str,
+    rx: &Receiver<SessionMsg>,
+    code: ErrorCode,
+    detail: Option<String>,
+) {
+    shared.registry.remove_if(id, || true);
+    let message = detail.unwrap_or_else(|| format!("thread {id:?} not found"));
+    while let Ok(msg) = rx.try_recv() {
+        match msg {
+            SessionMsg::Request { reply, .. } => reply.err(code, message.clone()),
+            SessionMsg::Shutdown { done } => {
+                let _ = done.send(());
+            }
+            SessionMsg::Snapshot { reply } => {
+                let _ = reply.send(Err((code, message.clone())));
+            }
+        }
+    }
+}
+
+/// Spawns a new session thread for `thread/start` or `thread/fork`; the thread creates
+/// the conversation, registers it, answers, and then serves it.
+pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
+    let shared = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("wuu-session-new".into())
+        .spawn(move || {
+            let (tx, rx) = bounded(MAILBOX_CAPACITY);
+            let running = Arc::new(AtomicBool::new(false));
+            let created = match req {
+                ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
+                ClientRequest::ThreadFork(p) => lifecycle::fork(&shared, p),
+                other => Err((
+                    ErrorCode::InternalError,
+                    format!("{} does not create a conversation", other.method()),
+                )),
+            };
+            match created {
+                Err((code, msg)) => reply.err(code, msg),
+                Ok((store, thread, turns)) => {
+                    let id = thread.id.clone();
+                    shared.registry.insert(&id, entry_for(tx, running.clone()));
+                    let session = Session {
+                        shared,
+                        id,
+                        rx,
+                        store,
+                        thread,
+                        turns,
+                        running,
+                        exit: false,
+                    };
+                    session.announce_created(reply);
+                    session.run();
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot spawn a session thread: {e}");
+    }
+}
+
+fn short(id: &str) -> &str {
+    let n = id.len().min(12);
+    &id[id.len() - n..]
+}

@@ -1,0 +1,181 @@
+//! The catalog pool: a few threads, each with its own read connection, that answer
+//! listings (`thread/list`, `thread/listAll`, `thread/listArchived`, `thread/search`),
+//! resolve `thread/resume` without a `session_id`, and refresh model catalogs. A large
+//! listing never delays a turn; responses may arrive out of request order (clients
+//! correlate by id).
+
+use super::{Responder, Shared};
+use crate::session::{self, SessionMsg};
+use crossbeam_channel::{bounded, Sender};
+use parking_lot::Mutex;
+use std::sync::{Arc, Weak};
+use wuu_protocol::{
+    ClientRequest, ErrorCode, ThreadListResult, ThreadSearchHit, ThreadSearchResult,
+};
+use wuu_store::{Store, ThreadFilter};
+
+/// Jobs the pool queue holds before the reader waits.
+pub const CATALOG_QUEUE: usize = 256;
+
+type Job = (ClientRequest, Responder);
+
+/// Handle of the pool.
+pub struct CatalogPool {
+    tx: Mutex<Option<Sender<Job>>>,
+}
+
+impl CatalogPool {
+    /// Starts `n` worker threads.
+    pub fn start(n: usize, shared: Weak<Shared>) -> CatalogPool {
+        let (tx, rx) = bounded::<Job>(CATALOG_QUEUE);
+        for i in 0..n {
+            let rx = rx.clone();
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("wuu-catalog-{i}"))
+                .spawn(move || {
+                    let mut store: Option<Store> = None;
+                    for (req, reply) in rx.iter() {
+                        let Some(shared) = shared.upgrade() else { return };
+                        if store.is_none() {
+                            match Store::open_home(&shared.opts.home) {
+                                Ok(s) => store = Some(s),
+                                Err(e) => {
+                                    reply.err(
+                                        ErrorCode::InternalError,
+                                        format!("store unavailable: {e}"),
+                                    );
+                                    continue;
+                                }
+                            }
+                        }
+                        handle(&shared, store.as_mut().expect("opened"), req, reply);
+                    }
+                })
+                .expect("spawn catalog thread");
+        }
+        CatalogPool {
+            tx: Mutex::new(Some(tx)),
+        }
+    }
+
+    /// Queues a job (waits when the queue is full).
+    pub fn submit(&self, req: ClientRequest, reply: Responder) {
+        let tx = self.tx.lock().clone();
+        match tx {
+            Some(tx) => {
+                if let Err(e) = tx.send((req, reply)) {
+                    let (_, reply) = e.0;
+                    reply.err(ErrorCode::ServerClosed, "the server is shutting down");
+                }
+            }
+            None => reply.err(ErrorCode::ServerClosed, "the server is shutting down"),
+        }
+    }
+
+    /// Stops accepting jobs; workers end after the queued ones.
+    pub fn stop(&self) {
+        self.tx.lock().take();
+    }
+}
+
+fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Responder) {
+    let workdir = shared.opts.workdir.to_string_lossy().into_owned();
+    let list = |filter: ThreadFilter, store: &Store, reply: Responder| match store
+        .list_threads(&filter)
+    {
+        Ok(rows) => {
+            let threads = rows
+                .iter()
+                .map(|r| session::convert::thread_summary(shared, r))
+                .collect();
+            reply.ok(&ThreadListResult { threads })
+        }
+        Err(e) => reply.err(ErrorCode::InternalError, format!("listing failed: {e}")),
+    };
+    match req {
+        ClientRequest::ThreadList(p) => list(
+            ThreadFilter {
+                cwd: Some(p.cwd.filter(|c| !c.is_empty()).unwrap_or(workdir)),
+                archived: Some(false),
+                limit: None,
+            },
+            store,
+            reply,
+        ),
+        ClientRequest::ThreadListAll(_) => list(
+            ThreadFilter {
+                cwd: None,
+                archived: Some(false),
+                limit: None,
+            },
+            store,
+            reply,
+        ),
+        ClientRequest::ThreadListArchived(_) => list(
+            ThreadFilter {
+                cwd: None,
+                archived: Some(true),
+                limit: None,
+            },
+            store,
+            reply,
+        ),
+        ClientRequest::ThreadSearch(p) => {
+            let limit = p.limit.unwrap_or(20).clamp(1, 100);
+            let query = p.query.unwrap_or_default();
+            let query = query.trim();
+            let result = if query.is_empty() {
+                store
+                    .list_threads(&ThreadFilter {
+                        cwd: None,
+                        archived: Some(false),
+                        limit: Some(limit),
+                    })
+                    .map(|rows| {
+                        rows.iter()
+                            .map(|r| ThreadSearchHit {
+                                thread: session::convert::thread_summary(shared, r),
+                                snippet: None,
+                                message_seq: None,
+                            })
+                            .collect()
+                    })
+            } else {
+                store.search_threads(query, limit).map(|hits| {
+                    hits.iter()
+                        .map(|h| ThreadSearchHit {
+                            thread: session::convert::thread_summary(shared, &h.thread),
+                            snippet: h.snippet.clone(),
+                            message_seq: h.seq,
+                        })
+                        .collect()
+                })
+            };
+            match result {
+                Ok(results) => reply.ok(&ThreadSearchResult { results }),
+                Err(e) => reply.err(ErrorCode::InternalError, format!("search failed: {e}")),
+            }
+        }
+        ClientRequest::ThreadResume(p) => match store.latest_thread(&workdir) {
+            Ok(Some(row)) => shared.registry.dispatch(
+                shared,
+                &row.id,
+                SessionMsg::Request {
+                    req: ClientRequest::ThreadResume(p),
+                    reply,
+                },
+            ),
+            Ok(None) => reply.err(
+                ErrorCode::ThreadNotFound,
+                format!("no sessions found for workspace {workdir}"),
+            ),
+            Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
+        },
+        ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(shared, reply),
+        other => reply.err(
+            ErrorCode::InternalError,
+            format!("{} is not a catalog method", other.method()),
+        ),
+    }
+}

@@ -1,0 +1,152 @@
+//! The reader thread's loop: parse each line, answer envelope errors, decode params
+//! through the method table, and route (inline, new session, session mailbox, catalog
+//! pool). The reader never touches the disk or the network.
+
+use super::transport::{LineRead, LineSource, MAX_LINE_BYTES};
+use super::{init, Responder, Shared};
+use crate::session::SessionMsg;
+use std::sync::Arc;
+use wuu_protocol::{
+    ClientRequest, DecodeError, ErrorCode, ErrorObject, Message, ProtocolError, Request,
+    Response, Route,
+};
+
+/// Reads and routes lines until end of input or `shutdown`.
+pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
+    let mut buf = Vec::with_capacity(8 * 1024);
+    loop {
+        match source.next_line(&mut buf) {
+            Ok(LineRead::Eof) => {
+                log::debug!("input closed");
+                return;
+            }
+            Err(e) => {
+                log::warn!("input error: {e}");
+                return;
+            }
+            Ok(LineRead::TooLong(n)) => {
+                let _ = shared.outbox.send(
+                    serde_json::to_vec(&Response::err(
+                        None,
+                        ErrorObject::new(
+                            ErrorCode::InvalidRequest,
+                            format!(
+                                "invalid request: line too long ({n} bytes; the limit is {MAX_LINE_BYTES} bytes)"
+                            ),
+                        ),
+                    ))
+                    .expect("serialize"),
+                );
+            }
+            Ok(LineRead::Line) => {
+                if buf.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                if handle_line(shared, &buf) == Flow::Stop {
+                    return;
+                }
+            }
+        }
+        if buf.capacity() > 1024 * 1024 {
+            buf = Vec::with_capacity(8 * 1024);
+        }
+    }
+}
+
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+fn handle_line(shared: &Arc<Shared>, line: &[u8]) -> Flow {
+    log::trace!("in: {}", String::from_utf8_lossy(line));
+    match Message::parse_line(line) {
+        Err(e) => {
+            let frame = serde_json::to_vec(&Response::err(e.id, ErrorObject::new(e.code, e.message)))
+                .expect("serialize");
+            shared.outbox.send(frame);
+            Flow::Continue
+        }
+        Ok(Message::Response(resp)) => {
+            crate::session::reverse::deliver(shared, resp);
+            Flow::Continue
+        }
+        Ok(Message::Notification(n)) => {
+            // A request without id: executed, not answered (spec §1.2).
+            dispatch(
+                shared,
+                Request {
+                    id: wuu_protocol::RequestId::from(""),
+                    method: n.method,
+                    params: n.params,
+                },
+                false,
+            )
+        }
+        Ok(Message::Request(req)) => dispatch(shared, req, true),
+    }
+}
+
+fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
+    let id = answer.then_some(req.id);
+    let decoded = match ClientRequest::decode(&req.method, req.params) {
+        Ok(d) => d,
+        Err(DecodeError::UnknownMethod(m)) => {
+            Responder::new(id, shared.outbox.clone(), "?")
+                .err(ErrorCode::MethodNotFound, format!("unknown method {m:?}"));
+            if !answer {
+                let _ = shared.notify(&ProtocolError {
+                    code: "method_not_found".into(),
+                    message: format!("unknown method {m:?}"),
+                });
+            }
+            return Flow::Continue;
+        }
+        Err(DecodeError::InvalidParams(m)) => {
+            Responder::new(id, shared.outbox.clone(), "?").err(ErrorCode::InvalidParams, m);
+            return Flow::Continue;
+        }
+    };
+    let reply = Responder::new(id, shared.outbox.clone(), decoded.method());
+    if let ClientRequest::Shutdown(_) = decoded {
+        shared.shutdown(Some(reply));
+        return Flow::Stop;
+    }
+    if shared.is_closing() {
+        reply.err(ErrorCode::ServerClosed, "the server is shutting down");
+        return Flow::Continue;
+    }
+    match decoded.route() {
+        Route::Inline => init::handle_inline(shared, decoded, reply),
+        Route::Spawn => crate::session::spawn_new(shared, decoded, reply),
+        Route::Session(thread_id) => {
+            let thread_id = thread_id.trim().to_owned();
+            if thread_id.is_empty() {
+                reply.err(ErrorCode::InvalidParams, "invalid params: thread_id is required");
+            } else {
+                shared.registry.dispatch(
+                    shared,
+                    &thread_id,
+                    SessionMsg::Request {
+                        req: decoded,
+                        reply,
+                    },
+                );
+            }
+        }
+        Route::Resolve(Some(thread_id)) if !thread_id.trim().is_empty() => {
+            let thread_id = thread_id.trim().to_owned();
+            shared.registry.dispatch(
+                shared,
+                &thread_id,
+                SessionMsg::Request {
+                    req: decoded,
+                    reply,
+                },
+            );
+        }
+        Route::Resolve(_) | Route::Catalog => shared.catalog.submit(decoded, reply),
+    }
+    Flow::Continue
+}

@@ -1,0 +1,297 @@
+//! Line transport: the bounded line reader (64 MiB cap), the outbox (a bounded channel of
+//! serialized frames) and the writer thread that alone owns the output.
+//!
+//! Framing follows spec `app-server.md` §1.1: one JSON object per line; `\r\n` accepted;
+//! blank lines ignored. A line over the cap is reported as [`LineRead::TooLong`] after
+//! the rest of it has been drained, so memory stays bounded and the next line is served.
+
+use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
+use std::io::{self, BufRead, Write};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Longest accepted line, in bytes (spec §1.1: 64 MiB).
+pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Frames the outbox holds before producers wait (backpressure).
+pub const OUTBOX_CAPACITY: usize = 4096;
+
+/// One read from a [`LineSource`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum LineRead {
+    /// A complete line is in the buffer (line end stripped, may be blank).
+    Line,
+    /// The line exceeded the cap; it was drained and discarded. Holds its length.
+    TooLong(usize),
+    /// End of input.
+    Eof,
+}
+
+/// A source of input lines.
+pub trait LineSource: Send {
+    /// Reads the next line into `buf` (cleared first). See [`LineRead`].
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> io::Result<LineRead>;
+}
+
+/// Reads lines from any `BufRead` with a byte cap per line.
+pub struct CappedLines<R> {
+    inner: R,
+    cap: usize,
+}
+
+impl<R: BufRead> CappedLines<R> {
+    /// Wraps `inner`; lines longer than `cap` bytes are drained and reported.
+    pub fn new(inner: R, cap: usize) -> Self {
+        CappedLines { inner, cap }
+    }
+}
+
+impl<R: BufRead + Send> LineSource for CappedLines<R> {
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> io::Result<LineRead> {
+        buf.clear();
+        let mut total = 0usize;
+        let mut too_long = false;
+        loop {
+            let chunk = match self.inner.fill_buf() {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if chunk.is_empty() {
+                if total == 0 {
+                    return Ok(LineRead::Eof);
+                }
+                break;
+            }
+            let (take, done) = match memchr_newline(chunk) {
+                Some(i) => (i + 1, true),
+                None => (chunk.len(), false),
+            };
+            total += take;
+            if !too_long {
+                if total > self.cap + 2 {
+                    too_long = true;
+                    buf.clear();
+                    buf.shrink_to(64 * 1024);
+                } else {
+                    buf.extend_from_slice(&chunk[..take]);
+                }
+            }
+            self.inner.consume(take);
+            if done {
+                break;
+            }
+        }
+        if too_long {
+            return Ok(LineRead::TooLong(total));
+        }
+        if buf.last() == Some(&b'\n') {
+            buf.pop();
+        }
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+        if buf.len() > self.cap {
+            buf.clear();
+            return Ok(LineRead::TooLong(total));
+        }
+        Ok(LineRead::Line)
+    }
+}
+
+fn memchr_newline(b: &[u8]) -> Option<usize> {
+    b.iter().position(|&c| c == b'\n')
+}
+
+/// Lines delivered over a channel (in-memory connections: `wuu exec`, tests, benches).
+pub struct ChannelLines(pub Receiver<Vec<u8>>);
+
+impl LineSource for ChannelLines {
+    fn next_line(&mut self, buf: &mut Vec<u8>) -> io::Result<LineRead> {
+        match self.0.recv() {
+            Ok(line) => {
+                buf.clear();
+                buf.extend_from_slice(&line);
+                while matches!(buf.last(), Some(b'\n' | b'\r')) {
+                    buf.pop();
+                }
+                Ok(LineRead::Line)
+            }
+            Err(_) => Ok(LineRead::Eof),
+        }
+    }
+}
+
+/// Where the writer puts frames.
+pub trait FrameSink: Send {
+    /// Writes one frame (a JSON line without its `\n`).
+    fn write_frame(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Flushes buffered frames.
+    fn flush(&mut self) -> io::Result<()>;
+}
+
+/// A sink over any writer (stdout): frame + `\n`.
+pub struct WriteSink<W: Write + Send>(pub W);
+
+impl<W: Write + Send> FrameSink for WriteSink<W> {
+    fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.0.write_all(frame)?;
+        self.0.write_all(b"\n")
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// A sink that sends each frame over a bounded channel (in-memory connections). A full
+/// channel blocks the writer, which fills the outbox: backpressure reaches producers.
+pub struct ChannelSink(pub Sender<Vec<u8>>);
+
+impl FrameSink for ChannelSink {
+    fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.0
+            .send(frame.to_vec())
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"))
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+enum Frame {
+    Line(Vec<u8>),
+    Flush(Sender<()>),
+}
+
+/// The outbox could not take a frame within the producer's deadline: the client is not
+/// reading. The affected run fails with a protocol error; nothing is dropped silently.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overflow;
+
+impl std::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("subscription overflow: the client is not reading the output stream")
+    }
+}
+
+/// Producer side of the outbox. Cheap to clone.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: Sender<Frame>,
+}
+
+/// How long a notification producer waits for room before declaring [`Overflow`].
+pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(30);
+
+impl Outbox {
+    /// Enqueues a serialized frame, waiting at most `deadline` for room.
+    pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
+        match self.tx.send_timeout(Frame::Line(frame), deadline) {
+            Ok(()) => Ok(()),
+            Err(SendTimeoutError::Timeout(_)) => Err(Overflow),
+            // The writer is gone (output closed): nothing can be delivered any more.
+            Err(SendTimeoutError::Disconnected(_)) => Ok(()),
+        }
+    }
+
+    /// Enqueues a frame, waiting as long as it takes (responses: the client asked).
+    pub fn send(&self, frame: Vec<u8>) {
+        let _ = self.tx.send(Frame::Line(frame));
+    }
+
+    /// Waits until every frame enqueued before this call has been written and flushed.
+    pub fn flush(&self) {
+        let (tx, rx) = bounded(1);
+        if self.tx.send(Frame::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// Starts the writer thread over `sink`. It writes frames in order and flushes whenever
+/// the outbox is momentarily empty (bursts are batched). A write error (the client
+/// closed the stream) is logged once; later frames are discarded so producers never block
+/// on a dead client. `on_closed` runs once when that happens.
+pub fn start_writer(
+    mut sink: Box<dyn FrameSink>,
+    on_closed: Box<dyn Fn() + Send>,
+) -> (Outbox, JoinHandle<()>) {
+    let (tx, rx) = bounded::<Frame>(OUTBOX_CAPACITY);
+    let handle = std::thread::Builder::new()
+        .name("wuu-writer".into())
+        .spawn(move || {
+            let mut broken = false;
+            for frame in rx.iter() {
+                match frame {
+                    Frame::Line(bytes) => {
+                        if broken {
+                            continue;
+                        }
+                        log::trace!("out: {}", String::from_utf8_lossy(&bytes));
+                        let mut r = sink.write_frame(&bytes);
+                        if r.is_ok() && rx.is_empty() {
+                            r = sink.flush();
+                        }
+                        if let Err(e) = r {
+                            log::warn!("output closed: {e}");
+                            broken = true;
+                            on_closed();
+                        }
+                    }
+                    Frame::Flush(ack) => {
+                        if !broken {
+                            let _ = sink.flush();
+                        }
+                        let _ = ack.send(());
+                    }
+                }
+            }
+            if !broken {
+                let _ = sink.flush();
+            }
+        })
+        .expect("spawn writer thread");
+    (Outbox { tx }, handle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn lines(input: &[u8], cap: usize) -> Vec<Result<String, usize>> {
+        let mut src = CappedLines::new(Cursor::new(input.to_vec()), cap);
+        let mut out = vec![];
+        let mut buf = vec![];
+        loop {
+            match src.next_line(&mut buf).unwrap() {
+                LineRead::Line => out.push(Ok(String::from_utf8(buf.clone()).unwrap())),
+                LineRead::TooLong(n) => out.push(Err(n)),
+                LineRead::Eof => return out,
+            }
+        }
+    }
+
+    #[test]
+    fn crlf_blank_and_last_line_without_newline() {
+        assert_eq!(
+            lines(b"a\r\n\r\n  \nb", 100),
+            vec![Ok("a".into()), Ok("".into()), Ok("  ".into()), Ok("b".into())]
+        );
+    }
+
+    #[test]
+    fn too_long_is_drained_and_next_line_served() {
+        let mut input = vec![b'x'; 50];
+        input.extend_from_slice(b"\nok\n");
+        let got = lines(&input, 10);
+        assert_eq!(got, vec![Err(51), Ok("ok".into())]);
+    }
+
+    #[test]
+    fn exactly_cap_is_accepted() {
+        let mut input = vec![b'y'; 10];
+        input.extend_from_slice(b"\r\n");
+        assert_eq!(lines(&input, 10), vec![Ok("y".repeat(10))]);
+    }
+}

@@ -1,0 +1,110 @@
+//! Conversions between store rows and wire shapes (spec `app-server.md` §5.1–§5.3).
+
+use crate::server::Shared;
+use crate::util::rfc3339;
+use wuu_protocol::{Thread, ThreadItem, Turn, TurnError};
+use wuu_store::{ItemRow, ThreadRow, TurnRow};
+
+/// A turn as the session holds it: the row plus its items in order.
+#[derive(Debug, Clone)]
+pub struct TurnState {
+    /// The stored row.
+    pub row: TurnRow,
+    /// Items, oldest first.
+    pub items: Vec<ThreadItem>,
+}
+
+/// Wire turn of a row and its items.
+pub fn turn_wire(t: &TurnState) -> Turn {
+    let r = &t.row;
+    let nz = |n: u64| (n > 0).then_some(n);
+    Turn {
+        id: r.id.clone(),
+        kind: (r.kind != "user" && !r.kind.is_empty()).then(|| r.kind.clone()),
+        model_provider: (!r.provider.is_empty()).then(|| r.provider.clone()),
+        model: (!r.model.is_empty()).then(|| r.model.clone()),
+        items: t.items.clone(),
+        items_view: "full".into(),
+        status: r.status.clone(),
+        error: r
+            .error
+            .as_ref()
+            .and_then(|e| serde_json::from_value::<TurnError>(e.clone()).ok()),
+        finish_reason: r.finish_reason.clone(),
+        stop_reason: r.stop_reason.clone(),
+        truncated: r.truncated,
+        started_at: Some(rfc3339(r.started_at_ms)),
+        answer_ready_at: r.answer_ready_at_ms.map(rfc3339),
+        completed_at: r.completed_at_ms.map(rfc3339),
+        duration_ms: r
+            .completed_at_ms
+            .map(|c| (c - r.started_at_ms).max(0) as u64),
+        input_tokens: nz(r.input_tokens),
+        output_tokens: nz(r.output_tokens),
+        cache_creation_tokens: nz(r.cache_creation_tokens),
+        cache_read_tokens: nz(r.cache_read_tokens),
+    }
+}
+
+/// Wire item of a stored item row (the body is the item JSON; `seq` comes from the row).
+/// A damaged body becomes an `error` item rather than hiding the conversation.
+pub fn item_wire(row: &ItemRow) -> ThreadItem {
+    match serde_json::from_value::<ThreadItem>(row.body.clone()) {
+        Ok(mut item) => {
+            item.seq = Some(row.seq);
+            item
+        }
+        Err(e) => {
+            let mut item = ThreadItem::new(row.id.clone(), "error");
+            item.status = Some("failed".into());
+            item.error = Some(format!("stored item could not be read: {e}"));
+            item.seq = Some(row.seq);
+            item
+        }
+    }
+}
+
+/// Wire thread of a row with the given turns and status.
+pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Thread {
+    let latest_completed = turns
+        .iter()
+        .rev()
+        .find(|t| t.row.status != "in_progress")
+        .map(|t| t.row.id.clone());
+    Thread {
+        id: row.id.clone(),
+        preview: row
+            .title
+            .clone()
+            .filter(|t| !t.is_empty())
+            .unwrap_or_else(|| row.preview.clone()),
+        title: row.title.clone().filter(|t| !t.is_empty()),
+        title_revision: row.title_revision,
+        model_provider: row.provider.clone(),
+        model: row.model.clone(),
+        model_variant: row.variant.clone(),
+        model_effort: row.effort.clone(),
+        permission_mode: row.permission_mode.clone(),
+        engine_id: Some(row.engine_id.clone()).filter(|e| !e.is_empty()),
+        cwd: row.cwd.clone(),
+        workspace_kind: Some("project".into()),
+        status: if running { "in_progress" } else { "idle" }.into(),
+        ephemeral: row.id.starts_with("ephemeral-"),
+        archived: row.archived,
+        archive_reason: row.archive_reason.clone(),
+        forked_from_id: row.forked_from_id.clone(),
+        forked_from_turn_id: row.forked_from_turn_id.clone(),
+        forked_from_item_id: row.forked_from_item_id.clone(),
+        created_at: rfc3339(row.created_at_ms),
+        updated_at: rfc3339(row.updated_at_ms),
+        latest_completed_turn_id: latest_completed,
+        turns: turns.iter().map(turn_wire).collect(),
+        history_cursor: None,
+        history_paged: false,
+    }
+}
+
+/// Listing entry: the thread with `turns: []`, status from the live registry.
+pub fn thread_summary(shared: &Shared, row: &ThreadRow) -> Thread {
+    thread_wire(row, &[], shared.registry.is_running(&row.id))
+}

@@ -1,0 +1,421 @@
+//! Conversation lifecycle: `thread/start`, `thread/fork`, `thread/resume`,
+//! `thread/rename`, `thread/archive`, `thread/delete` (spec `app-server.md` §3.1, §6
+//! rules 11, 12, 14, 18; seed: resume, delete archived, titles).
+
+use super::convert::{item_wire, thread_wire, TurnState};
+use super::{Session, SessionMsg, Snapshot};
+use crate::server::{Responder, Shared};
+use crate::tools::PermissionMode;
+use crate::util::{new_id, now_ms};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use wuu_protocol::*;
+use wuu_store::{DeleteOutcome, ItemRow, LeaseOutcome, Store, ThreadRow};
+
+type Refusal = (ErrorCode, String);
+type Created = (Option<Store>, ThreadRow, Vec<TurnState>);
+
+/// Loads a persisted conversation and its history with a fresh connection.
+/// `Ok(None)` when it does not exist.
+pub fn load(
+    shared: &Shared,
+    id: &str,
+) -> Result<Option<(Store, ThreadRow, Vec<TurnState>)>, String> {
+    if id.starts_with("ephemeral-") {
+        return Ok(None);
+    }
+    let store = Store::open_home(&shared.opts.home).map_err(|e| format!("store: {e}"))?;
+    let Some(thread) = store.get_thread(id).map_err(|e| format!("store: {e}"))? else {
+        return Ok(None);
+    };
+    let turns = store
+        .load_history(id)
+        .map_err(|e| format!("store: {e}"))?
+        .into_iter()
+        .map(|t| TurnState {
+            items: t.items.iter().map(item_wire).collect(),
+            row: t.turn,
+        })
+        .collect();
+    Ok(Some((store, thread, turns)))
+}
+
+fn invalid(msg: impl Into<String>) -> Refusal {
+    (ErrorCode::InvalidParams, format!("invalid params: {}", msg.into()))
+}
+
+fn clean(s: &Option<String>) -> Option<String> {
+    s.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// `thread/start`: validates the selection, then persists (unless ephemeral).
+pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Refusal> {
+    let cfg = shared.config();
+    let engine = clean(&p.engine)
+        .or_else(|| cfg.config.engines.as_ref().and_then(|e| clean(&e.default_engine)))
+        .unwrap_or_else(|| "wuu".into());
+    if engine != "wuu" {
+        return Err((
+            ErrorCode::Error,
+            format!("engine {engine:?} is not available (this host runs the built-in engine `wuu` only)"),
+        ));
+    }
+    if let Some(w) = clean(&p.workspace) {
+        if w != "shared" {
+            return Err(invalid(format!("workspace: {w:?} is not supported (only \"shared\")")));
+        }
+    }
+    if clean(&p.base_revision).is_some() {
+        return Err(invalid("base_revision: requires workspace \"worktree\""));
+    }
+    let mode = clean(&p.permission_mode)
+        .or_else(|| cfg.agent().permission_mode)
+        .unwrap_or_else(|| "standard".into());
+    if PermissionMode::parse(&mode).is_none() {
+        return Err(invalid(format!(
+            "permission_mode: {mode:?} is not one of standard, read_only, unconfined"
+        )));
+    }
+    let provider = clean(&p.provider).unwrap_or_else(|| cfg.default_provider());
+    let provider_cfg = cfg.provider(&provider);
+    if clean(&p.provider).is_some() && provider_cfg.is_none() {
+        return Err(invalid(format!("provider: {provider:?} is not configured")));
+    }
+    let model = clean(&p.model)
+        .or_else(|| {
+            if clean(&p.provider).is_none() {
+                Some(cfg.default_model()).filter(|m| !m.is_empty())
+            } else {
+                None
+            }
+        })
+        .or_else(|| provider_cfg.map(|c| c.model.clone()))
+        .unwrap_or_default();
+    let effort = clean(&p.effort)
+        .or_else(|| cfg.agent().effort)
+        .unwrap_or_default();
+    let cwd = match clean(&p.cwd) {
+        Some(c) => {
+            let path = Path::new(&c);
+            let abs = if path.is_absolute() {
+                path.to_path_buf()
+            } else {
+                shared.opts.workdir.join(path)
+            };
+            if !abs.is_dir() {
+                return Err(invalid(format!("cwd: {} is not a directory", abs.display())));
+            }
+            abs.canonicalize().unwrap_or(abs)
+        }
+        None => shared.opts.workdir.clone(),
+    };
+    let ephemeral = p.ephemeral.unwrap_or(false);
+    let now = now_ms();
+    let thread = ThreadRow {
+        id: if ephemeral {
+            format!("ephemeral-{}", uuid::Uuid::now_v7().simple())
+        } else {
+            new_id("thr")
+        },
+        cwd: cwd.to_string_lossy().into_owned(),
+        title: None,
+        title_revision: 0,
+        preview: String::new(),
+        provider,
+        model,
+        variant: effort.clone(),
+        effort,
+        permission_mode: mode,
+        engine_id: engine,
+        archived: false,
+        archive_reason: None,
+        forked_from_id: None,
+        forked_from_turn_id: None,
+        forked_from_item_id: None,
+        created_at_ms: now,
+        updated_at_ms: now,
+        extra: serde_json::json!({}),
+    };
+    if ephemeral {
+        return Ok((None, thread, vec![]));
+    }
+    let mut store = open(shared)?;
+    store
+        .insert_thread(&thread)
+        .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+    Ok((Some(store), thread, vec![]))
+}
+
+fn open(shared: &Shared) -> Result<Store, Refusal> {
+    Store::open_home(&shared.opts.home)
+        .map_err(|e| (ErrorCode::InternalError, format!("store unavailable: {e}")))
+}
+
+/// `thread/fork`: copies the source's selection and history up to the cut into a new
+/// conversation. Copied in-progress turns settle as interrupted. A fork of an ephemeral
+/// conversation is ephemeral.
+pub fn fork(shared: &Arc<Shared>, p: ThreadForkParams) -> Result<Created, Refusal> {
+    if let Some(m) = clean(&p.mode) {
+        if m != "local" {
+            return Err((ErrorCode::Error, format!("unsupported fork mode {m:?}")));
+        }
+    }
+    let source_id = p.thread_id.trim().to_owned();
+    if source_id.is_empty() {
+        return Err(invalid("thread_id is required"));
+    }
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    shared
+        .registry
+        .dispatch(shared, &source_id, SessionMsg::Snapshot { reply: tx });
+    let Snapshot { thread: src, turns } = rx
+        .recv()
+        .map_err(|_| (ErrorCode::InternalError, "source session ended".to_owned()))??;
+    let cut_turn = clean(&p.turn_id);
+    let cut_item = clean(&p.item_id);
+    let mut copied: Vec<TurnState> = vec![];
+    let mut found = cut_turn.is_none();
+    for t in turns {
+        let is_cut = cut_turn.as_deref() == Some(t.row.id.as_str());
+        let mut t = t;
+        if is_cut {
+            if let Some(item) = &cut_item {
+                let Some(pos) = t.items.iter().position(|i| &i.id == item) else {
+                    return Err(invalid(format!("item_id: {item:?} is not in turn {:?}", t.row.id)));
+                };
+                t.items.truncate(pos + 1);
+            }
+        }
+        if t.row.status == "in_progress" {
+            t.row.status = "interrupted".into();
+            t.row.completed_at_ms = Some(now_ms());
+            for item in &mut t.items {
+                if item.status.as_deref() == Some("in_progress") {
+                    item.status = Some("completed".into());
+                }
+            }
+        }
+        copied.push(t);
+        if is_cut {
+            found = true;
+            break;
+        }
+    }
+    if !found {
+        return Err(invalid(format!(
+            "turn_id: {:?} is not a turn of {source_id:?}",
+            cut_turn.unwrap_or_default()
+        )));
+    }
+    let ephemeral = src.id.starts_with("ephemeral-");
+    let now = now_ms();
+    let new_id_ = if ephemeral {
+        format!("ephemeral-{}", uuid::Uuid::now_v7().simple())
+    } else {
+        new_id("thr")
+    };
+    let thread = ThreadRow {
+        id: new_id_.clone(),
+        archived: false,
+        archive_reason: None,
+        forked_from_id: Some(src.id.clone()),
+        forked_from_turn_id: clean(&p.turn_id),
+        forked_from_item_id: clean(&p.item_id),
+        created_at_ms: now,
+        updated_at_ms: now,
+        ..src
+    };
+    for t in &mut copied {
+        t.row.thread_id = new_id_.clone();
+    }
+    if ephemeral {
+        return Ok((None, thread, copied));
+    }
+    let mut store = open(shared)?;
+    store
+        .transaction(|tx| {
+            tx.insert_thread(&thread)?;
+            for t in &copied {
+                tx.insert_turn(&t.row)?;
+                for item in &t.items {
+                    tx.upsert_item(&ItemRow {
+                        thread_id: new_id_.clone(),
+                        turn_id: t.row.id.clone(),
+                        id: item.id.clone(),
+                        item_type: item.item_type.clone(),
+                        status: item.status.clone(),
+                        seq: 0,
+                        body: serde_json::to_value(item).unwrap_or_default(),
+                    })?;
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+    // Re-read so item seqs are the new conversation's own.
+    let turns = store
+        .load_history(&new_id_)
+        .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?
+        .into_iter()
+        .map(|t| TurnState {
+            items: t.items.iter().map(item_wire).collect(),
+            row: t.turn,
+        })
+        .collect();
+    Ok((Some(store), thread, turns))
+}
+
+impl Session {
+    /// The wire snapshot of this conversation.
+    pub fn thread_wire(&self) -> Thread {
+        thread_wire(
+            &self.thread,
+            &self.turns,
+            self.running.load(Ordering::SeqCst),
+        )
+    }
+
+    /// Answers `thread/start` / `thread/fork` and announces `thread/started`.
+    pub fn announce_created(&self, reply: Responder) {
+        let thread = self.thread_wire();
+        reply.ok(&ThreadResult {
+            thread: thread.clone(),
+        });
+        let _ = self.shared.notify(&ThreadStarted { thread });
+    }
+
+    /// Sends `thread/updated` with the current snapshot.
+    pub fn notify_updated(&self) {
+        let _ = self.shared.notify(&ThreadUpdated {
+            thread: self.thread_wire(),
+        });
+    }
+
+    /// Runs `f` on the store (no-op for ephemeral conversations), mapping errors to
+    /// `internal_error`.
+    pub fn persist<T: Default>(
+        &mut self,
+        f: impl FnOnce(&mut Store) -> Result<T, wuu_store::StoreError>,
+    ) -> Result<T, (ErrorCode, String)> {
+        match self.store.as_mut() {
+            None => Ok(T::default()),
+            Some(s) => f(s).map_err(|e| (ErrorCode::InternalError, format!("store: {e}"))),
+        }
+    }
+
+    pub(super) fn resume(&mut self, p: ThreadResumeParams, reply: Responder) {
+        let result = ThreadResumeResult {
+            thread: self.thread_wire(),
+            held_user_messages: vec![],
+            pending_user_messages: vec![],
+        };
+        let quiet = p.response_only.unwrap_or(false) || p.history_page.unwrap_or(false);
+        reply.ok(&result);
+        if !quiet {
+            let _ = self.shared.notify(&ThreadResumed(result));
+        }
+    }
+
+    pub(super) fn rename(&mut self, p: ThreadRenameParams, reply: Responder) {
+        let title = p.title.trim().to_owned();
+        let revision = p
+            .title_revision
+            .unwrap_or(self.thread.title_revision + 1);
+        if revision < self.thread.title_revision {
+            // A stale snapshot never overwrites a newer title.
+            return reply.ok(&ThreadResult {
+                thread: self.thread_wire(),
+            });
+        }
+        let id = self.id.clone();
+        let t = (!title.is_empty()).then_some(title.clone());
+        match self.persist(|s| s.set_title(&id, t.as_deref(), revision)) {
+            Err((c, m)) => return reply.err(c, m),
+            Ok(Some(row)) => self.thread = row,
+            Ok(None) => {
+                self.thread.title = t;
+                self.thread.title_revision = revision;
+            }
+        }
+        reply.ok(&ThreadResult {
+            thread: self.thread_wire(),
+        });
+        self.notify_updated();
+    }
+
+    pub(super) fn archive(&mut self, p: ThreadArchiveParams, reply: Responder) {
+        if p.archived && self.running.load(Ordering::SeqCst) {
+            if !p.force.unwrap_or(false) {
+                return reply.err(
+                    ErrorCode::ThreadBusy,
+                    "cannot archive a running thread (send force: true after the user confirms)",
+                );
+            }
+            crate::engine::interrupt_for_archive(self);
+        }
+        let id = self.id.clone();
+        let archived = p.archived;
+        match self.persist(|s| s.set_archived(&id, archived, None)) {
+            Err((c, m)) => return reply.err(c, m),
+            Ok(Some(row)) => self.thread = row,
+            Ok(None) => self.thread.archived = archived,
+        }
+        reply.ok(&ThreadResult {
+            thread: self.thread_wire(),
+        });
+        self.notify_updated();
+    }
+
+    pub(super) fn delete(&mut self, p: ThreadDeleteParams, reply: Responder) {
+        if self.running.load(Ordering::SeqCst) {
+            return reply.err(
+                ErrorCode::ThreadBusy,
+                format!("thread {:?} is running; interrupt it first", self.id),
+            );
+        }
+        let only_if_archived = p.only_if_archived.unwrap_or(false);
+        let id = self.id.clone();
+        let Some(store) = self.store.as_mut() else {
+            if only_if_archived && !self.thread.archived {
+                return reply.err(ErrorCode::Error, format!("thread {id:?} is not archived"));
+            }
+            self.exit = true;
+            return reply.ok(&ThreadDeleteResult { thread_id: id });
+        };
+        let owner = self.shared.owner.clone();
+        match store.acquire_lease(&id, &owner) {
+            Ok(LeaseOutcome::Busy(o)) => {
+                return reply.err(
+                    ErrorCode::ThreadBusy,
+                    format!(
+                        "thread {id:?} is executing in another wuu process (pid {})",
+                        o.pid
+                    ),
+                )
+            }
+            Ok(_) => {}
+            Err(e) => return reply.err(ErrorCode::InternalError, format!("store: {e}")),
+        }
+        let outcome = store.delete_thread(&id, only_if_archived);
+        let _ = store.release_lease(&id, &owner);
+        match outcome {
+            Ok(DeleteOutcome::Deleted) => {
+                self.exit = true;
+                reply.ok(&ThreadDeleteResult { thread_id: id })
+            }
+            Ok(DeleteOutcome::NotArchived) => reply.err(
+                ErrorCode::Error,
+                format!("thread {id:?} is not archived (only_if_archived); nothing was deleted"),
+            ),
+            Ok(DeleteOutcome::NotFound) => {
+                self.exit = true;
+                reply.err(ErrorCode::ThreadNotFound, format!("thread {id:?} not found"))
+            }
+            Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
+        }
+    }
+}

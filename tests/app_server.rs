@@ -1,0 +1,306 @@
+//! End-to-end tests of the app-server core: transport, envelope errors, initialize,
+//! configuration, and the conversation lifecycle, against the real binary.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::time::Duration;
+use support::app::{config_for, App};
+
+fn thread_id(v: &Value) -> String {
+    v["thread"]["id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn initialize_reports_ready_with_config_and_needs_setup_without() {
+    let mut app = App::start(Some(config_for("http://127.0.0.1:9/v1")));
+    let r = app.call(
+        "initialize",
+        json!({"protocol_version": "wuu-app-server/v0.1", "client": {"name": "t"}}),
+    );
+    assert_eq!(r["status"], "ready", "{r}");
+    assert_eq!(r["protocol_version"], "wuu-app-server/v0.1");
+    assert_eq!(r["provider"], "fake");
+    assert_eq!(r["model"], "fake-model");
+    assert!(r["catalog_providers"].as_array().unwrap().len() > 3);
+    assert!(r["core"]["version"].is_string());
+    assert_eq!(r["permissions"]["mode"], "standard");
+    assert!(r["max_parallel"].as_u64().unwrap() >= 1);
+
+    let e = app.call_err("initialize", json!({"protocol_version": "v9"}));
+    assert_eq!(e["code"], "invalid_params");
+
+    let mut bare = App::start(None);
+    let r = bare.call("initialize", json!({}));
+    assert_eq!(r["status"], "needs_setup");
+    assert_eq!(r["issues"][0]["code"], "missing_user_config");
+}
+
+#[test]
+fn unknown_config_field_is_needs_setup_with_its_path() {
+    let mut cfg = config_for("http://127.0.0.1:9/v1");
+    cfg["agent"] = json!({"max_stepz": 3});
+    let mut app = App::start(Some(cfg));
+    let r = app.call("initialize", json!({}));
+    assert_eq!(r["status"], "needs_setup");
+    let msg = r["issues"].to_string();
+    assert!(msg.contains("agent.max_stepz"), "{msg}");
+}
+
+#[test]
+fn not_json_gets_parse_error_with_null_id_and_next_line_is_served() {
+    let mut app = App::start(None);
+    app.write_raw(b"{this is not json\n");
+    let v = app.wait_for("parse error", |v| v.get("error").is_some());
+    assert_eq!(v["id"], Value::Null);
+    assert_eq!(v["error"]["code"], "parse_error");
+    let r = app.call("thread/list", json!({}));
+    assert!(r["threads"].is_array());
+}
+
+#[test]
+fn crlf_and_blank_lines_are_accepted() {
+    let mut app = App::start(None);
+    app.write_raw(b"\n   \r\n\t\n{\"id\":\"a\",\"method\":\"thread/list\",\"params\":{}}\r\n\r\n");
+    let r = app.response("a");
+    assert!(r["result"]["threads"].is_array(), "{r}");
+    // Numeric ids are echoed as numbers.
+    app.write_raw(b"{\"id\":42,\"method\":\"thread/list\"}\n");
+    let r = app.wait_for("numeric id", |v| v["id"] == json!(42));
+    assert!(r["result"].is_object());
+}
+
+#[test]
+fn oversized_line_is_refused_drained_and_next_request_served() {
+    let mut app = App::start(None);
+    // 70 MB on one line, written from a thread (the server drains as we write).
+    let mut stdin_line = Vec::with_capacity(70 * 1024 * 1024 + 64);
+    stdin_line.extend_from_slice(b"{\"id\":\"big\",\"method\":\"thread/list\",\"params\":{\"cwd\":\"");
+    stdin_line.resize(70 * 1024 * 1024, b'x');
+    stdin_line.extend_from_slice(b"\"}}\n{\"id\":\"after\",\"method\":\"thread/list\"}\n");
+    app.write_raw(&stdin_line);
+    drop(stdin_line);
+    let e = app.wait_for("too long", |v| v.get("error").is_some());
+    assert_eq!(e["error"]["code"], "invalid_request");
+    assert!(e["error"]["message"].as_str().unwrap().contains("too long"));
+    let r = app.response("after");
+    assert!(r["result"]["threads"].is_array());
+    // Memory stayed bounded: the 64 MiB cap never held the whole 70 MB line.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", app.child.id())).unwrap();
+    let hwm_kb: u64 = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(hwm_kb < 100 * 1024, "peak RSS {hwm_kb} kB");
+}
+
+#[test]
+fn unknown_method_unknown_field_and_wrong_type() {
+    let mut app = App::start(None);
+    let e = app.call_err("thread/frobnicate", json!({}));
+    assert_eq!(e["code"], "method_not_found");
+    let e = app.call_err("thread/list", json!({"bogus": 1}));
+    assert_eq!(e["code"], "invalid_params");
+    assert!(e["message"].as_str().unwrap().contains("bogus"), "{e}");
+    let e = app.call_err("thread/rename", json!({"thread_id": 5, "title": "x"}));
+    assert_eq!(e["code"], "invalid_params");
+    assert!(e["message"].as_str().unwrap().contains("thread_id"), "{e}");
+    let e = app.call_err("thread/rename", json!({"title": "x"}));
+    assert_eq!(e["code"], "invalid_params");
+    assert!(e["message"].as_str().unwrap().contains("thread_id"), "{e}");
+    // Params that are not an object.
+    app.write_raw(b"{\"id\":\"p\",\"method\":\"thread/list\",\"params\":[1]}\n");
+    let r = app.response("p");
+    assert_eq!(r["error"]["code"], "invalid_request");
+}
+
+#[test]
+fn requests_work_before_initialize_and_unknown_thread_is_not_found() {
+    let mut app = App::start(None);
+    let e = app.call_err("thread/rename", json!({"thread_id": "thr_nope", "title": "x"}));
+    assert_eq!(e["code"], "thread_not_found");
+    let e = app.call_err("thread/resume", json!({"session_id": "thr_nope"}));
+    assert_eq!(e["code"], "thread_not_found");
+    let e = app.call_err("thread/resume", json!({}));
+    assert_eq!(e["code"], "thread_not_found");
+    let r = app.call("thread/start", json!({}));
+    assert!(thread_id(&r).starts_with("thr_"));
+}
+
+#[test]
+fn lifecycle_survives_restart() {
+    let mut app = App::start(Some(config_for("http://127.0.0.1:9/v1")));
+    let a = app.call("thread/start", json!({}));
+    let a_id = thread_id(&a);
+    let started = app.notification("thread/started");
+    assert_eq!(started["params"]["thread"]["id"], json!(a_id));
+    assert_eq!(a["thread"]["status"], "idle");
+    assert_eq!(a["thread"]["model_provider"], "fake");
+    assert_eq!(a["thread"]["engine_id"], "wuu");
+
+    let b = app.call("thread/start", json!({"permission_mode": "read_only"}));
+    let b_id = thread_id(&b);
+    assert_eq!(b["thread"]["permission_mode"], "read_only");
+
+    let r = app.call("thread/rename", json!({"thread_id": a_id, "title": "First"}));
+    assert_eq!(r["thread"]["title"], "First");
+    assert_eq!(r["thread"]["title_revision"], 1);
+    let upd = app.notification("thread/updated");
+    assert_eq!(upd["params"]["thread"]["title"], "First");
+    // A stale revision never overwrites a newer title.
+    app.call("thread/rename", json!({"thread_id": a_id, "title": "Newer", "title_revision": 5}));
+    let r = app.call("thread/rename", json!({"thread_id": a_id, "title": "Stale", "title_revision": 3}));
+    assert_eq!(r["thread"]["title"], "Newer");
+    assert_eq!(r["thread"]["title_revision"], 5);
+
+    let f = app.call("thread/fork", json!({"thread_id": a_id}));
+    let f_id = thread_id(&f);
+    assert_eq!(f["thread"]["forked_from_id"], json!(a_id));
+    assert_eq!(f["thread"]["model_provider"], "fake");
+
+    let listed = app.call("thread/list", json!({}));
+    let ids: Vec<&str> = listed["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3, "{listed}");
+    assert!(ids.contains(&a_id.as_str()) && ids.contains(&b_id.as_str()));
+
+    let r = app.call("thread/archive", json!({"thread_id": b_id, "archived": true}));
+    assert_eq!(r["thread"]["archived"], true);
+    let archived = app.call("thread/listArchived", json!({}));
+    assert_eq!(archived["threads"].as_array().unwrap().len(), 1);
+    let e = app.call_err("thread/delete", json!({"thread_id": a_id, "only_if_archived": true}));
+    assert_eq!(e["code"], "error");
+    let r = app.call("thread/delete", json!({"thread_id": b_id, "only_if_archived": true}));
+    assert_eq!(r["thread_id"], json!(b_id));
+    let e = app.call_err("thread/resume", json!({"session_id": b_id}));
+    assert_eq!(e["code"], "thread_not_found");
+
+    let eph = app.call("thread/start", json!({"ephemeral": true}));
+    let eph_id = thread_id(&eph);
+    assert!(eph_id.starts_with("ephemeral-"));
+
+    // Restart (kill -9): persisted conversations come back, the ephemeral one does not.
+    app.restart();
+    let listed = app.call("thread/listAll", json!({}));
+    let ids: Vec<String> = listed["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    assert!(ids.contains(&a_id) && ids.contains(&f_id));
+    let r = app.call("thread/resume", json!({"session_id": a_id}));
+    assert_eq!(r["thread"]["title"], "Newer");
+    let resumed = app.notification("thread/resumed");
+    assert_eq!(resumed["params"]["thread"]["id"], json!(a_id));
+    let e = app.call_err("thread/resume", json!({"session_id": eph_id}));
+    assert_eq!(e["code"], "thread_not_found");
+    // response_only suppresses the broadcast.
+    app.call("thread/resume", json!({"session_id": a_id, "response_only": true}));
+    // Resume without id picks the most recent visible conversation.
+    let r = app.call("thread/resume", json!({}));
+    assert!(ids.contains(&thread_id(&r)));
+    let search = app.call("thread/search", json!({"query": "newer"}));
+    assert_eq!(search["results"][0]["thread"]["id"], json!(a_id));
+}
+
+#[test]
+fn shutdown_answers_and_exits_zero_and_eof_exits_zero() {
+    let mut app = App::start(None);
+    app.call("thread/start", json!({}));
+    let r = app.call("shutdown", json!({}));
+    assert_eq!(r["ok"], true);
+    assert_eq!(app.wait_exit(Duration::from_secs(10)), Some(0));
+
+    let mut app = App::start(None);
+    app.call("thread/start", json!({}));
+    app.close_stdin();
+    assert_eq!(app.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn sigterm_exits_zero() {
+    let mut app = App::start(None);
+    app.call("thread/start", json!({}));
+    let pid = app.child.id();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert_eq!(app.wait_exit(Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn locked_database_makes_requests_wait_not_fail() {
+    let mut app = App::start(None);
+    let t = app.call("thread/start", json!({}));
+    let id = thread_id(&t);
+    let db = app.home.join("wuu.db");
+    let locker = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        conn.execute_batch("BEGIN EXCLUSIVE;").unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        conn.execute_batch("COMMIT;").unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut ids = vec![];
+    for i in 0..5 {
+        ids.push(app.send("thread/rename", json!({"thread_id": id, "title": format!("t{i}")})));
+    }
+    ids.push(app.send("thread/start", json!({})));
+    for rid in ids {
+        let r = app.response(&rid);
+        assert!(r.get("error").is_none(), "{r}");
+    }
+    locker.join().unwrap();
+}
+
+#[test]
+fn debug_commands_do_one_request() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(support::app::wuu_bin())
+        .args(["debug", "app-server", "initialize", "--workdir"])
+        .arg(ws.path())
+        .env("WUU_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["result"]["protocol_version"], "wuu-app-server/v0.1");
+    let out = std::process::Command::new(support::app::wuu_bin())
+        .args(["debug", "app-server", "send", "--workdir"])
+        .arg(ws.path())
+        .args(["thread/start", "{}"])
+        .env("WUU_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["result"]["thread"]["id"].as_str().unwrap().starts_with("thr_"));
+}
+
+#[test]
+fn generate_json_schema_writes_files() {
+    let out = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new(support::app::wuu_bin())
+        .args(["app-server", "generate-json-schema", "--out"])
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let bundle: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("wuu-app-server.schema.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(bundle["methods"]["thread/start"]["params"].is_object());
+    assert!(out.path().join("methods/thread.start.params.json").is_file());
+    assert!(out.path().join("notifications/turn.started.json").is_file());
+}
