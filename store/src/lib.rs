@@ -1,1 +1,43 @@
-//! SQLite persistence of wuu (under construction).
+//! SQLite persistence of wuu: threads, turns, items, pending inputs, runs, usage,
+//! execution leases and crash recovery.
+//!
+//! One database file, `wuu.db` under the wuu home, in WAL mode. Every OS thread that
+//! touches the store owns its own [`Store`] (one `rusqlite::Connection`); several wuu
+//! processes may share the file. The store knows rows, not the wire: item bodies and
+//! other flexible parts are JSON text (`serde_json::Value`), timestamps are Unix
+//! milliseconds.
+//!
+//! ```no_run
+//! use wuu_store::{Store, ThreadRow};
+//! # fn main() -> Result<(), wuu_store::StoreError> {
+//! let mut store = Store::open_home(std::path::Path::new("/home/me/.wuu"))?;
+//! store.insert_thread(&ThreadRow::new("t1", "/work/project", 1_700_000_000_000))?;
+//! let latest = store.latest_thread("/work/project")?;
+//! # Ok(()) }
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod error;
+mod history;
+mod lease;
+mod records;
+mod rows;
+mod schema;
+mod store;
+mod threads;
+mod util;
+
+pub use error::{Result, StoreError};
+pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE};
+pub use rows::{
+    input_mode, input_state, turn_status, DeleteOutcome, InputRow, ItemRow, LeaseOutcome,
+    LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter, ThreadRow, TurnRow,
+    TurnWithItems, UsageRow,
+};
+pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
+pub use threads::SNIPPET_CHARS;
+
+#[cfg(test)]
+mod tests;

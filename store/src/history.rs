@@ -1,0 +1,337 @@
+//! Turns and items: insertion order, thread-wide item `seq`, history load and copy.
+
+use std::collections::HashMap;
+
+use rusqlite::{params, OptionalExtension, Row};
+
+use crate::error::{Result, StoreError};
+use crate::rows::{turn_status, ItemRow, TurnRow, TurnWithItems};
+use crate::store::Tx;
+use crate::util::{get, get_json, get_json_opt, get_u64, json_text, now_ms, U64};
+
+const TURN_COLS: &str = "thread_id, id, kind, status, provider, model, error, \
+    started_at_ms, completed_at_ms, answer_ready_at_ms, input_tokens, output_tokens, \
+    cache_read_tokens, cache_creation_tokens, finish_reason, stop_reason, truncated, extra";
+
+const ITEM_COLS: &str = "thread_id, turn_id, id, item_type, status, seq, body";
+
+fn turn_from_row(row: &Row<'_>) -> Result<TurnRow> {
+    let thread_id: String = get(row, 0, "turns", "?")?;
+    let id: String = get(row, 1, "turns", &thread_id)?;
+    let key = format!("{thread_id}/{id}");
+    let (t, k) = ("turns", key.as_str());
+    Ok(TurnRow {
+        kind: get(row, 2, t, k)?,
+        status: get(row, 3, t, k)?,
+        provider: get(row, 4, t, k)?,
+        model: get(row, 5, t, k)?,
+        error: get_json_opt(row, 6, t, k)?,
+        started_at_ms: get(row, 7, t, k)?,
+        completed_at_ms: get(row, 8, t, k)?,
+        answer_ready_at_ms: get(row, 9, t, k)?,
+        input_tokens: get_u64(row, 10, t, k)?,
+        output_tokens: get_u64(row, 11, t, k)?,
+        cache_read_tokens: get_u64(row, 12, t, k)?,
+        cache_creation_tokens: get_u64(row, 13, t, k)?,
+        finish_reason: get(row, 14, t, k)?,
+        stop_reason: get(row, 15, t, k)?,
+        truncated: get(row, 16, t, k)?,
+        extra: get_json(row, 17, t, k)?,
+        thread_id,
+        id,
+    })
+}
+
+fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
+    let thread_id: String = get(row, 0, "items", "?")?;
+    let id: String = get(row, 2, "items", &thread_id)?;
+    let key = format!("{thread_id}/{id}");
+    let (t, k) = ("items", key.as_str());
+    Ok(ItemRow {
+        turn_id: get(row, 1, t, k)?,
+        item_type: get(row, 3, t, k)?,
+        status: get(row, 4, t, k)?,
+        seq: get_u64(row, 5, t, k)?,
+        body: get_json(row, 6, t, k)?,
+        thread_id,
+        id,
+    })
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::insert_turn`].
+    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        let exists: bool = self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1)",
+            [&t.thread_id],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Err(StoreError::not_found("thread", &t.thread_id));
+        }
+        self.conn.execute(
+            &format!(
+                "INSERT INTO turns ({TURN_COLS}, ordinal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
+                 ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
+                 (SELECT coalesce(max(ordinal), 0) + 1 FROM turns WHERE thread_id = ?1))"
+            ),
+            params![
+                t.thread_id,
+                t.id,
+                t.kind,
+                t.status,
+                t.provider,
+                t.model,
+                t.error.as_ref().map(json_text),
+                t.started_at_ms,
+                t.completed_at_ms,
+                t.answer_ready_at_ms,
+                U64(t.input_tokens),
+                U64(t.output_tokens),
+                U64(t.cache_read_tokens),
+                U64(t.cache_creation_tokens),
+                t.finish_reason,
+                t.stop_reason,
+                t.truncated,
+                json_text(&t.extra),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::update_turn`].
+    pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
+        let n = self.conn.execute(
+            "UPDATE turns SET kind = ?3, status = ?4, provider = ?5, model = ?6, error = ?7, \
+             started_at_ms = ?8, completed_at_ms = ?9, answer_ready_at_ms = ?10, \
+             input_tokens = ?11, output_tokens = ?12, cache_read_tokens = ?13, \
+             cache_creation_tokens = ?14, finish_reason = ?15, stop_reason = ?16, \
+             truncated = ?17, extra = ?18 WHERE thread_id = ?1 AND id = ?2",
+            params![
+                t.thread_id,
+                t.id,
+                t.kind,
+                t.status,
+                t.provider,
+                t.model,
+                t.error.as_ref().map(json_text),
+                t.started_at_ms,
+                t.completed_at_ms,
+                t.answer_ready_at_ms,
+                U64(t.input_tokens),
+                U64(t.output_tokens),
+                U64(t.cache_read_tokens),
+                U64(t.cache_creation_tokens),
+                t.finish_reason,
+                t.stop_reason,
+                t.truncated,
+                json_text(&t.extra),
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found(
+                "turn",
+                format!("{}/{}", t.thread_id, t.id),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads one turn. `Ok(None)` when it does not exist.
+    pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 AND id = ?2"
+        ))?;
+        let mut rows = stmt.query([thread_id, turn_id])?;
+        match rows.next()? {
+            Some(row) => turn_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`crate::Store::upsert_item`].
+    pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
+        let turn_exists: bool = self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM turns WHERE thread_id = ?1 AND id = ?2)",
+            [&item.thread_id, &item.turn_id],
+            |r| r.get(0),
+        )?;
+        if !turn_exists {
+            return Err(StoreError::not_found(
+                "turn",
+                format!("{}/{}", item.thread_id, item.turn_id),
+            ));
+        }
+        let existing: Option<U64> = self
+            .conn
+            .query_row(
+                "SELECT seq FROM items WHERE thread_id = ?1 AND id = ?2",
+                [&item.thread_id, &item.id],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let body = json_text(&item.body);
+        if let Some(U64(seq)) = existing {
+            self.conn.execute(
+                "UPDATE items SET turn_id = ?3, item_type = ?4, status = ?5, body = ?6 \
+                 WHERE thread_id = ?1 AND id = ?2",
+                params![
+                    item.thread_id,
+                    item.id,
+                    item.turn_id,
+                    item.item_type,
+                    item.status,
+                    body
+                ],
+            )?;
+            return Ok(seq);
+        }
+        let U64(seq) = self.conn.query_row(
+            "UPDATE threads SET item_seq = item_seq + 1 WHERE id = ?1 RETURNING item_seq",
+            [&item.thread_id],
+            |r| r.get(0),
+        )?;
+        self.conn.execute(
+            &format!("INSERT INTO items ({ITEM_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+            params![
+                item.thread_id,
+                item.turn_id,
+                item.id,
+                item.item_type,
+                item.status,
+                U64(seq),
+                body
+            ],
+        )?;
+        Ok(seq)
+    }
+
+    /// See [`crate::Store::delete_item`].
+    pub fn delete_item(&self, thread_id: &str, item_id: &str) -> Result<()> {
+        self.conn.execute(
+            "DELETE FROM items WHERE thread_id = ?1 AND id = ?2",
+            [thread_id, item_id],
+        )?;
+        Ok(())
+    }
+
+    /// Reads one item. `Ok(None)` when it does not exist.
+    pub fn get_item(&self, thread_id: &str, item_id: &str) -> Result<Option<ItemRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 AND id = ?2"
+        ))?;
+        let mut rows = stmt.query([thread_id, item_id])?;
+        match rows.next()? {
+            Some(row) => item_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`crate::Store::load_history`].
+    pub fn load_history(&self, thread_id: &str) -> Result<Vec<TurnWithItems>> {
+        let mut turns = Vec::new();
+        let mut index = HashMap::new();
+        {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 ORDER BY ordinal"
+            ))?;
+            let mut rows = stmt.query([thread_id])?;
+            while let Some(row) = rows.next()? {
+                let turn = turn_from_row(row)?;
+                index.insert(turn.id.clone(), turns.len());
+                turns.push(TurnWithItems {
+                    turn,
+                    items: Vec::new(),
+                });
+            }
+        }
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 ORDER BY seq"
+        ))?;
+        let mut rows = stmt.query([thread_id])?;
+        while let Some(row) = rows.next()? {
+            let item = item_from_row(row)?;
+            match index.get(&item.turn_id) {
+                Some(&i) => turns[i].items.push(item),
+                // Unreachable with foreign keys on; never lose data silently.
+                None => {
+                    return Err(StoreError::corrupt(
+                        format!("items[{thread_id}/{}]", item.id),
+                        format!("turn {} does not exist", item.turn_id),
+                    ))
+                }
+            }
+        }
+        Ok(turns)
+    }
+
+    /// See [`crate::Store::copy_history`].
+    pub fn copy_history(
+        &self,
+        src: &str,
+        dst: &str,
+        cut_turn: Option<&str>,
+        cut_item: Option<&str>,
+    ) -> Result<()> {
+        if self.get_thread(src)?.is_none() {
+            return Err(StoreError::not_found("thread", src));
+        }
+        if self.get_thread(dst)?.is_none() {
+            return Err(StoreError::not_found("thread", dst));
+        }
+        let history = self.load_history(src)?;
+        // Resolve the cut: the turn named, or the turn holding `cut_item`.
+        let cut_turn: Option<String> = match (cut_turn, cut_item) {
+            (Some(t), _) => Some(t.to_string()),
+            (None, Some(i)) => Some(
+                history
+                    .iter()
+                    .find(|t| t.items.iter().any(|it| it.id == i))
+                    .map(|t| t.turn.id.clone())
+                    .ok_or_else(|| StoreError::not_found("item", format!("{src}/{i}")))?,
+            ),
+            (None, None) => None,
+        };
+        let end = match &cut_turn {
+            Some(id) => {
+                history
+                    .iter()
+                    .position(|t| &t.turn.id == id)
+                    .ok_or_else(|| StoreError::not_found("turn", format!("{src}/{id}")))?
+                    + 1
+            }
+            None => history.len(),
+        };
+        let now = now_ms();
+        for (i, twi) in history[..end].iter().enumerate() {
+            let mut items: &[ItemRow] = &twi.items;
+            if i + 1 == end {
+                if let Some(item_id) = cut_item {
+                    let pos = items
+                        .iter()
+                        .position(|it| it.id == item_id)
+                        .ok_or_else(|| {
+                            StoreError::not_found(
+                                "item",
+                                format!("{src}/{}/{item_id}", twi.turn.id),
+                            )
+                        })?;
+                    items = &items[..=pos];
+                }
+            }
+            let mut turn = twi.turn.clone();
+            turn.thread_id = dst.to_string();
+            if turn.status == turn_status::IN_PROGRESS {
+                turn.status = turn_status::INTERRUPTED.to_string();
+                turn.completed_at_ms.get_or_insert(now);
+            }
+            self.insert_turn(&turn)?;
+            for item in items {
+                let mut item = item.clone();
+                item.thread_id = dst.to_string();
+                self.upsert_item(&item)?;
+            }
+        }
+        Ok(())
+    }
+}

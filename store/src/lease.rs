@@ -1,0 +1,365 @@
+//! Execution leases, the process registry and crash recovery.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use rusqlite::{params, OptionalExtension};
+use serde_json::json;
+
+use crate::error::Result;
+use crate::rows::{turn_status, LeaseOutcome, LeaseOwner, RecoveryReport, SettledTurn};
+use crate::store::Tx;
+use crate::util::{get, json_text, now_ms};
+
+/// Error message stored on turns settled by recovery.
+pub const INTERRUPTED_MESSAGE: &str = "interrupted: the process that ran this turn stopped";
+
+/// Run statuses that mean "not finished".
+const LIVE_RUN_STATUSES: &[&str] = &["accepted", "running"];
+
+/// Whether process `pid` of this host is alive. Linux: `/proc/<pid>` exists and is not a
+/// zombie. Where `/proc` is unavailable the answer is always `true` (liveness then rests
+/// on heartbeats alone).
+pub fn pid_alive(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    if !proc.join("self").exists() {
+        return true;
+    }
+    let dir = proc.join(pid.to_string());
+    match std::fs::read_to_string(dir.join("stat")) {
+        // The state letter follows the last ')' (the command name may contain parens).
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z' | 'X')
+        ),
+        Err(_) => dir.exists(),
+    }
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`, `/etc/hostname`, `$HOSTNAME`,
+/// else `localhost`), trimmed.
+pub fn host_name() -> String {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .chain(std::env::var("HOSTNAME").ok())
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
+
+/// Whether `other` (seen alive at `heartbeat_ms`) is dead from `me`'s point of view:
+/// a different instance whose heartbeat is older than `stale_ms`, or whose pid is not
+/// alive on this host.
+fn owner_dead(
+    other: &LeaseOwner,
+    heartbeat_ms: i64,
+    me: &LeaseOwner,
+    now: i64,
+    stale_ms: i64,
+) -> bool {
+    if other.instance == me.instance {
+        return false;
+    }
+    if now.saturating_sub(heartbeat_ms) > stale_ms {
+        return true;
+    }
+    other.host == me.host && !pid_alive(other.pid)
+}
+
+impl Tx<'_> {
+    fn register_instance(&self, me: &LeaseOwner, now: i64) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO instances (instance, pid, host, started_at_ms, heartbeat_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (instance) DO UPDATE SET \
+             pid = excluded.pid, host = excluded.host, heartbeat_at_ms = excluded.heartbeat_at_ms",
+            params![me.instance, me.pid, me.host, now],
+        )?;
+        Ok(())
+    }
+
+    fn settle_turn(&self, thread_id: &str, turn_id: &str, now: i64) -> Result<()> {
+        let error = json_text(&json!({ "message": INTERRUPTED_MESSAGE }));
+        self.conn.execute(
+            "UPDATE turns SET status = ?3, error = coalesce(error, ?4), \
+             completed_at_ms = coalesce(completed_at_ms, ?5) \
+             WHERE thread_id = ?1 AND id = ?2",
+            params![thread_id, turn_id, turn_status::INTERRUPTED, error, now],
+        )?;
+        Ok(())
+    }
+
+    fn settle_run(&self, id: &str, now: i64) -> Result<()> {
+        self.conn.execute(
+            "UPDATE runs SET status = 'interrupted', updated_at_ms = ?2, \
+             body = CASE WHEN json_valid(body) AND json_type(body, '$.status') IS NOT NULL \
+                    THEN json_set(body, '$.status', 'interrupted') ELSE body END \
+             WHERE id = ?1",
+            params![id, now],
+        )?;
+        Ok(())
+    }
+
+    /// Settles orphaned work (restricted to `only_thread` when given): every
+    /// `in_progress` turn of a thread for which `orphan_thread` holds, and every
+    /// `accepted`/`running` run whose thread is orphaned and whose owner instance
+    /// `run_owner_dead(owner_instance, run_updated_at_ms)` says is dead.
+    fn settle_orphans(
+        &self,
+        orphan_thread: &dyn Fn(&str) -> bool,
+        run_owner_dead: &dyn Fn(&str, i64) -> bool,
+        only_thread: Option<&str>,
+        now: i64,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let mut turns = Vec::new();
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT thread_id, id FROM turns WHERE status = ?1 \
+                 AND (?2 IS NULL OR thread_id = ?2) ORDER BY thread_id, ordinal",
+            )?;
+            let mut rows = stmt.query(params![turn_status::IN_PROGRESS, only_thread])?;
+            while let Some(row) = rows.next()? {
+                let thread_id: String = get(row, 0, "turns", "?")?;
+                let turn_id: String = get(row, 1, "turns", &thread_id)?;
+                if orphan_thread(&thread_id) {
+                    turns.push(SettledTurn { thread_id, turn_id });
+                }
+            }
+        }
+        for t in &turns {
+            self.settle_turn(&t.thread_id, &t.turn_id, now)?;
+        }
+        report.interrupted_turns.extend(turns);
+
+        let mut runs = Vec::new();
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id, thread_id, owner_instance, updated_at_ms FROM runs \
+                 WHERE status IN (?1, ?2) AND (?3 IS NULL OR thread_id = ?3) \
+                 ORDER BY created_at_ms, rowid",
+            )?;
+            let mut rows = stmt.query(params![
+                LIVE_RUN_STATUSES[0],
+                LIVE_RUN_STATUSES[1],
+                only_thread
+            ])?;
+            while let Some(row) = rows.next()? {
+                let id: String = get(row, 0, "runs", "?")?;
+                let thread_id: String = get(row, 1, "runs", &id)?;
+                let owner: String = get(row, 2, "runs", &id)?;
+                let updated: i64 = get(row, 3, "runs", &id)?;
+                if orphan_thread(&thread_id) && run_owner_dead(&owner, updated) {
+                    runs.push(id);
+                }
+            }
+        }
+        for id in &runs {
+            self.settle_run(id, now)?;
+        }
+        report.interrupted_runs.extend(runs);
+        Ok(())
+    }
+
+    /// Liveness of run owners: `me` is alive; a registered instance is alive unless
+    /// dead by [`owner_dead`]; an unregistered instance counts as dead once the run
+    /// was not updated for `stale_ms`.
+    fn instance_liveness(
+        &self,
+        me: &LeaseOwner,
+        now: i64,
+        stale_ms: i64,
+    ) -> Result<HashMap<String, bool>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT instance, pid, host, heartbeat_at_ms FROM instances")?;
+        let mut rows = stmt.query([])?;
+        let mut out = HashMap::new();
+        while let Some(row) = rows.next()? {
+            let instance: String = get(row, 0, "instances", "?")?;
+            let owner = LeaseOwner {
+                pid: get(row, 1, "instances", &instance)?,
+                host: get(row, 2, "instances", &instance)?,
+                instance: instance.clone(),
+            };
+            let heartbeat: i64 = get(row, 3, "instances", &instance)?;
+            out.insert(instance, !owner_dead(&owner, heartbeat, me, now, stale_ms));
+        }
+        out.insert(me.instance.clone(), true);
+        Ok(out)
+    }
+
+    /// See [`crate::Store::acquire_lease`].
+    pub fn acquire_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<LeaseOutcome> {
+        let now = now_ms();
+        let stale_ms = self.lease_stale_ms;
+        self.register_instance(owner, now)?;
+        let current = self.lease_of(thread_id)?;
+        let previous = match current {
+            Some((holder, _)) if holder.instance == owner.instance => {
+                self.conn.execute(
+                    "UPDATE leases SET heartbeat_at_ms = ?2 WHERE thread_id = ?1",
+                    params![thread_id, now],
+                )?;
+                return Ok(LeaseOutcome::AlreadyHeld);
+            }
+            Some((holder, heartbeat)) => {
+                if !owner_dead(&holder, heartbeat, owner, now, stale_ms) {
+                    return Ok(LeaseOutcome::Busy(holder));
+                }
+                log::info!(
+                    "taking over lease of thread {thread_id} from dead owner pid {} instance {}",
+                    holder.pid,
+                    holder.instance
+                );
+                Some(holder)
+            }
+            None => None,
+        };
+        self.conn.execute(
+            "INSERT OR REPLACE INTO leases \
+             (thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
+            params![thread_id, owner.pid, owner.instance, owner.host, now],
+        )?;
+        // Nobody live held the lease, so nothing of this thread can be running elsewhere
+        // (except an unfinished run of a live process that has not started it yet).
+        let liveness = self.instance_liveness(owner, now, stale_ms)?;
+        let mut settled = RecoveryReport::default();
+        if let Some(prev) = &previous {
+            settled
+                .removed_leases
+                .push((thread_id.to_string(), prev.clone()));
+        }
+        self.settle_orphans(
+            &|_| true,
+            &|inst, updated| run_owner_dead(&liveness, inst, updated, now, stale_ms),
+            Some(thread_id),
+            now,
+            &mut settled,
+        )?;
+        Ok(LeaseOutcome::Acquired { previous, settled })
+    }
+
+    /// See [`crate::Store::release_lease`].
+    pub fn release_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
+        self.conn.execute(
+            "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
+            params![thread_id, owner.instance],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::heartbeat`].
+    pub fn heartbeat(&self, owner: &LeaseOwner) -> Result<()> {
+        let now = now_ms();
+        self.register_instance(owner, now)?;
+        self.conn.execute(
+            "UPDATE leases SET heartbeat_at_ms = ?2 WHERE instance = ?1",
+            params![owner.instance, now],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::lease_of`].
+    pub fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT pid, instance, host, heartbeat_at_ms FROM leases WHERE thread_id = ?1",
+                [thread_id],
+                |r| {
+                    Ok((
+                        LeaseOwner {
+                            pid: r.get(0)?,
+                            instance: r.get(1)?,
+                            host: r.get(2)?,
+                        },
+                        r.get(3)?,
+                    ))
+                },
+            )
+            .optional()?;
+        Ok(row)
+    }
+
+    /// See [`crate::Store::recover`].
+    pub fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
+        let now = now_ms();
+        self.register_instance(me, now)?;
+        let mut report = RecoveryReport::default();
+
+        // 1. Dead leases.
+        let mut leases = Vec::new();
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT thread_id, pid, instance, host, heartbeat_at_ms FROM leases \
+                 ORDER BY thread_id",
+            )?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let thread_id: String = get(row, 0, "leases", "?")?;
+                let owner = LeaseOwner {
+                    pid: get(row, 1, "leases", &thread_id)?,
+                    instance: get(row, 2, "leases", &thread_id)?,
+                    host: get(row, 3, "leases", &thread_id)?,
+                };
+                let heartbeat: i64 = get(row, 4, "leases", &thread_id)?;
+                leases.push((thread_id, owner, heartbeat));
+            }
+        }
+        let mut live_threads = HashSet::new();
+        for (thread_id, owner, heartbeat) in leases {
+            if owner_dead(&owner, heartbeat, me, now, stale_ms) {
+                self.conn.execute(
+                    "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
+                    params![thread_id, owner.instance],
+                )?;
+                report.removed_leases.push((thread_id, owner));
+            } else {
+                live_threads.insert(thread_id);
+            }
+        }
+
+        // 2. Orphaned turns and runs.
+        let liveness = self.instance_liveness(me, now, stale_ms)?;
+        self.settle_orphans(
+            &|thread| !live_threads.contains(thread),
+            &|inst, updated| run_owner_dead(&liveness, inst, updated, now, stale_ms),
+            None,
+            now,
+            &mut report,
+        )?;
+
+        // 3. Forget dead processes.
+        for (instance, alive) in &liveness {
+            if !alive {
+                self.conn
+                    .execute("DELETE FROM instances WHERE instance = ?1", [instance])?;
+            }
+        }
+        if !report.is_empty() {
+            log::info!(
+                "recovery: {} turn(s) and {} run(s) interrupted, {} dead lease(s) removed",
+                report.interrupted_turns.len(),
+                report.interrupted_runs.len(),
+                report.removed_leases.len()
+            );
+        }
+        Ok(report)
+    }
+}
+
+fn run_owner_dead(
+    liveness: &HashMap<String, bool>,
+    instance: &str,
+    updated_at_ms: i64,
+    now: i64,
+    stale_ms: i64,
+) -> bool {
+    match liveness.get(instance) {
+        Some(alive) => !alive,
+        None => now.saturating_sub(updated_at_ms) > stale_ms,
+    }
+}

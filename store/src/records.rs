@@ -1,0 +1,211 @@
+//! Usage records, pending inputs, runs and continue sources.
+
+use rusqlite::{params, Row};
+
+use crate::error::{Result, StoreError};
+use crate::rows::{input_mode, input_state, InputRow, RunRow, UsageRow};
+use crate::store::Tx;
+use crate::util::{get, get_json, get_u64, json_text, now_ms, U64};
+
+const USAGE_COLS: &str = "thread_id, turn_id, provider, model, at_ms, input_tokens, \
+    output_tokens, cache_read_tokens, cache_creation_tokens, reasoning_tokens";
+const INPUT_COLS: &str = "thread_id, id, mode, state, body, created_at_ms, updated_at_ms";
+const RUN_COLS: &str = "id, thread_id, status, owner_instance, body, created_at_ms, updated_at_ms";
+
+fn usage_from_row(row: &Row<'_>) -> Result<UsageRow> {
+    let thread_id: String = get(row, 0, "usage", "?")?;
+    let (t, k) = ("usage", thread_id.as_str());
+    Ok(UsageRow {
+        turn_id: get(row, 1, t, k)?,
+        provider: get(row, 2, t, k)?,
+        model: get(row, 3, t, k)?,
+        at_ms: get(row, 4, t, k)?,
+        input_tokens: get_u64(row, 5, t, k)?,
+        output_tokens: get_u64(row, 6, t, k)?,
+        cache_read_tokens: get_u64(row, 7, t, k)?,
+        cache_creation_tokens: get_u64(row, 8, t, k)?,
+        reasoning_tokens: get_u64(row, 9, t, k)?,
+        thread_id,
+    })
+}
+
+fn input_from_row(row: &Row<'_>) -> Result<InputRow> {
+    let thread_id: String = get(row, 0, "inputs", "?")?;
+    let id: String = get(row, 1, "inputs", &thread_id)?;
+    let key = format!("{thread_id}/{id}");
+    let (t, k) = ("inputs", key.as_str());
+    Ok(InputRow {
+        mode: get(row, 2, t, k)?,
+        state: get(row, 3, t, k)?,
+        body: get_json(row, 4, t, k)?,
+        created_at_ms: get(row, 5, t, k)?,
+        updated_at_ms: get(row, 6, t, k)?,
+        thread_id,
+        id,
+    })
+}
+
+fn run_from_row(row: &Row<'_>) -> Result<RunRow> {
+    let id: String = get(row, 0, "runs", "?")?;
+    let (t, k) = ("runs", id.as_str());
+    Ok(RunRow {
+        thread_id: get(row, 1, t, k)?,
+        status: get(row, 2, t, k)?,
+        owner_instance: get(row, 3, t, k)?,
+        body: get_json(row, 4, t, k)?,
+        created_at_ms: get(row, 5, t, k)?,
+        updated_at_ms: get(row, 6, t, k)?,
+        id,
+    })
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::insert_usage`].
+    pub fn insert_usage(&self, u: &UsageRow) -> Result<()> {
+        self.conn.execute(
+            &format!(
+                "INSERT INTO usage ({USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            ),
+            params![
+                u.thread_id,
+                u.turn_id,
+                u.provider,
+                u.model,
+                u.at_ms,
+                U64(u.input_tokens),
+                U64(u.output_tokens),
+                U64(u.cache_read_tokens),
+                U64(u.cache_creation_tokens),
+                U64(u.reasoning_tokens),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_usage`].
+    pub fn list_usage(&self, thread_id: Option<&str>) -> Result<Vec<UsageRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {USAGE_COLS} FROM usage WHERE ?1 IS NULL OR thread_id = ?1 ORDER BY at_ms, id"
+        ))?;
+        let mut rows = stmt.query([thread_id])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(usage_from_row(row)?);
+        }
+        Ok(out)
+    }
+
+    /// See [`crate::Store::upsert_input`].
+    pub fn upsert_input(&self, i: &InputRow) -> Result<()> {
+        if !input_mode::ALL.contains(&i.mode.as_str()) {
+            return Err(StoreError::Invalid(format!("input mode {:?}", i.mode)));
+        }
+        if !input_state::ALL.contains(&i.state.as_str()) {
+            return Err(StoreError::Invalid(format!("input state {:?}", i.state)));
+        }
+        self.conn.execute(
+            &format!(
+                "INSERT INTO inputs ({INPUT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (thread_id, id) DO UPDATE SET mode = excluded.mode, \
+                 state = excluded.state, body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms"
+            ),
+            params![
+                i.thread_id,
+                i.id,
+                i.mode,
+                i.state,
+                json_text(&i.body),
+                i.created_at_ms,
+                i.updated_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_input`].
+    pub fn get_input(&self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 AND id = ?2"
+        ))?;
+        let mut rows = stmt.query([thread_id, id])?;
+        match rows.next()? {
+            Some(row) => input_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`crate::Store::list_inputs`].
+    pub fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 \
+             ORDER BY created_at_ms, rowid"
+        ))?;
+        let mut rows = stmt.query([thread_id])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let input = input_from_row(row)?;
+            if states.is_empty() || states.contains(&input.state.as_str()) {
+                out.push(input);
+            }
+        }
+        Ok(out)
+    }
+
+    /// See [`crate::Store::upsert_run`].
+    pub fn upsert_run(&self, r: &RunRow) -> Result<()> {
+        self.conn.execute(
+            &format!(
+                "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+                 owner_instance = excluded.owner_instance, body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms"
+            ),
+            params![
+                r.id,
+                r.thread_id,
+                r.status,
+                r.owner_instance,
+                json_text(&r.body),
+                r.created_at_ms,
+                r.updated_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_run`].
+    pub fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"))?;
+        let mut rows = stmt.query([id])?;
+        match rows.next()? {
+            Some(row) => run_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`crate::Store::list_runs`].
+    pub fn list_runs(&self, thread_id: &str) -> Result<Vec<RunRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {RUN_COLS} FROM runs WHERE thread_id = ?1 ORDER BY created_at_ms, rowid"
+        ))?;
+        let mut rows = stmt.query([thread_id])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            out.push(run_from_row(row)?);
+        }
+        Ok(out)
+    }
+
+    /// See [`crate::Store::claim_continue_source`].
+    pub fn claim_continue_source(&self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "INSERT OR IGNORE INTO continue_sources (thread_id, source_turn_id, claimed_at_ms) \
+             VALUES (?1, ?2, ?3)",
+            params![thread_id, source_turn_id, now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+}

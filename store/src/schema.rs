@@ -1,0 +1,187 @@
+//! Schema and migrations, keyed on `PRAGMA user_version`.
+//!
+//! `MIGRATIONS[i]` moves the schema from version `i` to `i + 1`. Each one runs in its own
+//! IMMEDIATE transaction that re-reads `user_version` first, so several processes opening
+//! the same file at once migrate it exactly once. Never edit a shipped migration: append
+//! a new one.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{Result, StoreError};
+
+/// The migrations, in order. Version `n` of the schema = the first `n` entries applied.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    r#"
+CREATE TABLE threads (
+    id                  TEXT    NOT NULL PRIMARY KEY,
+    cwd                 TEXT    NOT NULL,
+    title               TEXT,
+    title_revision      INTEGER NOT NULL DEFAULT 0,
+    preview             TEXT    NOT NULL DEFAULT '',
+    provider            TEXT    NOT NULL DEFAULT '',
+    model               TEXT    NOT NULL DEFAULT '',
+    variant             TEXT    NOT NULL DEFAULT '',
+    effort              TEXT    NOT NULL DEFAULT '',
+    permission_mode     TEXT    NOT NULL DEFAULT '',
+    engine_id           TEXT    NOT NULL DEFAULT '',
+    archived            INTEGER NOT NULL DEFAULT 0,
+    archive_reason      TEXT,
+    forked_from_id      TEXT,
+    forked_from_turn_id TEXT,
+    forked_from_item_id TEXT,
+    created_at_ms       INTEGER NOT NULL,
+    updated_at_ms       INTEGER NOT NULL,
+    extra               TEXT    NOT NULL DEFAULT '{}',
+    -- last item seq handed out in this thread (seqs are never reused)
+    item_seq            INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX threads_by_activity ON threads (updated_at_ms DESC);
+CREATE INDEX threads_by_cwd ON threads (cwd, updated_at_ms DESC);
+
+CREATE TABLE turns (
+    thread_id             TEXT    NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    id                    TEXT    NOT NULL,
+    ordinal               INTEGER NOT NULL,
+    kind                  TEXT    NOT NULL,
+    status                TEXT    NOT NULL,
+    provider              TEXT    NOT NULL DEFAULT '',
+    model                 TEXT    NOT NULL DEFAULT '',
+    error                 TEXT,
+    started_at_ms         INTEGER NOT NULL,
+    completed_at_ms       INTEGER,
+    answer_ready_at_ms    INTEGER,
+    input_tokens          INTEGER NOT NULL DEFAULT 0,
+    output_tokens         INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens     INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    finish_reason         TEXT,
+    stop_reason           TEXT,
+    truncated             INTEGER NOT NULL DEFAULT 0,
+    extra                 TEXT    NOT NULL DEFAULT '{}',
+    PRIMARY KEY (thread_id, id),
+    UNIQUE (thread_id, ordinal)
+) STRICT;
+CREATE INDEX turns_by_status ON turns (status);
+
+CREATE TABLE items (
+    thread_id TEXT    NOT NULL,
+    id        TEXT    NOT NULL,
+    turn_id   TEXT    NOT NULL,
+    seq       INTEGER NOT NULL,
+    item_type TEXT    NOT NULL,
+    status    TEXT,
+    body      TEXT    NOT NULL,
+    PRIMARY KEY (thread_id, id),
+    UNIQUE (thread_id, seq),
+    FOREIGN KEY (thread_id, turn_id) REFERENCES turns (thread_id, id) ON DELETE CASCADE
+) STRICT;
+CREATE INDEX items_by_turn ON items (thread_id, turn_id, seq);
+
+CREATE TABLE usage (
+    id                    INTEGER PRIMARY KEY,
+    thread_id             TEXT    NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    turn_id               TEXT    NOT NULL,
+    provider              TEXT    NOT NULL,
+    model                 TEXT    NOT NULL,
+    at_ms                 INTEGER NOT NULL,
+    input_tokens          INTEGER NOT NULL DEFAULT 0,
+    output_tokens         INTEGER NOT NULL DEFAULT 0,
+    cache_read_tokens     INTEGER NOT NULL DEFAULT 0,
+    cache_creation_tokens INTEGER NOT NULL DEFAULT 0,
+    reasoning_tokens      INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX usage_by_thread ON usage (thread_id, at_ms);
+CREATE INDEX usage_by_time ON usage (at_ms);
+
+CREATE TABLE inputs (
+    thread_id     TEXT    NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    id            TEXT    NOT NULL,
+    mode          TEXT    NOT NULL CHECK (mode IN ('queue', 'steer')),
+    state         TEXT    NOT NULL CHECK (state IN ('pending', 'held', 'consumed', 'cancelled')),
+    body          TEXT    NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (thread_id, id)
+) STRICT;
+
+CREATE TABLE runs (
+    id             TEXT    NOT NULL PRIMARY KEY,
+    thread_id      TEXT    NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    status         TEXT    NOT NULL,
+    owner_instance TEXT    NOT NULL DEFAULT '',
+    body           TEXT    NOT NULL,
+    created_at_ms  INTEGER NOT NULL,
+    updated_at_ms  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX runs_by_thread ON runs (thread_id, created_at_ms);
+CREATE INDEX runs_by_status ON runs (status);
+
+CREATE TABLE continue_sources (
+    thread_id      TEXT    NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    source_turn_id TEXT    NOT NULL,
+    claimed_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (thread_id, source_turn_id)
+) STRICT;
+
+-- Execution leases: at most one process executes a thread at a time. No foreign key:
+-- a lease is a lock and may be taken before the thread row is written.
+CREATE TABLE leases (
+    thread_id       TEXT    NOT NULL PRIMARY KEY,
+    pid             INTEGER NOT NULL,
+    instance        TEXT    NOT NULL,
+    host            TEXT    NOT NULL,
+    acquired_at_ms  INTEGER NOT NULL,
+    heartbeat_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX leases_by_instance ON leases (instance);
+
+-- Processes that use the store (registered by heartbeat/acquire_lease/recover), so that
+-- recovery can tell whether the owner of a run without a lease is still alive.
+CREATE TABLE instances (
+    instance        TEXT    NOT NULL PRIMARY KEY,
+    pid             INTEGER NOT NULL,
+    host            TEXT    NOT NULL,
+    started_at_ms   INTEGER NOT NULL,
+    heartbeat_at_ms INTEGER NOT NULL
+) STRICT;
+"#,
+];
+
+/// The schema version this build migrates to.
+pub(crate) fn latest_version() -> i64 {
+    MIGRATIONS.len() as i64
+}
+
+fn user_version(conn: &Connection) -> Result<i64> {
+    Ok(conn.query_row("PRAGMA user_version", [], |r| r.get(0))?)
+}
+
+/// Brings the schema to [`latest_version`]. Idempotent; safe against concurrent openers.
+///
+/// Errors: [`StoreError::SchemaTooNew`] when the file is newer than this build; SQLite
+/// errors (including [`StoreError::Busy`]) from the migration transactions.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<()> {
+    let supported = latest_version();
+    let found = user_version(conn)?;
+    if found > supported {
+        return Err(StoreError::SchemaTooNew { found, supported });
+    }
+    for (index, sql) in MIGRATIONS.iter().enumerate() {
+        let target = index as i64 + 1;
+        if user_version(conn)? >= target {
+            continue;
+        }
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        // Another process may have migrated while we waited for the write lock.
+        let now = user_version(&tx)?;
+        if now >= target {
+            continue;
+        }
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", target)?;
+        tx.commit()?;
+        log::info!("store schema migrated to version {target}");
+    }
+    Ok(())
+}

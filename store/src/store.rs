@@ -1,0 +1,416 @@
+//! [`Store`]: one SQLite connection to `wuu.db`, and [`Tx`], the same row methods inside
+//! one transaction.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::{Result, StoreError};
+use crate::rows::*;
+use crate::schema;
+
+/// File name of the database inside the wuu home.
+pub const DB_FILE: &str = "wuu.db";
+
+/// Default busy timeout: how long a write waits for another connection's write lock.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default age (ms) after which a lease/instance heartbeat counts as stale, making its
+/// owner dead for [`Store::acquire_lease`]. Owners should heartbeat well within it.
+pub const DEFAULT_LEASE_STALE_MS: i64 = 30_000;
+
+/// One connection to the wuu database.
+///
+/// Each OS thread that touches the store owns its own `Store` (it is `Send`, not `Sync`);
+/// several processes may open the same file. Reads take `&self` and run in one deferred
+/// (snapshot) transaction; writes take `&mut self` and run in one IMMEDIATE transaction
+/// each, waiting up to the busy timeout for the write lock ([`StoreError::Busy`] after
+/// that). Use [`Store::transaction`] to make several changes atomic.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    lease_stale_ms: i64,
+}
+
+/// The row methods of [`Store`] bound to one open IMMEDIATE transaction (see
+/// [`Store::transaction`]). Every method behaves as its `Store` namesake, except that
+/// nothing is committed until the closure returns `Ok`.
+pub struct Tx<'c> {
+    pub(crate) conn: &'c Connection,
+    pub(crate) lease_stale_ms: i64,
+}
+
+impl std::fmt::Debug for Tx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tx").finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens (creating it and its parent directories if needed) the database at `path`,
+    /// sets WAL mode, `busy_timeout` = 10 s, `foreign_keys = ON`, `synchronous = NORMAL`,
+    /// and migrates the schema to the current version.
+    ///
+    /// Errors: [`StoreError::Io`] when the directory cannot be created,
+    /// [`StoreError::SchemaTooNew`] when a newer wuu wrote the file, SQLite errors
+    /// otherwise (not a database, permissions, [`StoreError::Busy`] …).
+    pub fn open(path: &Path) -> Result<Store> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        let mut conn = Connection::open(path)?;
+        conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
+        let mode: String =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            log::warn!("{}: journal_mode is {mode}, not WAL", path.display());
+        }
+        conn.pragma_update(None, "foreign_keys", true)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        schema::migrate(&mut conn)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
+        })
+    }
+
+    /// Opens `home/wuu.db` (see [`Store::open`]). `home` is the wuu home
+    /// (`$WUU_HOME`, default `~/.wuu`); resolving it is the caller's job.
+    pub fn open_home(home: &Path) -> Result<Store> {
+        Store::open(&home.join(DB_FILE))
+    }
+
+    /// Path of the database file, as given to [`Store::open`].
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Schema version of the open database (`PRAGMA user_version`).
+    pub fn schema_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+    }
+
+    /// Changes how long this connection waits for another connection's lock before
+    /// failing with [`StoreError::Busy`] (default 10 s).
+    pub fn set_busy_timeout(&mut self, timeout: Duration) -> Result<()> {
+        self.conn.busy_timeout(timeout)?;
+        Ok(())
+    }
+
+    /// Changes the heartbeat age (ms) after which [`Store::acquire_lease`] treats another
+    /// owner as dead (default [`DEFAULT_LEASE_STALE_MS`]).
+    pub fn set_lease_stale_ms(&mut self, stale_ms: i64) {
+        self.lease_stale_ms = stale_ms;
+    }
+
+    /// Runs `f` inside one IMMEDIATE transaction (the write lock is taken up front, so
+    /// `f` never fails half-way with a busy upgrade). Commits when `f` returns `Ok`,
+    /// rolls back on `Err` or panic. Use it when several changes must land together,
+    /// e.g. an input entering history and its recovery record being cleared.
+    ///
+    /// Errors: whatever `f` returns; [`StoreError::Busy`] when the write lock is not
+    /// obtained within the busy timeout; SQLite errors from commit.
+    pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let lease_stale_ms = self.lease_stale_ms;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&Tx {
+            conn: &tx,
+            lease_stale_ms,
+        })?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    /// Runs read-only `f` in one deferred transaction (a consistent snapshot).
+    fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        let tx = self.conn.unchecked_transaction()?;
+        let value = f(&Tx {
+            conn: &tx,
+            lease_stale_ms: self.lease_stale_ms,
+        })?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    // ----- threads -------------------------------------------------------------------
+
+    /// Inserts a new thread row. Errors: a constraint error ([`StoreError::Sqlite`]) when
+    /// the id already exists.
+    pub fn insert_thread(&mut self, t: &ThreadRow) -> Result<()> {
+        self.transaction(|tx| tx.insert_thread(t))
+    }
+
+    /// Reads a thread. `Ok(None)` when it does not exist; [`StoreError::Corrupt`] when its
+    /// row cannot be decoded.
+    pub fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
+        self.read(|tx| tx.get_thread(id))
+    }
+
+    /// Overwrites the thread's columns from `t`: cwd, preview, selection (provider,
+    /// model, variant, effort, permission_mode), engine_id, forked_from_*,
+    /// updated_at_ms and extra. It deliberately does **not** write `title`/
+    /// `title_revision` (use [`Store::set_title`]), `archived`/`archive_reason` (use
+    /// [`Store::set_archived`]) or `created_at_ms`, so a stale snapshot cannot undo them.
+    /// Errors: [`StoreError::NotFound`] when the thread does not exist.
+    pub fn update_thread(&mut self, t: &ThreadRow) -> Result<()> {
+        self.transaction(|tx| tx.update_thread(t))
+    }
+
+    /// Records activity: `updated_at_ms = max(updated_at_ms, updated_at_ms_arg)` (never
+    /// moves backwards). Errors: [`StoreError::NotFound`] when the thread does not exist.
+    pub fn touch_thread(&mut self, id: &str, updated_at_ms: i64) -> Result<()> {
+        self.transaction(|tx| tx.touch_thread(id, updated_at_ms))
+    }
+
+    /// Stores `title` (`None` clears it) with `revision`, but only if `revision >=` the
+    /// stored `title_revision`; a lower revision changes nothing. Does not touch
+    /// `updated_at_ms`. Returns the row after the call, so the caller sees the winning
+    /// title; `Ok(None)` when the thread does not exist.
+    pub fn set_title(
+        &mut self,
+        id: &str,
+        title: Option<&str>,
+        revision: u64,
+    ) -> Result<Option<ThreadRow>> {
+        self.transaction(|tx| tx.set_title(id, title, revision))
+    }
+
+    /// Sets the archived flag; `reason` is stored when archiving and cleared when
+    /// unarchiving. Returns the row after the call; `Ok(None)` when it does not exist.
+    pub fn set_archived(
+        &mut self,
+        id: &str,
+        archived: bool,
+        reason: Option<&str>,
+    ) -> Result<Option<ThreadRow>> {
+        self.transaction(|tx| tx.set_archived(id, archived, reason))
+    }
+
+    /// Permanently deletes a thread with its turns, items, usage, inputs, runs, continue
+    /// sources and lease, in one transaction that first re-checks that the thread exists
+    /// and, with `only_if_archived`, that it is still archived (a thread unarchived before
+    /// the transaction began is kept: [`DeleteOutcome::NotArchived`]). Whether the thread
+    /// is running is the caller's check.
+    pub fn delete_thread(&mut self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        self.transaction(|tx| tx.delete_thread(id, only_if_archived))
+    }
+
+    /// Threads matching `filter`, newest activity first (`updated_at_ms` desc, then id).
+    /// A damaged row (corrupt JSON, wrong type, NULL) is skipped with a `log::warn!` and
+    /// never hides the others; the limit counts returned rows.
+    pub fn list_threads(&self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+        self.read(|tx| tx.list_threads(filter))
+    }
+
+    /// The most recently active unarchived thread whose cwd equals `cwd` (damaged rows
+    /// skipped); `Ok(None)` when there is none.
+    pub fn latest_thread(&self, cwd: &str) -> Result<Option<ThreadRow>> {
+        self.read(|tx| tx.latest_thread(cwd))
+    }
+
+    /// Case-insensitive (Unicode lower-case) substring search, at most one hit per
+    /// thread, newest activity first, at most `limit` hits.
+    ///
+    /// A thread matches on its title, else its preview, else the `text` of its
+    /// `user_message`/`agent_message` items (the newest matching item wins). Archived
+    /// threads are included. The snippet is ≤ [`crate::SNIPPET_CHARS`] (160) characters
+    /// around the hit. An empty (or blank) query returns the newest unarchived threads
+    /// with their title/preview as snippet. Damaged rows are skipped with a warning.
+    pub fn search_threads(&self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
+        self.read(|tx| tx.search_threads(query, limit))
+    }
+
+    // ----- turns and items -----------------------------------------------------------
+
+    /// Appends a turn to its thread; turn order is insertion order (a per-thread
+    /// `ordinal`). Errors: [`StoreError::NotFound`] when the thread does not exist; a
+    /// constraint error when the turn id already exists in the thread.
+    pub fn insert_turn(&mut self, t: &TurnRow) -> Result<()> {
+        self.transaction(|tx| tx.insert_turn(t))
+    }
+
+    /// Overwrites every column of the turn `(t.thread_id, t.id)` (its position is kept).
+    /// Errors: [`StoreError::NotFound`] when it does not exist.
+    pub fn update_turn(&mut self, t: &TurnRow) -> Result<()> {
+        self.transaction(|tx| tx.update_turn(t))
+    }
+
+    /// Reads one turn; `Ok(None)` when it does not exist.
+    pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
+        self.read(|tx| tx.get_turn(thread_id, turn_id))
+    }
+
+    /// Inserts or replaces the item `(item.thread_id, item.id)` and returns its `seq`. A
+    /// new item gets the next thread-wide sequence number (1, 2, …; numbers of deleted
+    /// items are never reused); an update keeps its seq (and may move it to another turn).
+    /// `item.seq` is ignored. Errors: [`StoreError::NotFound`] when the turn (or thread)
+    /// does not exist.
+    pub fn upsert_item(&mut self, item: &ItemRow) -> Result<u64> {
+        self.transaction(|tx| tx.upsert_item(item))
+    }
+
+    /// Deletes an item; deleting a missing item is not an error.
+    pub fn delete_item(&mut self, thread_id: &str, item_id: &str) -> Result<()> {
+        self.transaction(|tx| tx.delete_item(thread_id, item_id))
+    }
+
+    /// Reads one item; `Ok(None)` when it does not exist.
+    pub fn get_item(&self, thread_id: &str, item_id: &str) -> Result<Option<ItemRow>> {
+        self.read(|tx| tx.get_item(thread_id, item_id))
+    }
+
+    /// All turns of the thread in insertion order, each with its items in `seq` order
+    /// (empty for an unknown thread). Unlike listings, history is all-or-nothing: a
+    /// damaged turn or item fails the call with [`StoreError::Corrupt`] rather than
+    /// silently dropping context.
+    pub fn load_history(&self, thread_id: &str) -> Result<Vec<TurnWithItems>> {
+        self.read(|tx| tx.load_history(thread_id))
+    }
+
+    /// Appends the history of `src` to `dst` (both must exist), in one transaction.
+    ///
+    /// Copies every turn up to and including `cut_turn` (all turns when `None`) and,
+    /// inside that last turn, its items up to and including `cut_item` (all when `None`).
+    /// With `cut_item` but no `cut_turn`, the cut turn is the one holding the item. Turn
+    /// and item ids are kept (they only need to be unique per thread); items get fresh
+    /// `seq`s in `dst`, in the same order; copied `in_progress` turns become
+    /// `interrupted` (with `completed_at_ms` set to now if absent).
+    /// Errors: [`StoreError::NotFound`] for a missing thread, cut turn or cut item; a
+    /// constraint error when `dst` already has one of the ids.
+    pub fn copy_history(
+        &mut self,
+        src: &str,
+        dst: &str,
+        cut_turn: Option<&str>,
+        cut_item: Option<&str>,
+    ) -> Result<()> {
+        self.transaction(|tx| tx.copy_history(src, dst, cut_turn, cut_item))
+    }
+
+    // ----- usage -----------------------------------------------------------------------
+
+    /// Appends a usage record. Errors: a foreign-key error when the thread does not exist.
+    pub fn insert_usage(&mut self, u: &UsageRow) -> Result<()> {
+        self.transaction(|tx| tx.insert_usage(u))
+    }
+
+    /// Usage records of one thread (or of all threads with `None`), oldest first.
+    pub fn list_usage(&self, thread_id: Option<&str>) -> Result<Vec<UsageRow>> {
+        self.read(|tx| tx.list_usage(thread_id))
+    }
+
+    // ----- pending inputs --------------------------------------------------------------
+
+    /// Inserts or updates the input `(i.thread_id, i.id)`: mode, state, body and
+    /// updated_at_ms are overwritten, `created_at_ms` (and thus the queue position) of an
+    /// existing input is kept. Errors: [`StoreError::Invalid`] for a mode other than
+    /// `queue`/`steer` or a state other than `pending`/`held`/`consumed`/`cancelled`; a
+    /// foreign-key error when the thread does not exist.
+    pub fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
+        self.transaction(|tx| tx.upsert_input(i))
+    }
+
+    /// Reads one input (in any state); `Ok(None)` when the id was never seen.
+    pub fn get_input(&self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+        self.read(|tx| tx.get_input(thread_id, id))
+    }
+
+    /// The thread's inputs whose state is in `states` (all states when empty), in
+    /// creation order (`created_at_ms`, then insertion).
+    pub fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+        self.read(|tx| tx.list_inputs(thread_id, states))
+    }
+
+    // ----- runs ------------------------------------------------------------------------
+
+    /// Inserts or updates a run by id: status, owner_instance, body and updated_at_ms
+    /// are overwritten; thread_id and created_at_ms of an existing run are kept.
+    /// Errors: a foreign-key error when the thread does not exist.
+    pub fn upsert_run(&mut self, r: &RunRow) -> Result<()> {
+        self.transaction(|tx| tx.upsert_run(r))
+    }
+
+    /// Reads a run; `Ok(None)` when it does not exist.
+    pub fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
+        self.read(|tx| tx.get_run(id))
+    }
+
+    /// Runs of a thread, oldest first.
+    pub fn list_runs(&self, thread_id: &str) -> Result<Vec<RunRow>> {
+        self.read(|tx| tx.list_runs(thread_id))
+    }
+
+    // ----- continue sources ------------------------------------------------------------
+
+    /// Claims `source_turn_id` as the source of an explicit continue of the thread.
+    /// Returns `true` the first time, `false` forever after (across restarts and
+    /// processes). Errors: a foreign-key error when the thread does not exist.
+    pub fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
+        self.transaction(|tx| tx.claim_continue_source(thread_id, source_turn_id))
+    }
+
+    // ----- leases and recovery ---------------------------------------------------------
+
+    /// Tries to take the execution lease of a thread for `owner` (also registering
+    /// `owner` as a live process).
+    ///
+    /// - free → [`LeaseOutcome::Acquired`] with `previous: None`;
+    /// - held by `owner`'s instance → [`LeaseOutcome::AlreadyHeld`] (heartbeat bumped);
+    /// - held by a dead owner (different instance whose heartbeat is older than the stale
+    ///   limit, or whose pid is not alive on this host) → taken over:
+    ///   [`LeaseOutcome::Acquired`] with `previous: Some(dead owner)`;
+    /// - held by a live other owner → [`LeaseOutcome::Busy`] with that owner.
+    ///
+    /// On `Acquired`, in the same transaction, the thread's `in_progress` turns and its
+    /// unfinished runs whose owner is not alive are settled as interrupted (nobody live
+    /// can be running them); they are listed in `settled`.
+    pub fn acquire_lease(&mut self, thread_id: &str, owner: &LeaseOwner) -> Result<LeaseOutcome> {
+        self.transaction(|tx| tx.acquire_lease(thread_id, owner))
+    }
+
+    /// Releases the lease if `owner`'s instance holds it; otherwise does nothing.
+    pub fn release_lease(&mut self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
+        self.transaction(|tx| tx.release_lease(thread_id, owner))
+    }
+
+    /// Sets `heartbeat_at_ms = now` on every lease of `owner`'s instance and registers
+    /// the instance as alive. Call it periodically (well within the stale limit) and
+    /// once at startup, before creating runs.
+    pub fn heartbeat(&mut self, owner: &LeaseOwner) -> Result<()> {
+        self.transaction(|tx| tx.heartbeat(owner))
+    }
+
+    /// The holder of a thread's lease and its last heartbeat (Unix ms), if any.
+    pub fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
+        self.read(|tx| tx.lease_of(thread_id))
+    }
+
+    /// Crash recovery, in one transaction. Run it at startup (and whenever useful).
+    ///
+    /// 1. Deletes every lease whose owner is dead: a different instance than `me` whose
+    ///    heartbeat is older than `stale_ms` or whose pid is not alive on this host.
+    /// 2. Settles every `in_progress` turn of a thread without a live lease as
+    ///    `interrupted` (error `{"message": "interrupted: the process that ran this turn
+    ///    stopped"}` unless it already had one; `completed_at_ms` = now if absent).
+    /// 3. Settles every `accepted`/`running` run of a thread without a live lease whose
+    ///    owner instance is not alive (`me` is alive; an unregistered instance is dead
+    ///    once the run is `stale_ms` old) as `interrupted` (also `body.status` when the
+    ///    body has one).
+    /// 4. Forgets dead instances.
+    ///
+    /// Work of live other processes and of `me` is never touched. Items of settled turns
+    /// are left as they are.
+    pub fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
+        self.transaction(|tx| tx.recover(me, stale_ms))
+    }
+}

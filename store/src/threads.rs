@@ -1,0 +1,325 @@
+//! Threads (conversations): CRUD, titles, archive, delete, listing, search.
+
+use rusqlite::{params, OptionalExtension, Row};
+
+use crate::error::{Result, StoreError};
+use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow};
+use crate::store::Tx;
+use crate::util::{find_ci, get, get_json, get_u64, json_text, snippet, U64};
+
+/// Maximum snippet length of a search hit, in characters.
+pub const SNIPPET_CHARS: usize = 160;
+
+pub(crate) const THREAD_COLS: &str = "id, cwd, title, title_revision, preview, provider, \
+    model, variant, effort, permission_mode, engine_id, archived, archive_reason, \
+    forked_from_id, forked_from_turn_id, forked_from_item_id, created_at_ms, \
+    updated_at_ms, extra";
+
+pub(crate) fn thread_from_row(row: &Row<'_>) -> Result<ThreadRow> {
+    let id: String = get(row, 0, "threads", "?")?;
+    let k = id.as_str();
+    let t = "threads";
+    Ok(ThreadRow {
+        cwd: get(row, 1, t, k)?,
+        title: get(row, 2, t, k)?,
+        title_revision: get_u64(row, 3, t, k)?,
+        preview: get(row, 4, t, k)?,
+        provider: get(row, 5, t, k)?,
+        model: get(row, 6, t, k)?,
+        variant: get(row, 7, t, k)?,
+        effort: get(row, 8, t, k)?,
+        permission_mode: get(row, 9, t, k)?,
+        engine_id: get(row, 10, t, k)?,
+        archived: get(row, 11, t, k)?,
+        archive_reason: get(row, 12, t, k)?,
+        forked_from_id: get(row, 13, t, k)?,
+        forked_from_turn_id: get(row, 14, t, k)?,
+        forked_from_item_id: get(row, 15, t, k)?,
+        created_at_ms: get(row, 16, t, k)?,
+        updated_at_ms: get(row, 17, t, k)?,
+        extra: get_json(row, 18, t, k)?,
+        id,
+    })
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::insert_thread`].
+    pub fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
+        self.conn.execute(
+            &format!(
+                "INSERT INTO threads ({THREAD_COLS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                 ?16, ?17, ?18, ?19)"
+            ),
+            params![
+                t.id,
+                t.cwd,
+                t.title,
+                U64(t.title_revision),
+                t.preview,
+                t.provider,
+                t.model,
+                t.variant,
+                t.effort,
+                t.permission_mode,
+                t.engine_id,
+                t.archived,
+                t.archive_reason,
+                t.forked_from_id,
+                t.forked_from_turn_id,
+                t.forked_from_item_id,
+                t.created_at_ms,
+                t.updated_at_ms,
+                json_text(&t.extra),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_thread`].
+    pub fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!("SELECT {THREAD_COLS} FROM threads WHERE id = ?1"))?;
+        let mut rows = stmt.query([id])?;
+        match rows.next()? {
+            Some(row) => thread_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`crate::Store::update_thread`].
+    pub fn update_thread(&self, t: &ThreadRow) -> Result<()> {
+        let n = self.conn.execute(
+            "UPDATE threads SET cwd = ?2, preview = ?3, provider = ?4, model = ?5, \
+             variant = ?6, effort = ?7, permission_mode = ?8, engine_id = ?9, \
+             forked_from_id = ?10, forked_from_turn_id = ?11, forked_from_item_id = ?12, \
+             updated_at_ms = ?13, extra = ?14 WHERE id = ?1",
+            params![
+                t.id,
+                t.cwd,
+                t.preview,
+                t.provider,
+                t.model,
+                t.variant,
+                t.effort,
+                t.permission_mode,
+                t.engine_id,
+                t.forked_from_id,
+                t.forked_from_turn_id,
+                t.forked_from_item_id,
+                t.updated_at_ms,
+                json_text(&t.extra),
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found("thread", &t.id));
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::touch_thread`].
+    pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
+        let n = self.conn.execute(
+            "UPDATE threads SET updated_at_ms = max(updated_at_ms, ?2) WHERE id = ?1",
+            params![id, updated_at_ms],
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found("thread", id));
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::set_title`].
+    pub fn set_title(
+        &self,
+        id: &str,
+        title: Option<&str>,
+        revision: u64,
+    ) -> Result<Option<ThreadRow>> {
+        self.conn.execute(
+            "UPDATE threads SET title = ?2, title_revision = ?3 \
+             WHERE id = ?1 AND title_revision <= ?3",
+            params![id, title, U64(revision)],
+        )?;
+        self.get_thread(id)
+    }
+
+    /// See [`crate::Store::set_archived`].
+    pub fn set_archived(
+        &self,
+        id: &str,
+        archived: bool,
+        reason: Option<&str>,
+    ) -> Result<Option<ThreadRow>> {
+        let reason = if archived { reason } else { None };
+        self.conn.execute(
+            "UPDATE threads SET archived = ?2, archive_reason = ?3 WHERE id = ?1",
+            params![id, archived, reason],
+        )?;
+        self.get_thread(id)
+    }
+
+    /// See [`crate::Store::delete_thread`].
+    pub fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        let archived: Option<bool> = self
+            .conn
+            .query_row("SELECT archived FROM threads WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()?;
+        match archived {
+            None => return Ok(DeleteOutcome::NotFound),
+            Some(false) if only_if_archived => return Ok(DeleteOutcome::NotArchived),
+            Some(_) => {}
+        }
+        // Items and turns first (items reference turns), then the rest; the foreign keys
+        // would cascade anyway, explicit deletes keep this independent of the pragma.
+        for sql in [
+            "DELETE FROM items WHERE thread_id = ?1",
+            "DELETE FROM turns WHERE thread_id = ?1",
+            "DELETE FROM usage WHERE thread_id = ?1",
+            "DELETE FROM inputs WHERE thread_id = ?1",
+            "DELETE FROM runs WHERE thread_id = ?1",
+            "DELETE FROM continue_sources WHERE thread_id = ?1",
+            "DELETE FROM leases WHERE thread_id = ?1",
+            "DELETE FROM threads WHERE id = ?1",
+        ] {
+            self.conn.execute(sql, [id])?;
+        }
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    /// Visits threads newest activity first (`updated_at_ms` desc, then id), skipping
+    /// damaged rows with a warning, until `visit` returns `false`.
+    fn each_thread(
+        &self,
+        cwd: Option<&str>,
+        archived: Option<bool>,
+        mut visit: impl FnMut(ThreadRow) -> Result<bool>,
+    ) -> Result<()> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {THREAD_COLS} FROM threads \
+             WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR archived = ?2) \
+             ORDER BY updated_at_ms DESC, id"
+        ))?;
+        let mut rows = stmt.query(params![cwd, archived])?;
+        while let Some(row) = rows.next()? {
+            match thread_from_row(row) {
+                Ok(t) => {
+                    if !visit(t)? {
+                        break;
+                    }
+                }
+                Err(e) => log::warn!("skipping damaged thread row: {e}"),
+            }
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_threads`].
+    pub fn list_threads(&self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        self.each_thread(filter.cwd.as_deref(), filter.archived, |t| {
+            out.push(t);
+            Ok(out.len() < limit)
+        })?;
+        Ok(out)
+    }
+
+    /// See [`crate::Store::latest_thread`].
+    pub fn latest_thread(&self, cwd: &str) -> Result<Option<ThreadRow>> {
+        let mut found = None;
+        self.each_thread(Some(cwd), Some(false), |t| {
+            found = Some(t);
+            Ok(false)
+        })?;
+        Ok(found)
+    }
+
+    /// See [`crate::Store::search_threads`].
+    pub fn search_threads(&self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
+        let limit = limit as usize;
+        let mut hits = Vec::new();
+        if limit == 0 {
+            return Ok(hits);
+        }
+        let query = query.trim();
+        if query.is_empty() {
+            self.each_thread(None, Some(false), |t| {
+                let text = t.title.as_deref().unwrap_or(&t.preview);
+                let snippet = snippet(text, 0, 0, SNIPPET_CHARS);
+                hits.push(SearchHit {
+                    thread: t,
+                    snippet,
+                    item_seq: None,
+                    item_id: None,
+                });
+                Ok(hits.len() < limit)
+            })?;
+            return Ok(hits);
+        }
+        let needle = query.to_lowercase();
+        // SQLite's lower() folds ASCII only, so it can pre-filter only ASCII queries;
+        // the Rust check below is the real (Unicode) test.
+        let prefilter = needle.is_ascii().then_some(needle.as_str());
+        let mut items = self.conn.prepare_cached(
+            "SELECT id, seq, text FROM ( \
+                 SELECT id, seq, CASE WHEN json_valid(body) \
+                     AND json_type(body, '$.text') = 'text' \
+                     THEN json_extract(body, '$.text') END AS text \
+                 FROM items WHERE thread_id = ?1 \
+                 AND item_type IN ('user_message', 'agent_message')) \
+             WHERE text IS NOT NULL AND (?2 IS NULL OR instr(lower(text), ?2) > 0) \
+             ORDER BY seq DESC",
+        )?;
+        self.each_thread(None, None, |t| {
+            let title_hit = [t.title.as_deref(), Some(t.preview.as_str())]
+                .into_iter()
+                .flatten()
+                .find_map(|text| {
+                    find_ci(text, &needle).map(|(s, e)| snippet(text, s, e, SNIPPET_CHARS))
+                });
+            if let Some(snippet) = title_hit {
+                hits.push(SearchHit {
+                    thread: t,
+                    snippet,
+                    item_seq: None,
+                    item_id: None,
+                });
+                return Ok(hits.len() < limit);
+            }
+            let mut rows = items.query(params![t.id, prefilter])?;
+            while let Some(row) = rows.next()? {
+                let (id, seq, text) = match (|| -> Result<(String, u64, String)> {
+                    Ok((
+                        get(row, 0, "items", &t.id)?,
+                        get_u64(row, 1, "items", &t.id)?,
+                        get(row, 2, "items", &t.id)?,
+                    ))
+                })() {
+                    Ok(v) => v,
+                    Err(e) => {
+                        log::warn!("search: skipping damaged item row: {e}");
+                        continue;
+                    }
+                };
+                if let Some((s, e)) = find_ci(&text, &needle) {
+                    hits.push(SearchHit {
+                        snippet: snippet(&text, s, e, SNIPPET_CHARS),
+                        thread: t,
+                        item_seq: Some(seq),
+                        item_id: Some(id),
+                    });
+                    return Ok(hits.len() < limit);
+                }
+            }
+            Ok(true)
+        })?;
+        Ok(hits)
+    }
+}

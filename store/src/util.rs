@@ -1,0 +1,153 @@
+//! Small helpers shared by the row modules.
+
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
+use rusqlite::{Row, ToSql};
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
+
+/// Now as Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+/// JSON text of a value (serializing a `Value` cannot fail).
+pub(crate) fn json_text(v: &Value) -> String {
+    v.to_string()
+}
+
+/// Reads column `idx`; a type/NULL mismatch becomes [`StoreError::Corrupt`] naming
+/// `table[key].column`.
+pub(crate) fn get<T: FromSql>(row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<T> {
+    row.get(idx).map_err(|e| {
+        let col = row.as_ref().column_name(idx).unwrap_or("?").to_string();
+        StoreError::corrupt(format!("{table}[{key}].{col}"), e)
+    })
+}
+
+/// A `u64` as SQLite's signed 64-bit integer: values above `i64::MAX` fail to bind,
+/// negative stored values fail to read (both as errors, never wrapped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct U64(pub u64);
+
+impl ToSql for U64 {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        i64::try_from(self.0)
+            .map(ToSqlOutput::from)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))
+    }
+}
+
+impl FromSql for U64 {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        let i = i64::column_result(value)?;
+        u64::try_from(i)
+            .map(U64)
+            .map_err(|_| FromSqlError::OutOfRange(i))
+    }
+}
+
+/// Reads a non-negative integer column as `u64`.
+pub(crate) fn get_u64(row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<u64> {
+    get::<U64>(row, idx, table, key).map(|v| v.0)
+}
+
+/// Reads a JSON text column.
+pub(crate) fn get_json(row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<Value> {
+    let text: String = get(row, idx, table, key)?;
+    parse_json(&text, row, idx, table, key)
+}
+
+/// Reads a nullable JSON text column.
+pub(crate) fn get_json_opt(
+    row: &Row<'_>,
+    idx: usize,
+    table: &str,
+    key: &str,
+) -> Result<Option<Value>> {
+    let text: Option<String> = get(row, idx, table, key)?;
+    text.map(|t| parse_json(&t, row, idx, table, key))
+        .transpose()
+}
+
+fn parse_json(text: &str, row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| {
+        let col = row.as_ref().column_name(idx).unwrap_or("?").to_string();
+        StoreError::corrupt(format!("{table}[{key}].{col}"), format!("bad JSON: {e}"))
+    })
+}
+
+/// Case-insensitive (Unicode lower-case) substring search. `needle_lower` must already be
+/// lower-cased and non-empty. Returns the hit as a character range of `haystack`.
+pub(crate) fn find_ci(haystack: &str, needle_lower: &str) -> Option<(usize, usize)> {
+    if needle_lower.is_empty() {
+        return None;
+    }
+    let mut lowered = String::with_capacity(haystack.len());
+    // byte offset in `lowered` -> char index in `haystack`
+    let mut origin: Vec<usize> = Vec::with_capacity(haystack.len());
+    for (ci, ch) in haystack.chars().enumerate() {
+        for lc in ch.to_lowercase() {
+            lowered.push(lc);
+            origin.extend(std::iter::repeat_n(ci, lc.len_utf8()));
+        }
+    }
+    let start = lowered.find(needle_lower)?;
+    let end = start + needle_lower.len();
+    Some((origin[start], origin[end - 1] + 1))
+}
+
+/// At most `max` characters of `text` around the character range `[start, end)`, with
+/// line breaks and tabs folded to spaces.
+pub(crate) fn snippet(text: &str, start: usize, end: usize, max: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let len = chars.len();
+    let hit = end.saturating_sub(start);
+    let (from, to) = if hit >= max {
+        (start, start + max)
+    } else {
+        let before = (max - hit) / 2;
+        let from = start.saturating_sub(before);
+        let to = (from + max).min(len);
+        (to.saturating_sub(max).min(from), to)
+    };
+    chars[from.min(len)..to.min(len)]
+        .iter()
+        .map(|&c| {
+            if matches!(c, '\n' | '\r' | '\t') {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn find_ci_maps_back_to_original_chars() {
+        assert_eq!(find_ci("Hello WORLD", "world"), Some((6, 11)));
+        assert_eq!(find_ci("Straße ÄPFEL", "äpfel"), Some((7, 12)));
+        assert_eq!(find_ci("你好世界", "世界"), Some((2, 4)));
+        assert_eq!(find_ci("abc", "x"), None);
+    }
+
+    #[test]
+    fn snippet_is_bounded_and_centered() {
+        let text = format!("{}needle{}", "a".repeat(500), "b".repeat(500));
+        let (s, e) = find_ci(&text, "needle").unwrap();
+        let snip = snippet(&text, s, e, 160);
+        assert_eq!(snip.chars().count(), 160);
+        assert!(snip.contains("needle"));
+        assert_eq!(snippet("short\ntext", 0, 5, 160), "short text");
+        // hit at the very end keeps the full budget before it
+        let text = format!("{}end", "x".repeat(300));
+        let (s, e) = find_ci(&text, "end").unwrap();
+        let snip = snippet(&text, s, e, 160);
+        assert_eq!(snip.chars().count(), 160);
+        assert!(snip.ends_with("end"));
+    }
+}
