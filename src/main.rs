@@ -121,7 +121,7 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
         return Err(format!("unexpected argument {p:?}"));
     }
     let opts = options(&a)?;
-    let stdin = std::io::stdin().lock();
+    let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     let code = server::serve(
         opts,

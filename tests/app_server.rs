@@ -208,7 +208,8 @@ fn lifecycle_survives_restart() {
     let r = app.call("thread/resume", json!({}));
     assert!(ids.contains(&thread_id(&r)));
     let search = app.call("thread/search", json!({"query": "newer"}));
-    assert_eq!(search["results"][0]["thread"]["id"], json!(a_id));
+    let hits: Vec<&Value> = search["results"].as_array().unwrap().iter().collect();
+    assert!(hits.iter().any(|h| h["thread"]["id"] == json!(a_id)), "{search}");
 }
 
 #[test]

@@ -290,3 +290,12 @@ pub enum StreamEvent {
         error: ProviderError,
     },
 }
+
+/// Lists a provider's models (`GET …/models`) for the catalog refresh.
+pub fn list_models(
+    _id: &str,
+    _cfg: &crate::config::ProviderConfig,
+    _config_dir: &std::path::Path,
+) -> Result<Vec<String>, String> {
+    Err("model listing is not available in this build".into())
+}

@@ -146,8 +146,8 @@ fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Re
                     hits.iter()
                         .map(|h| ThreadSearchHit {
                             thread: session::convert::thread_summary(shared, &h.thread),
-                            snippet: h.snippet.clone(),
-                            message_seq: h.seq,
+                            snippet: Some(h.snippet.clone()).filter(|s| !s.is_empty()),
+                            message_seq: h.item_seq,
                         })
                         .collect()
                 })

@@ -268,8 +268,7 @@ pub fn refresh_catalog(shared: &Arc<Shared>, reply: Responder) {
     let mut results = vec![];
     for (id, p) in &providers {
         asked += 1;
-        let outcome = crate::provider::build(id, p, &cfg.config_dir)
-            .and_then(|prov| prov.list_models().map_err(|e| e.message));
+        let outcome = crate::provider::list_models(id, p, &cfg.config_dir);
         results.push((id.clone(), outcome));
     }
     let mut catalog = shared.model_catalog.lock();
