@@ -46,3 +46,59 @@ mod tests {
         assert_eq!(super::preview("abcdef", 3), "abc…");
     }
 }
+
+/// Best-effort secret redaction of tool arguments and trace text (spec `exec.md` §4.4):
+/// bearer tokens, `key=value` / `"key": "value"` secrets (api key, access/refresh/id
+/// token, token, authorization, password, passwd, secret), `sk-…` keys and JWT-like
+/// strings become `[REDACTED]`.
+pub fn redact(text: &str) -> String {
+    use std::sync::OnceLock;
+    static RES: OnceLock<Vec<(regex::Regex, &'static str)>> = OnceLock::new();
+    let res = RES.get_or_init(|| {
+        [
+            (r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}", "${1}[REDACTED]"),
+            (
+                r#"(?i)((?:api[_-]?key|access[_-]?token|refresh[_-]?token|id[_-]?token|auth[_-]?token|token|authorization|password|passwd|secret)(?:\\?["'])?\s*[:=]\s*(?:\\?["'])?)[^\s"'\\,;&}]{4,}"#,
+                "${1}[REDACTED]",
+            ),
+            (r"\bsk-[A-Za-z0-9_-]{8,}", "[REDACTED]"),
+            (
+                r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}",
+                "[REDACTED]",
+            ),
+        ]
+        .into_iter()
+        .map(|(p, r)| (regex::Regex::new(p).expect("redaction pattern"), r))
+        .collect()
+    });
+    let mut out = std::borrow::Cow::Borrowed(text);
+    for (re, rep) in res {
+        if re.is_match(&out) {
+            out = std::borrow::Cow::Owned(re.replace_all(&out, *rep).into_owned());
+        }
+    }
+    out.into_owned()
+}
+
+/// Hex SHA-256 of `bytes`, shortened to 16 characters (diagnostic hashes).
+pub fn short_hash(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(bytes);
+    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::redact;
+
+    #[test]
+    fn redacts_common_secrets() {
+        let s = redact(r#"{"command":"curl -H 'Authorization: Bearer abcdefghijkl' https://x?api_key=12345678 && echo sk-abcdefghijk"}"#);
+        assert!(!s.contains("abcdefghijkl"), "{s}");
+        assert!(!s.contains("12345678"), "{s}");
+        assert!(!s.contains("sk-abcdefghijk"), "{s}");
+        assert_eq!(redact("ls -la"), "ls -la");
+        let s = redact(r#"{"password": "hunter22"}"#);
+        assert!(!s.contains("hunter22"), "{s}");
+    }
+}

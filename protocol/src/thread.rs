@@ -182,6 +182,10 @@ pub struct Turn {
     /// Cache read tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_tokens: Option<u64>,
+    /// Tool calls refused by the permission mode during the turn
+    /// (`[{item_id, tool, reason}]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permission_denials: Vec<Value>,
 }
 
 /// One entry of a turn (spec §5.3). `type` is `user_message` | `agent_message` |
@@ -230,6 +234,12 @@ pub struct ThreadItem {
     /// Tool name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Provider call id of a tool call (`call_…`, `toolu_…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// Provider step (model request) of the turn that produced this item, from 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u32>,
     /// Tool arguments as JSON text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arguments: Option<String>,

@@ -1,0 +1,202 @@
+//! Request context: the system prompt (base prompt, `AGENTS.md` files from the workspace
+//! root down to the cwd, configured instructions), and the `request_context` /
+//! `provider_state` diagnostics emitted as `turn/event` (spec `exec.md` §4.3 rows 25–26).
+
+use crate::provider::{ChatMessage, ToolSpec};
+use crate::util::short_hash;
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// The built-in engine's base instructions.
+pub const BASE_PROMPT: &str = "You are wuu, a coding agent working inside a software \
+workspace. Use the tools to inspect files, make focused edits and run commands; prefer \
+small verifiable steps. Paths are relative to the working directory unless absolute. \
+When the task is done, answer with a short summary of what you changed and how you \
+verified it.";
+
+/// One section of the system prompt.
+#[derive(Debug, Clone)]
+pub struct Section {
+    /// Stable key (`base`, `environment`, `agents_md:<path>`, `instructions`).
+    pub key: String,
+    /// True when the text does not change between turns.
+    pub is_static: bool,
+    /// The text.
+    pub text: String,
+}
+
+/// `AGENTS.md` files from `root` down to `cwd` (inclusive), outermost first.
+pub fn agents_files(root: &Path, cwd: &Path) -> Vec<(String, String)> {
+    let mut dirs = vec![];
+    let mut cur = Some(cwd);
+    while let Some(d) = cur {
+        dirs.push(d.to_path_buf());
+        if d == root {
+            break;
+        }
+        cur = d.parent().filter(|p| p.starts_with(root));
+    }
+    dirs.reverse();
+    dirs.iter()
+        .filter_map(|d| {
+            let p = d.join("AGENTS.md");
+            let text = std::fs::read_to_string(&p).ok()?;
+            Some((p.to_string_lossy().into_owned(), text))
+        })
+        .collect()
+}
+
+/// Builds the system prompt sections.
+pub fn system_sections(
+    root: &Path,
+    cwd: &Path,
+    permission_mode: &str,
+    instructions: Option<&str>,
+) -> Vec<Section> {
+    let mut out = vec![
+        Section {
+            key: "base".into(),
+            is_static: true,
+            text: BASE_PROMPT.into(),
+        },
+        Section {
+            key: "environment".into(),
+            is_static: true,
+            text: format!(
+                "Workspace root: {}\nWorking directory: {}\nPermission mode: {permission_mode}{}",
+                root.display(),
+                cwd.display(),
+                match permission_mode {
+                    "read_only" => " (no file writes, no commands)",
+                    "standard" => " (writes only inside the workspace)",
+                    _ => "",
+                }
+            ),
+        },
+    ];
+    for (path, text) in agents_files(root, cwd) {
+        out.push(Section {
+            key: format!("agents_md:{path}"),
+            is_static: true,
+            text: format!("# Instructions from {path}\n\n{text}"),
+        });
+    }
+    if let Some(i) = instructions.filter(|i| !i.trim().is_empty()) {
+        out.push(Section {
+            key: "instructions".into(),
+            is_static: true,
+            text: format!("# User instructions\n\n{i}"),
+        });
+    }
+    out
+}
+
+/// Joins sections into the system prompt.
+pub fn system_prompt(sections: &[Section]) -> String {
+    sections
+        .iter()
+        .map(|s| s.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+/// The `request_context` diagnostic of one provider step.
+pub fn request_context(
+    step: u32,
+    sections: &[Section],
+    system: &str,
+    messages: &[ChatMessage],
+    turn_start_index: usize,
+    tools: &[ToolSpec],
+    prompt_cache_key: &str,
+) -> Value {
+    let tool_json = serde_json::to_vec(tools).unwrap_or_default();
+    let msg_bytes: Vec<Vec<u8>> = messages
+        .iter()
+        .map(|m| serde_json::to_vec(m).unwrap_or_default())
+        .collect();
+    let prefix: Vec<u8> = msg_bytes[..turn_start_index.min(msg_bytes.len())].concat();
+    let all: Vec<u8> = msg_bytes.concat();
+    let stable: Vec<u8> = [system.as_bytes(), &tool_json].concat();
+    let mut kinds = serde_json::Map::new();
+    for m in messages {
+        let k = serde_json::to_value(m.role).unwrap_or_default();
+        let k = k.as_str().unwrap_or("other").to_owned();
+        let n = kinds.get(&k).and_then(Value::as_u64).unwrap_or(0);
+        kinds.insert(k, json!(n + 1));
+    }
+    json!({
+        "type": "request_context",
+        "step_index": step,
+        "transient_messages": 0,
+        "content_bytes": system.len() + all.len() + tool_json.len(),
+        "block_kinds": kinds.keys().cloned().collect::<Vec<_>>(),
+        "block_kind_counts": kinds,
+        "message_count": messages.len(),
+        "system_messages": 1,
+        "hidden_messages": 0,
+        "tool_count": tools.len(),
+        "stable_prefix": 1,
+        "turn_prefix": turn_start_index,
+        "dynamic_context_bytes": 0,
+        "system_bytes": system.len(),
+        "stable_prefix_bytes": stable.len(),
+        "turn_prefix_bytes": prefix.len(),
+        "message_bytes": all.len(),
+        "tool_schema_bytes": tool_json.len(),
+        "loadable_tool_count": 0,
+        "loadable_tool_schema_bytes": 0,
+        "loadable_tool_surface_hash": "",
+        "system_hash": short_hash(system.as_bytes()),
+        "stable_prefix_hash": short_hash(&stable),
+        "turn_prefix_hash": short_hash(&prefix),
+        "tool_surface_hash": short_hash(&tool_json),
+        "prompt_cache_key": prompt_cache_key,
+        "system_sections": sections.iter().map(|s| json!({
+            "key": s.key, "static": s.is_static, "bytes": s.text.len(),
+            "hash": short_hash(s.text.as_bytes()),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The `provider_state` diagnostic of one provider step.
+pub fn provider_state(step: u32, provider: &str, protocol: &str, input_items: usize) -> Value {
+    json!({
+        "type": "provider_state",
+        "step_index": step,
+        "provider": provider,
+        "protocol": protocol,
+        "transport": if protocol == "replay" { "replay" } else { "sse" },
+        "replay_mode": "full_history",
+        "previous_response_id_used": false,
+        "connection_reused": false,
+        "diagnostic": "",
+        "transport_failure_phase": "",
+        "fallback_transport": "",
+        "events_emitted": false,
+        "fallback_active": false,
+        "fallback_reason": "",
+        "fallback_pin_status": "",
+        "fallback_retry_after_ms": 0,
+        "fallback_ttl_ms": 0,
+        "input_items": input_items,
+        "full_input_items": input_items,
+        "delta_input_items": 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn agents_files_root_to_cwd() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("AGENTS.md"), "root rules").unwrap();
+        std::fs::write(root.join("a/b/AGENTS.md"), "deep rules").unwrap();
+        std::fs::write(root.join("a/AGENTS.md"), "mid rules").unwrap();
+        let files = super::agents_files(&root, &root.join("a/b"));
+        let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(texts, vec!["root rules", "mid rules", "deep rules"]);
+    }
+}

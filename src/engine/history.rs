@@ -1,0 +1,210 @@
+//! Stored history → provider-neutral messages, normalized before every request without
+//! mutating what is stored (providers.md §6.2):
+//! - items of one provider step become one assistant message (reasoning, text, calls)
+//!   followed by the tool results of its calls, in call order;
+//! - a tool call without a result (interrupted, crashed) gets an `aborted` error result,
+//!   so every call is paired;
+//! - reasoning is replayed only to the provider and model that produced it;
+//! - fragments marked `incomplete_stream_fragment` never reach the model;
+//! - `meta/turn_continue` display markers never reach the model.
+
+use crate::provider::{ChatMessage, ImageInput, ReasoningBlock, Role, ToolCall};
+use crate::session::convert::TurnState;
+use wuu_protocol::ThreadItem;
+
+/// Result text given to the model for a call whose outcome was never recorded.
+pub const ABORTED_RESULT: &str = "{\"error\":\"aborted: the tool call did not complete\"}";
+
+#[derive(Default)]
+struct Group {
+    step: Option<(usize, u32)>,
+    assistant: Option<ChatMessage>,
+    results: Vec<ChatMessage>,
+}
+
+impl Group {
+    fn flush(&mut self, out: &mut Vec<ChatMessage>) {
+        if let Some(a) = self.assistant.take() {
+            let empty = a.content.is_empty() && a.tool_calls.is_empty() && a.reasoning.is_empty();
+            if !empty {
+                out.push(a);
+                out.append(&mut self.results);
+            }
+        }
+        self.results.clear();
+        self.step = None;
+    }
+}
+
+fn assistant(provider: &str, model: &str) -> ChatMessage {
+    let mut m = ChatMessage::text(Role::Assistant, "");
+    m.provider = Some(provider.to_owned());
+    m.model = Some(model.to_owned());
+    m
+}
+
+/// Decodes stored image attachments (`{media_type, data}`; data may be a `data:` URL).
+pub fn images_of(item: &ThreadItem) -> Vec<ImageInput> {
+    item.images
+        .iter()
+        .flatten()
+        .filter_map(|v| {
+            let data = v.get("data")?.as_str()?;
+            let mut media = v
+                .get("media_type")
+                .and_then(|m| m.as_str())
+                .unwrap_or("image/png")
+                .to_owned();
+            let data = match data.strip_prefix("data:") {
+                Some(rest) => {
+                    let (head, payload) = rest.split_once(',')?;
+                    if let Some(m) = head.strip_suffix(";base64") {
+                        media = m.to_owned();
+                    }
+                    payload
+                }
+                None => data,
+            };
+            Some(ImageInput {
+                media_type: media,
+                data: data.to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// Builds the messages for a request to `provider`/`model` from the conversation's
+/// turns (oldest first).
+pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<ChatMessage> {
+    let mut out = vec![];
+    let mut g = Group::default();
+    for (ti, turn) in turns.iter().enumerate() {
+        let turn_provider = turn.row.provider.as_str();
+        let turn_model = turn.row.model.as_str();
+        for item in &turn.items {
+            match item.item_type.as_str() {
+                "user_message" => {
+                    g.flush(&mut out);
+                    if item.cause.as_deref() == Some("meta/turn_continue") {
+                        continue;
+                    }
+                    let mut m = ChatMessage::text(Role::User, item.text.clone().unwrap_or_default());
+                    m.images = images_of(item);
+                    if !m.content.is_empty() || !m.images.is_empty() {
+                        out.push(m);
+                    }
+                }
+                "reasoning" | "agent_message" | "tool_call" => {
+                    if item.cause.as_deref() == Some("incomplete_stream_fragment") {
+                        continue;
+                    }
+                    let key = (ti, item.step.unwrap_or(0));
+                    if g.step != Some(key) {
+                        g.flush(&mut out);
+                        g.step = Some(key);
+                        g.assistant = Some(assistant(turn_provider, turn_model));
+                    }
+                    let a = g.assistant.as_mut().expect("group has an assistant");
+                    match item.item_type.as_str() {
+                        "reasoning" => {
+                            let block = item
+                                .result_detail
+                                .as_ref()
+                                .and_then(|d| serde_json::from_value::<ReasoningBlock>(d.clone()).ok());
+                            if let Some(b) = block {
+                                if b.provider == provider && b.model == model {
+                                    a.reasoning.push(b);
+                                }
+                            }
+                        }
+                        "agent_message" => {
+                            if let Some(t) = item.text.as_deref().filter(|t| !t.is_empty()) {
+                                a.content.push_str(t);
+                            }
+                        }
+                        _ => {
+                            let Some(call_id) = item.call_id.clone() else { continue };
+                            a.tool_calls.push(ToolCall {
+                                id: call_id.clone(),
+                                name: item.name.clone().unwrap_or_default(),
+                                arguments: item
+                                    .arguments
+                                    .clone()
+                                    .filter(|s| !s.trim().is_empty())
+                                    .unwrap_or_else(|| "{}".into()),
+                                item_id: None,
+                            });
+                            let (content, is_error) = match &item.result {
+                                Some(r) => (r.clone(), item.status.as_deref() == Some("failed")),
+                                None => (
+                                    item.error
+                                        .clone()
+                                        .map(|e| format!("{{\"error\":{}}}", serde_json::Value::String(e)))
+                                        .unwrap_or_else(|| ABORTED_RESULT.to_owned()),
+                                    true,
+                                ),
+                            };
+                            let mut r = ChatMessage::text(Role::Tool, content);
+                            r.tool_call_id = Some(call_id);
+                            r.is_error = is_error;
+                            g.results.push(r);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        g.flush(&mut out);
+    }
+    g.flush(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wuu_store::TurnRow;
+
+    fn item(id: &str, ty: &str, step: Option<u32>) -> ThreadItem {
+        let mut i = ThreadItem::new(id, ty);
+        i.step = step;
+        i.status = Some("completed".into());
+        i
+    }
+
+    #[test]
+    fn pairs_calls_and_aborts_missing_results() {
+        let mut user = item("u", "user_message", None);
+        user.text = Some("hi".into());
+        let mut text = item("a", "agent_message", Some(1));
+        text.text = Some("let me look".into());
+        let mut c1 = item("c1", "tool_call", Some(1));
+        c1.call_id = Some("call_1".into());
+        c1.name = Some("read_file".into());
+        c1.arguments = Some("{\"path\":\"x\"}".into());
+        c1.result = Some("contents".into());
+        let mut c2 = item("c2", "tool_call", Some(1));
+        c2.call_id = Some("call_2".into());
+        c2.name = Some("bash".into());
+        c2.status = Some("in_progress".into());
+        let mut fin = item("f", "agent_message", Some(2));
+        fin.text = Some("done".into());
+        let turn = TurnState {
+            row: TurnRow {
+                provider: "p".into(),
+                model: "m".into(),
+                ..TurnRow::new("t", "turn", "user", 0)
+            },
+            items: vec![user, text, c1, c2, fin],
+        };
+        let msgs = to_messages(&[turn], "p", "m");
+        let roles: Vec<Role> = msgs.iter().map(|m| m.role).collect();
+        assert_eq!(
+            roles,
+            vec![Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]
+        );
+        assert_eq!(msgs[1].tool_calls.len(), 2);
+        assert_eq!(msgs[3].content, ABORTED_RESULT);
+        assert!(msgs[3].is_error);
+    }
+}
