@@ -1,1 +1,1216 @@
+//! Unit tests against real SQLite files in temporary directories.
 
+use std::process::{Child, Command};
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tempfile::TempDir;
+
+use crate::*;
+
+fn open_tmp() -> (TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_home(&dir.path().join("home")).unwrap();
+    (dir, store)
+}
+
+fn thread(id: &str, cwd: &str, updated: i64) -> ThreadRow {
+    let mut t = ThreadRow::new(id, cwd, 1_000);
+    t.updated_at_ms = updated;
+    t.preview = format!("preview of {id}");
+    t
+}
+
+fn turn(thread_id: &str, id: &str) -> TurnRow {
+    TurnRow::new(thread_id, id, "user", 2_000)
+}
+
+fn item(thread_id: &str, turn_id: &str, id: &str, ty: &str, text: &str) -> ItemRow {
+    ItemRow {
+        thread_id: thread_id.into(),
+        turn_id: turn_id.into(),
+        id: id.into(),
+        item_type: ty.into(),
+        status: Some("completed".into()),
+        seq: 0,
+        body: json!({"id": id, "type": ty, "text": text}),
+    }
+}
+
+/// A raw connection for poking at the file behind the store's back.
+fn raw(store: &Store) -> rusqlite::Connection {
+    let c = rusqlite::Connection::open(store.path()).unwrap();
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
+    c
+}
+
+fn count(store: &Store, table: &str) -> i64 {
+    raw(store)
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A child process that stays alive until killed; its pid stands for "another live wuu".
+struct LiveChild(Child);
+
+impl LiveChild {
+    fn spawn() -> LiveChild {
+        LiveChild(Command::new("sleep").arg("60").spawn().unwrap())
+    }
+    fn owner(&self) -> LeaseOwner {
+        LeaseOwner {
+            pid: self.0.id(),
+            instance: uuid::Uuid::new_v4().to_string(),
+            host: host_name(),
+        }
+    }
+}
+
+impl Drop for LiveChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An owner whose pid belonged to a process that has exited (and was reaped).
+fn dead_owner() -> LeaseOwner {
+    let mut child = Command::new("true").spawn().unwrap();
+    child.wait().unwrap();
+    let pid = child.id();
+    assert!(!pid_alive(pid), "pid {pid} should be dead");
+    LeaseOwner {
+        pid,
+        instance: uuid::Uuid::new_v4().to_string(),
+        host: host_name(),
+    }
+}
+
+#[test]
+fn migrations_are_idempotent_and_reopen_keeps_data() {
+    let (dir, mut store) = open_tmp();
+    assert_eq!(store.schema_version().unwrap(), schema::latest_version());
+    store.insert_thread(&thread("t1", "/w", 5)).unwrap();
+    let path = store.path().to_path_buf();
+    assert_eq!(path, dir.path().join("home").join(DB_FILE));
+    drop(store);
+    let again = Store::open(&path).unwrap();
+    let third = Store::open(&path).unwrap();
+    assert_eq!(again.schema_version().unwrap(), schema::latest_version());
+    assert!(again.get_thread("t1").unwrap().is_some());
+    assert!(third.get_thread("t1").unwrap().is_some());
+    let mode: String = raw(&again)
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn newer_schema_is_refused() {
+    let (_dir, store) = open_tmp();
+    raw(&store)
+        .pragma_update(None, "user_version", 999)
+        .unwrap();
+    let err = Store::open(store.path()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found: 999, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn thread_crud() {
+    let (_dir, mut store) = open_tmp();
+    let mut t = thread("t1", "/w", 10);
+    t.title = Some("hello".into());
+    t.title_revision = 1;
+    t.extra = json!({"pinned": true});
+    t.forked_from_id = Some("t0".into());
+    store.insert_thread(&t).unwrap();
+    assert_eq!(store.get_thread("t1").unwrap(), Some(t.clone()));
+    assert!(store.get_thread("nope").unwrap().is_none());
+    assert!(matches!(
+        store.insert_thread(&t).unwrap_err(),
+        StoreError::Sqlite(_)
+    ));
+
+    // update_thread writes the selection but never the title or the archive flag
+    let mut u = t.clone();
+    u.model = "gpt-x".into();
+    u.preview = "new preview".into();
+    u.updated_at_ms = 20;
+    u.title = Some("stale".into());
+    u.title_revision = 0;
+    u.archived = true;
+    u.extra = json!({"pinned": false, "speed": "fast"});
+    store.update_thread(&u).unwrap();
+    let got = store.get_thread("t1").unwrap().unwrap();
+    assert_eq!(got.model, "gpt-x");
+    assert_eq!(got.preview, "new preview");
+    assert_eq!(got.updated_at_ms, 20);
+    assert_eq!(got.extra, json!({"pinned": false, "speed": "fast"}));
+    assert_eq!(got.title.as_deref(), Some("hello"));
+    assert_eq!(got.title_revision, 1);
+    assert!(!got.archived);
+
+    store.touch_thread("t1", 15).unwrap(); // never moves backwards
+    assert_eq!(store.get_thread("t1").unwrap().unwrap().updated_at_ms, 20);
+    store.touch_thread("t1", 30).unwrap();
+    assert_eq!(store.get_thread("t1").unwrap().unwrap().updated_at_ms, 30);
+
+    let mut missing = thread("ghost", "/w", 1);
+    missing.model = "m".into();
+    assert!(matches!(
+        store.update_thread(&missing).unwrap_err(),
+        StoreError::NotFound { kind: "thread", .. }
+    ));
+    assert!(matches!(
+        store.touch_thread("ghost", 1).unwrap_err(),
+        StoreError::NotFound { .. }
+    ));
+}
+
+#[test]
+fn title_revision_is_monotonic() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let r = store.set_title("t1", Some("auto"), 1).unwrap().unwrap();
+    assert_eq!((r.title.as_deref(), r.title_revision), (Some("auto"), 1));
+    let r = store.set_title("t1", Some("manual"), 3).unwrap().unwrap();
+    assert_eq!((r.title.as_deref(), r.title_revision), (Some("manual"), 3));
+    // a late, lower revision loses and the caller sees the winner
+    let r = store
+        .set_title("t1", Some("late auto"), 2)
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.title.as_deref(), r.title_revision), (Some("manual"), 3));
+    // the same revision may be re-applied (idempotent retry)
+    let r = store.set_title("t1", Some("manual!"), 3).unwrap().unwrap();
+    assert_eq!(r.title.as_deref(), Some("manual!"));
+    let r = store.set_title("t1", None, 4).unwrap().unwrap();
+    assert_eq!((r.title, r.title_revision), (None, 4));
+    assert_eq!(r.updated_at_ms, 10, "titles do not count as activity");
+    assert!(store.set_title("ghost", Some("x"), 9).unwrap().is_none());
+}
+
+#[test]
+fn archive_and_unarchive() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let r = store
+        .set_archived("t1", true, Some("done"))
+        .unwrap()
+        .unwrap();
+    assert!(r.archived);
+    assert_eq!(r.archive_reason.as_deref(), Some("done"));
+    let listed = store
+        .list_threads(&ThreadFilter {
+            archived: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let r = store
+        .set_archived("t1", false, Some("ignored"))
+        .unwrap()
+        .unwrap();
+    assert!(!r.archived);
+    assert_eq!(r.archive_reason, None);
+    assert!(store.set_archived("ghost", true, None).unwrap().is_none());
+}
+
+fn populate(store: &mut Store, id: &str) {
+    store.insert_thread(&thread(id, "/w", 10)).unwrap();
+    store.insert_turn(&turn(id, "u1")).unwrap();
+    store
+        .upsert_item(&item(id, "u1", "i1", "user_message", "hi"))
+        .unwrap();
+    store
+        .insert_usage(&UsageRow {
+            thread_id: id.into(),
+            turn_id: "u1".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            at_ms: 5,
+            input_tokens: 1,
+            output_tokens: 2,
+            cache_read_tokens: 3,
+            cache_creation_tokens: 4,
+            reasoning_tokens: 5,
+        })
+        .unwrap();
+    store
+        .upsert_input(&InputRow {
+            thread_id: id.into(),
+            id: "c1".into(),
+            mode: "queue".into(),
+            state: "held".into(),
+            body: json!({"prompt": "later"}),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        })
+        .unwrap();
+    store
+        .upsert_run(&RunRow {
+            id: format!("run-{id}"),
+            thread_id: id.into(),
+            status: "completed".into(),
+            owner_instance: "x".into(),
+            body: json!({}),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        })
+        .unwrap();
+    assert!(store.claim_continue_source(id, "u1").unwrap());
+}
+
+#[test]
+fn delete_only_if_archived() {
+    let (_dir, mut store) = open_tmp();
+    populate(&mut store, "t1");
+    populate(&mut store, "t2");
+    let before: Vec<i64> = [
+        "items",
+        "turns",
+        "usage",
+        "inputs",
+        "runs",
+        "continue_sources",
+    ]
+    .iter()
+    .map(|t| count(&store, t))
+    .collect();
+    assert_eq!(before, vec![2, 2, 2, 2, 2, 2]);
+
+    assert_eq!(
+        store.delete_thread("t1", true).unwrap(),
+        DeleteOutcome::NotArchived
+    );
+    assert_eq!(store.load_history("t1").unwrap().len(), 1);
+
+    // unarchived inside the same transaction as the delete: the delete sees it
+    store.set_archived("t1", true, None).unwrap();
+    let outcome = store
+        .transaction(|tx| {
+            tx.set_archived("t1", false, None)?;
+            tx.delete_thread("t1", true)
+        })
+        .unwrap();
+    assert_eq!(outcome, DeleteOutcome::NotArchived);
+    assert!(store.get_thread("t1").unwrap().is_some());
+
+    store.set_archived("t1", true, None).unwrap();
+    assert_eq!(
+        store.delete_thread("t1", true).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert!(store.get_thread("t1").unwrap().is_none());
+    let after: Vec<i64> = [
+        "items",
+        "turns",
+        "usage",
+        "inputs",
+        "runs",
+        "continue_sources",
+    ]
+    .iter()
+    .map(|t| count(&store, t))
+    .collect();
+    assert_eq!(after, vec![1, 1, 1, 1, 1, 1], "only t2's rows remain");
+    assert_eq!(
+        store.delete_thread("t1", false).unwrap(),
+        DeleteOutcome::NotFound
+    );
+    // without only_if_archived an idle unarchived thread can be deleted
+    assert_eq!(
+        store.delete_thread("t2", false).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(count(&store, "items"), 0);
+}
+
+#[test]
+fn listing_skips_damaged_rows() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("a", "/w", 30)).unwrap();
+    store.insert_thread(&thread("b", "/w", 20)).unwrap();
+    store.insert_thread(&thread("c", "/other", 10)).unwrap();
+    store.insert_thread(&thread("d", "/w", 5)).unwrap();
+    store.set_archived("d", true, None).unwrap();
+    let ids = |v: Vec<ThreadRow>| v.into_iter().map(|t| t.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_threads(&ThreadFilter::default()).unwrap()),
+        ["a", "b", "c", "d"]
+    );
+
+    raw(&store)
+        .execute("UPDATE threads SET extra = '{not json' WHERE id = 'b'", [])
+        .unwrap();
+    // an out-of-range value is damage too (STRICT tables keep types, so a negative
+    // revision is the way to break a u64 column)
+    store.insert_thread(&thread("e", "/w", 15)).unwrap();
+    raw(&store)
+        .execute("UPDATE threads SET title_revision = -1 WHERE id = 'e'", [])
+        .unwrap();
+    for id in ["b", "e"] {
+        let err = store.get_thread(id).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains(&format!("threads[{id}]")), "{err}");
+    }
+    assert_eq!(
+        ids(store.list_threads(&ThreadFilter::default()).unwrap()),
+        ["a", "c", "d"]
+    );
+    assert_eq!(
+        ids(store
+            .list_threads(&ThreadFilter {
+                cwd: Some("/w".into()),
+                archived: Some(false),
+                limit: Some(5),
+            })
+            .unwrap()),
+        ["a"]
+    );
+    // the limit counts returned rows, not scanned ones
+    assert_eq!(
+        ids(store
+            .list_threads(&ThreadFilter {
+                limit: Some(2),
+                ..Default::default()
+            })
+            .unwrap()),
+        ["a", "c"]
+    );
+    assert_eq!(
+        ids(store
+            .list_threads(&ThreadFilter {
+                archived: Some(true),
+                ..Default::default()
+            })
+            .unwrap()),
+        ["d"]
+    );
+
+    // a damaged newest row does not hide the latest good one
+    raw(&store)
+        .execute("UPDATE threads SET extra = '[' WHERE id = 'a'", [])
+        .unwrap();
+    raw(&store)
+        .execute("UPDATE threads SET updated_at_ms = 100 WHERE id = 'a'", [])
+        .unwrap();
+    assert_eq!(
+        ids(store.list_threads(&ThreadFilter::default()).unwrap()),
+        ["c", "d"]
+    );
+    assert!(store.latest_thread("/w").unwrap().is_none());
+    assert_eq!(store.latest_thread("/other").unwrap().unwrap().id, "c");
+}
+
+#[test]
+fn latest_thread_is_most_recent_unarchived_of_cwd() {
+    let (_dir, mut store) = open_tmp();
+    assert!(store.latest_thread("/w").unwrap().is_none());
+    store.insert_thread(&thread("old", "/w", 10)).unwrap();
+    store.insert_thread(&thread("new", "/w", 20)).unwrap();
+    store.insert_thread(&thread("newest", "/w", 30)).unwrap();
+    store.insert_thread(&thread("elsewhere", "/x", 99)).unwrap();
+    store.set_archived("newest", true, None).unwrap();
+    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "new");
+    store.touch_thread("old", 50).unwrap();
+    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "old");
+}
+
+#[test]
+fn search_finds_titles_and_message_text() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    store.insert_thread(&thread("t2", "/w", 20)).unwrap();
+    store.insert_thread(&thread("t3", "/w", 30)).unwrap();
+    store
+        .set_title("t3", Some("Refactor the Parser"), 1)
+        .unwrap();
+    store.insert_turn(&turn("t1", "u1")).unwrap();
+    let long = format!(
+        "{} the Magic Word is here {}",
+        "x".repeat(400),
+        "y".repeat(400)
+    );
+    store
+        .upsert_item(&item("t1", "u1", "i1", "user_message", "first"))
+        .unwrap();
+    let seq = store
+        .upsert_item(&item("t1", "u1", "i2", "agent_message", &long))
+        .unwrap();
+    store
+        .upsert_item(&item(
+            "t1",
+            "u1",
+            "i3",
+            "reasoning",
+            "secret parser thoughts",
+        ))
+        .unwrap();
+    store.insert_turn(&turn("t2", "u1")).unwrap();
+    store
+        .upsert_item(&item(
+            "t2",
+            "u1",
+            "i1",
+            "user_message",
+            "请帮我修复这个错误",
+        ))
+        .unwrap();
+    store.set_archived("t1", true, None).unwrap();
+
+    let hits = store.search_threads("magic WORD", 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].thread.id, "t1", "archived threads are searched");
+    assert_eq!(hits[0].item_seq, Some(seq));
+    assert_eq!(hits[0].item_id.as_deref(), Some("i2"));
+    assert!(hits[0].snippet.contains("Magic Word"));
+    assert!(hits[0].snippet.chars().count() <= SNIPPET_CHARS);
+
+    // reasoning text is not searched; the title is
+    let hits = store.search_threads("parser", 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].thread.id, "t3");
+    assert_eq!(hits[0].item_seq, None);
+    assert_eq!(hits[0].snippet, "Refactor the Parser");
+
+    let hits = store.search_threads("修复", 10).unwrap();
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].thread.id, "t2");
+
+    // previews match; newest activity first; limit applies
+    let hits = store.search_threads("PREVIEW OF", 2).unwrap();
+    assert_eq!(
+        hits.iter()
+            .map(|h| h.thread.id.as_str())
+            .collect::<Vec<_>>(),
+        ["t3", "t2"]
+    );
+    assert!(store.search_threads("no such text", 10).unwrap().is_empty());
+
+    // empty query: newest unarchived threads
+    let hits = store.search_threads("  ", 10).unwrap();
+    assert_eq!(
+        hits.iter()
+            .map(|h| h.thread.id.as_str())
+            .collect::<Vec<_>>(),
+        ["t3", "t2"]
+    );
+
+    // a corrupt item body does not break the search
+    raw(&store)
+        .execute(
+            "UPDATE items SET body = 'garbage' WHERE id = 'i1' AND thread_id = 't2'",
+            [],
+        )
+        .unwrap();
+    assert!(store.search_threads("修复", 10).unwrap().is_empty());
+    assert_eq!(store.search_threads("magic", 10).unwrap().len(), 1);
+}
+
+#[test]
+fn item_upsert_keeps_seq_and_history_is_ordered() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    store.insert_turn(&turn("t1", "b-first")).unwrap();
+    store.insert_turn(&turn("t1", "a-second")).unwrap();
+    let s1 = store
+        .upsert_item(&item("t1", "b-first", "x", "user_message", "q"))
+        .unwrap();
+    let s2 = store
+        .upsert_item(&item("t1", "b-first", "y", "agent_message", "partial"))
+        .unwrap();
+    let s3 = store
+        .upsert_item(&item("t1", "a-second", "z", "user_message", "q2"))
+        .unwrap();
+    assert_eq!((s1, s2, s3), (1, 2, 3));
+
+    let mut updated = item("t1", "b-first", "y", "agent_message", "full answer");
+    updated.seq = 999; // ignored
+    assert_eq!(store.upsert_item(&updated).unwrap(), 2);
+    let got = store.get_item("t1", "y").unwrap().unwrap();
+    assert_eq!(got.seq, 2);
+    assert_eq!(got.body["text"], "full answer");
+
+    store.delete_item("t1", "z").unwrap();
+    store.delete_item("t1", "z").unwrap(); // idempotent
+    let s4 = store
+        .upsert_item(&item("t1", "a-second", "w", "agent_message", "a"))
+        .unwrap();
+    assert_eq!(s4, 4, "deleted seqs are not reused");
+
+    let history = store.load_history("t1").unwrap();
+    let shape: Vec<(String, Vec<(String, u64)>)> = history
+        .iter()
+        .map(|t| {
+            (
+                t.turn.id.clone(),
+                t.items.iter().map(|i| (i.id.clone(), i.seq)).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            ("b-first".into(), vec![("x".into(), 1), ("y".into(), 2)]),
+            ("a-second".into(), vec![("w".into(), 4)]),
+        ]
+    );
+    assert!(store.load_history("ghost").unwrap().is_empty());
+
+    // items need their turn
+    assert!(matches!(
+        store
+            .upsert_item(&item("t1", "nope", "q", "user_message", ""))
+            .unwrap_err(),
+        StoreError::NotFound { kind: "turn", .. }
+    ));
+    assert!(matches!(
+        store.insert_turn(&turn("ghost", "u")).unwrap_err(),
+        StoreError::NotFound { kind: "thread", .. }
+    ));
+
+    // update_turn round trip
+    let mut t = store.get_turn("t1", "b-first").unwrap().unwrap();
+    t.status = "completed".into();
+    t.error = Some(json!({"message": "x"}));
+    t.input_tokens = 10;
+    t.cache_creation_tokens = 7;
+    t.completed_at_ms = Some(3_000);
+    t.truncated = true;
+    t.extra = json!({"duration_ms": 5});
+    store.update_turn(&t).unwrap();
+    assert_eq!(store.get_turn("t1", "b-first").unwrap().unwrap(), t);
+    assert_eq!(store.load_history("t1").unwrap()[0].turn.id, "b-first");
+    t.id = "ghost".into();
+    assert!(matches!(
+        store.update_turn(&t).unwrap_err(),
+        StoreError::NotFound { kind: "turn", .. }
+    ));
+
+    // out-of-range numbers are refused, not wrapped
+    let mut huge = turn("t1", "huge");
+    huge.output_tokens = u64::MAX;
+    assert!(store.insert_turn(&huge).is_err());
+}
+
+#[test]
+fn copy_history_with_cuts() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("src", "/w", 10)).unwrap();
+    for (t, status) in [
+        ("t1", "completed"),
+        ("t2", "completed"),
+        ("t3", "in_progress"),
+    ] {
+        let mut row = turn("src", t);
+        row.status = status.into();
+        store.insert_turn(&row).unwrap();
+        for i in 1..=3 {
+            store
+                .upsert_item(&item(
+                    "src",
+                    t,
+                    &format!("{t}-item-{i}"),
+                    "user_message",
+                    "m",
+                ))
+                .unwrap();
+        }
+    }
+    let shape = |store: &Store, id: &str| -> Vec<(String, String, Vec<String>)> {
+        store
+            .load_history(id)
+            .unwrap()
+            .into_iter()
+            .map(|t| {
+                (
+                    t.turn.id,
+                    t.turn.status,
+                    t.items.into_iter().map(|i| i.id).collect(),
+                )
+            })
+            .collect()
+    };
+
+    // everything; in-progress becomes interrupted
+    store.insert_thread(&thread("all", "/w", 10)).unwrap();
+    store.copy_history("src", "all", None, None).unwrap();
+    let all = shape(&store, "all");
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[2].1, "interrupted");
+    assert_eq!(all[2].2.len(), 3);
+    assert!(store
+        .get_turn("all", "t3")
+        .unwrap()
+        .unwrap()
+        .completed_at_ms
+        .is_some());
+    assert_eq!(
+        store.get_turn("src", "t3").unwrap().unwrap().status,
+        "in_progress"
+    );
+    // fresh, dense seqs in dst
+    let seqs: Vec<u64> = store
+        .load_history("all")
+        .unwrap()
+        .iter()
+        .flat_map(|t| t.items.iter().map(|i| i.seq))
+        .collect();
+    assert_eq!(seqs, (1..=9).collect::<Vec<_>>());
+
+    // cut at a turn and an item inside it
+    store.insert_thread(&thread("cut", "/w", 10)).unwrap();
+    store
+        .copy_history("src", "cut", Some("t2"), Some("t2-item-2"))
+        .unwrap();
+    assert_eq!(
+        shape(&store, "cut"),
+        vec![
+            (
+                "t1".to_string(),
+                "completed".to_string(),
+                vec![
+                    "t1-item-1".to_string(),
+                    "t1-item-2".into(),
+                    "t1-item-3".into()
+                ]
+            ),
+            (
+                "t2".into(),
+                "completed".into(),
+                vec!["t2-item-1".into(), "t2-item-2".into()]
+            ),
+        ]
+    );
+
+    // cut at a whole turn; cut by item alone
+    store.insert_thread(&thread("turn-only", "/w", 10)).unwrap();
+    store
+        .copy_history("src", "turn-only", Some("t1"), None)
+        .unwrap();
+    assert_eq!(shape(&store, "turn-only").len(), 1);
+    store.insert_thread(&thread("item-only", "/w", 10)).unwrap();
+    store
+        .copy_history("src", "item-only", None, Some("t3-item-1"))
+        .unwrap();
+    let item_only = shape(&store, "item-only");
+    assert_eq!(item_only.len(), 3);
+    assert_eq!(item_only[2].2, vec!["t3-item-1".to_string()]);
+
+    // bad cuts fail and copy nothing
+    store.insert_thread(&thread("bad", "/w", 10)).unwrap();
+    assert!(matches!(
+        store
+            .copy_history("src", "bad", Some("nope"), None)
+            .unwrap_err(),
+        StoreError::NotFound { kind: "turn", .. }
+    ));
+    assert!(matches!(
+        store
+            .copy_history("src", "bad", Some("t2"), Some("t1-item-1"))
+            .unwrap_err(),
+        StoreError::NotFound { kind: "item", .. }
+    ));
+    assert!(shape(&store, "bad").is_empty());
+    assert!(matches!(
+        store.copy_history("ghost", "bad", None, None).unwrap_err(),
+        StoreError::NotFound { kind: "thread", .. }
+    ));
+}
+
+#[test]
+fn inputs_runs_usage_and_continue_sources() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let input = |id: &str, mode: &str, state: &str, at: i64| InputRow {
+        thread_id: "t1".into(),
+        id: id.into(),
+        mode: mode.into(),
+        state: state.into(),
+        body: json!({"prompt": id}),
+        created_at_ms: at,
+        updated_at_ms: at,
+    };
+    store
+        .upsert_input(&input("c2", "queue", "pending", 5))
+        .unwrap();
+    store
+        .upsert_input(&input("c1", "steer", "pending", 5))
+        .unwrap();
+    store
+        .upsert_input(&input("c0", "queue", "held", 1))
+        .unwrap();
+    // an update keeps the queue position (created_at) and changes the rest
+    let mut c2 = input("c2", "steer", "held", 50);
+    c2.body = json!({"prompt": "edited"});
+    store.upsert_input(&c2).unwrap();
+    let got = store.get_input("t1", "c2").unwrap().unwrap();
+    assert_eq!(got.created_at_ms, 5);
+    assert_eq!(got.updated_at_ms, 50);
+    assert_eq!((got.mode.as_str(), got.state.as_str()), ("steer", "held"));
+    assert_eq!(got.body["prompt"], "edited");
+    let ids = |v: Vec<InputRow>| v.into_iter().map(|i| i.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_inputs("t1", &[]).unwrap()),
+        ["c0", "c2", "c1"]
+    );
+    assert_eq!(
+        ids(store.list_inputs("t1", &["held"]).unwrap()),
+        ["c0", "c2"]
+    );
+    assert_eq!(ids(store.list_inputs("t1", &["pending"]).unwrap()), ["c1"]);
+    assert!(store.get_input("t1", "nope").unwrap().is_none());
+    assert!(matches!(
+        store
+            .upsert_input(&input("c9", "shout", "pending", 1))
+            .unwrap_err(),
+        StoreError::Invalid(_)
+    ));
+    assert!(matches!(
+        store
+            .upsert_input(&input("c9", "queue", "lost", 1))
+            .unwrap_err(),
+        StoreError::Invalid(_)
+    ));
+
+    let mut run = RunRow {
+        id: "r1".into(),
+        thread_id: "t1".into(),
+        status: "accepted".into(),
+        owner_instance: "inst".into(),
+        body: json!({"status": "accepted", "request": {"mode": "start"}}),
+        created_at_ms: 7,
+        updated_at_ms: 7,
+    };
+    store.upsert_run(&run).unwrap();
+    run.status = "completed".into();
+    run.updated_at_ms = 9;
+    run.created_at_ms = 8; // kept from the first insert
+    store.upsert_run(&run).unwrap();
+    let got = store.get_run("r1").unwrap().unwrap();
+    assert_eq!(got.status, "completed");
+    assert_eq!((got.created_at_ms, got.updated_at_ms), (7, 9));
+    assert_eq!(store.list_runs("t1").unwrap().len(), 1);
+    assert!(store.get_run("nope").unwrap().is_none());
+
+    let usage = UsageRow {
+        thread_id: "t1".into(),
+        turn_id: "u1".into(),
+        provider: "p".into(),
+        model: "m".into(),
+        at_ms: 3,
+        input_tokens: 10,
+        output_tokens: 20,
+        cache_read_tokens: 30,
+        cache_creation_tokens: 40,
+        reasoning_tokens: 5,
+    };
+    store.insert_usage(&usage).unwrap();
+    store
+        .insert_usage(&UsageRow {
+            at_ms: 1,
+            ..usage.clone()
+        })
+        .unwrap();
+    let all = store.list_usage(None).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].at_ms, 1);
+    assert_eq!(all[1], usage);
+    assert!(store.list_usage(Some("other")).unwrap().is_empty());
+
+    assert!(store.claim_continue_source("t1", "turn-1").unwrap());
+    assert!(!store.claim_continue_source("t1", "turn-1").unwrap());
+    let reopened = Store::open(store.path()).unwrap();
+    drop(reopened);
+    let mut again = Store::open(store.path()).unwrap();
+    assert!(!again.claim_continue_source("t1", "turn-1").unwrap());
+    assert!(again.claim_continue_source("t1", "turn-2").unwrap());
+}
+
+#[test]
+fn transaction_commits_or_rolls_back_as_a_whole() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    store.insert_turn(&turn("t1", "u1")).unwrap();
+    let pending = InputRow {
+        thread_id: "t1".into(),
+        id: "c1".into(),
+        mode: "queue".into(),
+        state: "pending".into(),
+        body: json!({"prompt": "p"}),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    };
+    store.upsert_input(&pending).unwrap();
+
+    // failure half-way: neither change lands
+    let err = store
+        .transaction(|tx| {
+            tx.upsert_item(&item("t1", "u1", "m1", "user_message", "p"))?;
+            tx.upsert_input(&InputRow {
+                state: "consumed".into(),
+                ..pending.clone()
+            })?;
+            Err::<(), _>(StoreError::Invalid("boom".into()))
+        })
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)));
+    assert!(store.get_item("t1", "m1").unwrap().is_none());
+    assert_eq!(
+        store.get_input("t1", "c1").unwrap().unwrap().state,
+        "pending"
+    );
+
+    // success: both land
+    let seq = store
+        .transaction(|tx| {
+            let seq = tx.upsert_item(&item("t1", "u1", "m1", "user_message", "p"))?;
+            tx.upsert_input(&InputRow {
+                state: "consumed".into(),
+                ..pending.clone()
+            })?;
+            Ok(seq)
+        })
+        .unwrap();
+    assert_eq!(seq, 1, "the rolled-back attempt did not use up a seq");
+    assert!(store.get_item("t1", "m1").unwrap().is_some());
+    assert_eq!(
+        store.get_input("t1", "c1").unwrap().unwrap().state,
+        "consumed"
+    );
+}
+
+#[test]
+fn lease_is_exclusive_between_stores() {
+    let (_dir, mut store) = open_tmp();
+    let path = store.path().to_path_buf();
+    let other = LiveChild::spawn();
+    let owners = [LeaseOwner::current(), other.owner()];
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    drop(store);
+
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = owners
+        .iter()
+        .cloned()
+        .map(|owner| {
+            let path = path.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                barrier.wait();
+                store.acquire_lease("t1", &owner).unwrap()
+            })
+        })
+        .collect();
+    let outcomes: Vec<LeaseOutcome> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let acquired = outcomes
+        .iter()
+        .filter(|o| matches!(o, LeaseOutcome::Acquired { previous: None, .. }))
+        .count();
+    let busy: Vec<&LeaseOwner> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            LeaseOutcome::Busy(holder) => Some(holder),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(acquired, 1, "{outcomes:?}");
+    assert_eq!(busy.len(), 1, "{outcomes:?}");
+
+    let mut a = Store::open(&path).unwrap();
+    let mut b = Store::open(&path).unwrap();
+    let (holder, hb1) = a.lease_of("t1").unwrap().unwrap();
+    assert_eq!(&holder, busy[0]);
+    let (holder_owner, loser) = if holder == owners[0] {
+        (&owners[0], &owners[1])
+    } else {
+        (&owners[1], &owners[0])
+    };
+    assert_eq!(
+        b.acquire_lease("t1", holder_owner).unwrap(),
+        LeaseOutcome::AlreadyHeld
+    );
+    assert_eq!(
+        b.acquire_lease("t1", loser).unwrap(),
+        LeaseOutcome::Busy(holder.clone())
+    );
+
+    std::thread::sleep(Duration::from_millis(5));
+    a.heartbeat(holder_owner).unwrap();
+    let (_, hb2) = b.lease_of("t1").unwrap().unwrap();
+    assert!(hb2 > hb1, "heartbeat moves forward: {hb1} -> {hb2}");
+
+    // releasing by the wrong owner does nothing; by the holder frees it
+    a.release_lease("t1", loser).unwrap();
+    assert!(a.lease_of("t1").unwrap().is_some());
+    a.release_lease("t1", holder_owner).unwrap();
+    assert!(a.lease_of("t1").unwrap().is_none());
+    assert!(matches!(
+        b.acquire_lease("t1", loser).unwrap(),
+        LeaseOutcome::Acquired { previous: None, .. }
+    ));
+    assert_eq!(b.lease_of("t1").unwrap().unwrap().0, *loser);
+}
+
+#[test]
+fn dead_owner_lease_is_taken_over_and_its_turn_settled() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let dead = dead_owner();
+    // the dead process held the lease and was running a turn and a run
+    assert!(matches!(
+        store.acquire_lease("t1", &dead).unwrap(),
+        LeaseOutcome::Acquired { .. }
+    ));
+    store.insert_turn(&turn("t1", "u1")).unwrap();
+    store
+        .upsert_run(&RunRow {
+            id: "r1".into(),
+            thread_id: "t1".into(),
+            status: "running".into(),
+            owner_instance: dead.instance.clone(),
+            body: json!({"status": "running"}),
+            created_at_ms: 1,
+            updated_at_ms: jiff::Timestamp::now().as_millisecond(),
+        })
+        .unwrap();
+
+    let me = LeaseOwner::current();
+    let mut mine = Store::open(store.path()).unwrap();
+    match mine.acquire_lease("t1", &me).unwrap() {
+        LeaseOutcome::Acquired { previous, settled } => {
+            assert_eq!(previous.as_ref(), Some(&dead));
+            assert_eq!(
+                settled.interrupted_turns,
+                vec![SettledTurn {
+                    thread_id: "t1".into(),
+                    turn_id: "u1".into()
+                }]
+            );
+            assert_eq!(settled.interrupted_runs, vec!["r1".to_string()]);
+        }
+        other => panic!("expected takeover, got {other:?}"),
+    }
+    let t = store.get_turn("t1", "u1").unwrap().unwrap();
+    assert_eq!(t.status, "interrupted");
+    assert_eq!(t.error.unwrap()["message"], INTERRUPTED_MESSAGE);
+    let run = store.get_run("r1").unwrap().unwrap();
+    assert_eq!(run.status, "interrupted");
+    assert_eq!(run.body["status"], "interrupted");
+    assert_eq!(store.lease_of("t1").unwrap().unwrap().0, me);
+
+    // my own running turn is never settled by my re-acquire
+    store.insert_turn(&turn("t1", "u2")).unwrap();
+    assert_eq!(
+        mine.acquire_lease("t1", &me).unwrap(),
+        LeaseOutcome::AlreadyHeld
+    );
+    assert_eq!(
+        store.get_turn("t1", "u2").unwrap().unwrap().status,
+        "in_progress"
+    );
+}
+
+#[test]
+fn stale_heartbeat_lease_is_taken_over() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let child = LiveChild::spawn();
+    let hung = child.owner(); // alive pid, but it stops heartbeating
+    let me = LeaseOwner::current();
+    store.set_lease_stale_ms(300);
+    assert!(matches!(
+        store.acquire_lease("t1", &hung).unwrap(),
+        LeaseOutcome::Acquired { .. }
+    ));
+    assert_eq!(
+        store.acquire_lease("t1", &me).unwrap(),
+        LeaseOutcome::Busy(hung.clone())
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    match store.acquire_lease("t1", &me).unwrap() {
+        LeaseOutcome::Acquired { previous, .. } => assert_eq!(previous, Some(hung)),
+        other => panic!("expected takeover, got {other:?}"),
+    }
+}
+
+#[test]
+fn recover_settles_dead_work_and_leaves_live_work() {
+    let (_dir, mut store) = open_tmp();
+    let now = jiff::Timestamp::now().as_millisecond();
+    let me = LeaseOwner::current();
+    let dead = dead_owner();
+    let child = LiveChild::spawn();
+    let live = child.owner();
+    for t in ["dead", "live", "orphan", "mine", "idle"] {
+        store.insert_thread(&thread(t, "/w", 10)).unwrap();
+    }
+    store.acquire_lease("dead", &dead).unwrap();
+    store.acquire_lease("live", &live).unwrap();
+    store.acquire_lease("mine", &me).unwrap();
+    for t in ["dead", "live", "orphan", "mine"] {
+        store.insert_turn(&turn(t, "running")).unwrap();
+    }
+    let mut done = turn("idle", "finished");
+    done.status = "completed".into();
+    store.insert_turn(&done).unwrap();
+    let run = |id: &str, thread: &str, status: &str, owner: &str, updated: i64| RunRow {
+        id: id.into(),
+        thread_id: thread.into(),
+        status: status.into(),
+        owner_instance: owner.into(),
+        body: json!({"status": status}),
+        created_at_ms: updated,
+        updated_at_ms: updated,
+    };
+    let runs = [
+        run("r-dead", "dead", "running", &dead.instance, now),
+        run(
+            "r-live-accepted",
+            "idle",
+            "accepted",
+            &live.instance,
+            now - 3_600_000,
+        ),
+        run("r-unknown-old", "idle", "running", "gone", now - 3_600_000),
+        run("r-unknown-fresh", "idle", "accepted", "starting", now),
+        run("r-done", "idle", "completed", &dead.instance, 1),
+        run("r-mine", "idle", "accepted", &me.instance, 1),
+    ];
+    for r in &runs {
+        store.upsert_run(r).unwrap();
+    }
+
+    let mut other = Store::open(store.path()).unwrap();
+    let report = other.recover(&me, 60_000).unwrap();
+    assert_eq!(
+        report.interrupted_turns,
+        vec![
+            SettledTurn {
+                thread_id: "dead".into(),
+                turn_id: "running".into()
+            },
+            SettledTurn {
+                thread_id: "orphan".into(),
+                turn_id: "running".into()
+            },
+        ]
+    );
+    let mut interrupted = report.interrupted_runs.clone();
+    interrupted.sort();
+    assert_eq!(interrupted, ["r-dead", "r-unknown-old"]);
+    assert_eq!(
+        report.removed_leases,
+        vec![("dead".to_string(), dead.clone())]
+    );
+
+    let status = |t: &str| store.get_turn(t, "running").unwrap().unwrap().status;
+    assert_eq!(status("dead"), "interrupted");
+    assert_eq!(status("orphan"), "interrupted");
+    assert_eq!(status("live"), "in_progress");
+    assert_eq!(status("mine"), "in_progress");
+    let orphan = store.get_turn("orphan", "running").unwrap().unwrap();
+    assert_eq!(
+        orphan.error,
+        Some(json!({"message": "interrupted: the process that ran this turn stopped"}))
+    );
+    assert!(orphan.completed_at_ms.is_some());
+    assert_eq!(store.get_turn("idle", "finished").unwrap().unwrap(), done);
+    let run_status = |id: &str| store.get_run(id).unwrap().unwrap().status;
+    assert_eq!(run_status("r-live-accepted"), "accepted");
+    assert_eq!(run_status("r-unknown-fresh"), "accepted");
+    assert_eq!(run_status("r-done"), "completed");
+    assert_eq!(run_status("r-mine"), "accepted");
+    assert!(store.lease_of("dead").unwrap().is_none());
+    assert_eq!(store.lease_of("live").unwrap().unwrap().0, live);
+    assert_eq!(store.lease_of("mine").unwrap().unwrap().0, me);
+
+    // a second pass finds nothing more
+    assert!(other.recover(&me, 60_000).unwrap().is_empty());
+}
+
+#[test]
+fn write_waits_for_another_writer_within_busy_timeout() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let path = store.path().to_path_buf();
+    let (locked_tx, locked_rx) = mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let mut conn = rusqlite::Connection::open(&path).unwrap();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Exclusive)
+            .unwrap();
+        tx.execute("UPDATE threads SET preview = 'held' WHERE id = 't1'", [])
+            .unwrap();
+        locked_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        tx.commit().unwrap();
+    });
+    locked_rx.recv().unwrap();
+    let started = Instant::now();
+    store.touch_thread("t1", 99).unwrap();
+    let waited = started.elapsed();
+    holder.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "waited only {waited:?}"
+    );
+    let t = store.get_thread("t1").unwrap().unwrap();
+    assert_eq!((t.preview.as_str(), t.updated_at_ms), ("held", 99));
+}
+
+#[test]
+fn busy_error_is_distinguishable() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    store.set_busy_timeout(Duration::from_millis(100)).unwrap();
+    let mut conn = raw(&store);
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    let err = store.touch_thread("t1", 50).unwrap_err();
+    assert!(err.is_busy(), "{err:?}");
+    assert!(err.to_string().contains("busy"), "{err}");
+    // reads still work in WAL mode while someone writes
+    assert!(store.get_thread("t1").unwrap().is_some());
+    drop(tx);
+    store.touch_thread("t1", 50).unwrap();
+}
+
+#[test]
+fn concurrent_writers_in_threads() {
+    let (_dir, mut store) = open_tmp();
+    for t in ["a", "b"] {
+        store.insert_thread(&thread(t, "/w", 10)).unwrap();
+        store.insert_turn(&turn(t, "u1")).unwrap();
+    }
+    let path = store.path().to_path_buf();
+    let handles: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|t| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                let mut seqs = Vec::new();
+                for i in 0..200 {
+                    let it = item(t, "u1", &format!("i{i}"), "agent_message", "x");
+                    seqs.push(store.upsert_item(&it).unwrap());
+                    if i % 50 == 0 {
+                        store.touch_thread(t, i).unwrap();
+                    }
+                }
+                seqs
+            })
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), (1..=200).collect::<Vec<u64>>());
+    }
+    assert_eq!(count(&store, "items"), 400);
+}
