@@ -9,6 +9,7 @@ pub mod envelope;
 pub mod input;
 pub mod methods;
 pub mod notifications;
+pub mod run;
 pub mod schema;
 pub mod thread;
 
@@ -17,4 +18,5 @@ pub use envelope::*;
 pub use input::*;
 pub use methods::*;
 pub use notifications::*;
+pub use run::*;
 pub use thread::*;

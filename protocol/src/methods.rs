@@ -12,6 +12,7 @@
 
 use crate::config::*;
 use crate::input::*;
+use crate::run::*;
 use crate::thread::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
@@ -144,6 +145,8 @@ client_methods! {
     ThreadDelete => "thread/delete", ThreadDeleteParams, ThreadDeleteResult, |p| Route::Session(p.thread_id.clone());
     TurnStart => "turn/start", TurnStartParams, TurnResult, |p| Route::Session(p.thread_id.clone());
     TurnInterrupt => "turn/interrupt", TurnInterruptParams, OkResult, |p| Route::Session(p.thread_id.clone());
+    RunStart => "run/start", RunStartParams, RunEnvelope, |p| Route::Session(p.thread_id.clone());
+    RunInterrupt => "run/interrupt", RunInterruptParams, RunEnvelope, |_| Route::Catalog;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

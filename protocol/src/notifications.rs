@@ -1,6 +1,7 @@
 //! The table of server → client notifications (spec §4) and their params.
 
 use crate::methods::ThreadResumeResult;
+use crate::run::{RunStarted, RunUpdated};
 use crate::thread::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,8 @@ notifications! {
     "thread/started" => ThreadStarted;
     "thread/resumed" => ThreadResumed;
     "thread/updated" => ThreadUpdated;
+    "run/started" => RunStarted;
+    "run/updated" => RunUpdated;
     "turn/started" => TurnStarted;
     "turn/completed" => TurnCompleted;
     "turn/error" => TurnErrorNotification;

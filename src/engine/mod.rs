@@ -1,21 +1,313 @@
-//! The built-in agent loop (under construction).
+//! The built-in engine: admission of turns, the agent loop ([`driver`]), runs ([`run`]),
+//! history normalization ([`history`]), request context ([`context`]) and traces
+//! ([`trace`]). Spec `app-server.md` §3.2–§3.3, §4.3–§4.9; `providers.md`.
 
-use crate::server::Responder;
-use crate::session::Session;
-use wuu_protocol::{ErrorCode, TurnInterruptParams, TurnStartParams};
+pub mod context;
+pub mod driver;
+pub mod history;
+pub mod run;
+pub mod trace;
 
-/// `turn/start`.
-pub fn turn_start(_s: &mut Session, _p: TurnStartParams, reply: Responder) {
-    reply.err(ErrorCode::Error, "turns are not available in this build yet");
+use crate::provider::Provider;
+use crate::server::{Responder, Shared};
+use crate::session::convert::{turn_wire, TurnState};
+use crate::session::{Session, SessionMsg};
+use crate::tools::PermissionMode;
+use crate::util::{new_id, now_ms, preview};
+use base64::Engine as _;
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use wuu_protocol::*;
+use wuu_store::{ItemRow, LeaseOutcome, TurnRow};
+
+/// The provider instance `id` (built once per process and cached).
+pub fn provider_for(shared: &Shared, id: &str) -> Result<Arc<dyn Provider>, String> {
+    if let Some(p) = shared.providers.lock().get(id) {
+        return Ok(p.clone());
+    }
+    let cfg = shared.config();
+    if id.is_empty() {
+        return Err("no provider is configured: add one to the user config".into());
+    }
+    let pc = cfg
+        .provider(id)
+        .ok_or_else(|| format!("provider {id:?} is not configured"))?;
+    let p = crate::provider::build(id, pc, &cfg.config_dir)?;
+    shared.providers.lock().insert(id.to_owned(), p.clone());
+    Ok(p)
 }
 
-/// `turn/interrupt`.
-pub fn turn_interrupt(_s: &mut Session, _p: TurnInterruptParams, reply: Responder) {
-    reply.err(ErrorCode::Error, "no active turn");
+/// A user input that opens a turn.
+#[derive(Debug, Clone, Default)]
+pub struct TurnInput {
+    /// Prompt text.
+    pub prompt: String,
+    /// Images.
+    pub images: Vec<Attachment>,
+    /// Files.
+    pub files: Vec<Attachment>,
+    /// Accepted content parts.
+    pub content_parts: Option<Vec<Value>>,
+    /// The client's id (→ `source_id`).
+    pub client_id: Option<String>,
+    /// `queue` | `steer` | `schema_correction` … for host-made inputs.
+    pub origin: Option<String>,
 }
 
-/// Stops and settles the active turn before shutdown.
-pub fn settle_for_shutdown(_s: &mut Session) {}
+type Refusal = (ErrorCode, String);
 
-/// Stops and settles the active turn before a forced archive.
-pub fn interrupt_for_archive(_s: &mut Session) {}
+fn invalid(m: impl Into<String>) -> Refusal {
+    (ErrorCode::InvalidParams, format!("invalid params: {}", m.into()))
+}
+
+/// Validates attachments (spec §5.6): images need `image/*` (default `image/png`), files
+/// `application/pdf` or `video/*`; data must be base64 or a base64 `data:` URL.
+pub fn check_attachments(images: &[Attachment], files: &[Attachment]) -> Result<(), Refusal> {
+    let decodes = |d: &str| {
+        let payload = match d.strip_prefix("data:") {
+            Some(rest) => rest.split_once(";base64,").map(|(_, p)| p),
+            None => Some(d),
+        };
+        payload.is_some_and(|p| base64::engine::general_purpose::STANDARD.decode(p.trim()).is_ok())
+    };
+    for (i, a) in images.iter().enumerate() {
+        let mt = a.media_type.as_deref().unwrap_or("image/png");
+        if !(mt.starts_with("image/") || mt.starts_with("video/")) {
+            return Err(invalid(format!("images[{i}].media_type: {mt:?} is not an image type")));
+        }
+        if !decodes(&a.data) {
+            return Err(invalid(format!("images[{i}].data: not valid base64")));
+        }
+    }
+    for (i, a) in files.iter().enumerate() {
+        let mt = a.media_type.as_deref().unwrap_or("application/octet-stream");
+        if mt != "application/pdf" && !mt.starts_with("video/") {
+            return Err(invalid(format!(
+                "files[{i}].media_type: {mt:?} is not accepted (application/pdf or video/*)"
+            )));
+        }
+        if !decodes(&a.data) {
+            return Err(invalid(format!("files[{i}].data: not valid base64")));
+        }
+    }
+    Ok(())
+}
+
+/// Keeps content parts only when their concatenated text equals the prompt after
+/// trimming (seed: content parts); unknown part types are dropped.
+pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<Vec<Value>> {
+    let parts: Vec<Value> = parts?
+        .into_iter()
+        .filter(|p| {
+            matches!(
+                p.get("type").and_then(Value::as_str),
+                Some("text" | "pasted_text" | "file_selection" | "response_selection")
+            ) && p.get("text").and_then(Value::as_str).is_some_and(|t| !t.is_empty())
+        })
+        .collect();
+    let joined: String = parts
+        .iter()
+        .filter_map(|p| p.get("text").and_then(Value::as_str))
+        .collect();
+    (!parts.is_empty() && joined.trim() == prompt.trim()).then_some(parts)
+}
+
+/// Admits a new turn: refuses when busy (here or under another process's lease),
+/// persists the turn and its user item in one transaction (before any answer), and
+/// makes it the active turn. The caller answers and announces it.
+pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusal> {
+    if s.running.load(Ordering::SeqCst) {
+        return Err((
+            ErrorCode::ThreadBusy,
+            format!("thread {:?} already has a running turn", s.id),
+        ));
+    }
+    if s.shared.is_closing() {
+        return Err((ErrorCode::ServerClosed, "the server is shutting down".into()));
+    }
+    let owner = s.shared.owner.clone();
+    let id = s.id.clone();
+    if let Some(store) = s.store.as_mut() {
+        match store.acquire_lease(&id, &owner) {
+            Ok(LeaseOutcome::Busy(o)) => {
+                return Err((
+                    ErrorCode::ThreadBusy,
+                    format!(
+                        "thread {id:?} is executing in another wuu process (pid {} on {})",
+                        o.pid, o.host
+                    ),
+                ))
+            }
+            Ok(LeaseOutcome::Acquired { settled, .. }) if !settled.interrupted_turns.is_empty() => {
+                // A dead owner's turn was settled as interrupted: reload history.
+                if let Ok(Some((_, _, turns))) = crate::session::lifecycle::load(&s.shared, &id) {
+                    s.turns = turns;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return Err((ErrorCode::InternalError, format!("store: {e}"))),
+        }
+    }
+    let now = now_ms();
+    let turn_id = new_id("turn");
+    let mut row = TurnRow::new(&s.id, &turn_id, kind, now);
+    row.provider = s.thread.provider.clone();
+    row.model = s.thread.model.clone();
+    let mut user = ThreadItem::new(format!("{turn_id}-item-0001"), "user_message");
+    user.status = Some("completed".into());
+    user.role = Some("user".into());
+    user.text = Some(input.prompt.clone());
+    user.source_id = input.client_id.clone();
+    user.origin = input.origin.clone();
+    if !input.images.is_empty() {
+        user.images = Some(input.images.iter().filter_map(|a| serde_json::to_value(a).ok()).collect());
+    }
+    if !input.files.is_empty() {
+        user.files = Some(input.files.iter().filter_map(|a| serde_json::to_value(a).ok()).collect());
+    }
+    user.content_parts = input.content_parts.clone();
+    if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
+        s.thread.preview = preview(&input.prompt, 120);
+    }
+    s.thread.updated_at_ms = now;
+    let thread = s.thread.clone();
+    let item_row = ItemRow {
+        thread_id: s.id.clone(),
+        turn_id: turn_id.clone(),
+        id: user.id.clone(),
+        item_type: user.item_type.clone(),
+        status: user.status.clone(),
+        seq: 0,
+        body: serde_json::to_value(&user).unwrap_or_default(),
+    };
+    let row2 = row.clone();
+    let seq = s.persist(|st| {
+        st.transaction(|tx| {
+            tx.insert_turn(&row2)?;
+            let seq = tx.upsert_item(&item_row)?;
+            tx.update_thread(&thread)?;
+            Ok(seq)
+        })
+    });
+    match seq {
+        Ok(seq) => {
+            if s.store.is_some() {
+                user.seq = Some(seq);
+            }
+        }
+        Err(e) => {
+            release(s);
+            return Err(e);
+        }
+    }
+    s.turns.push(TurnState {
+        row,
+        items: vec![user],
+    });
+    s.running.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Ends the active execution: clears `running` and releases the lease.
+pub fn release(s: &mut Session) {
+    s.running.store(false, Ordering::SeqCst);
+    let owner = s.shared.owner.clone();
+    let id = s.id.clone();
+    if let Some(store) = s.store.as_mut() {
+        if let Err(e) = store.release_lease(&id, &owner) {
+            log::warn!("releasing the lease of {id}: {e}");
+        }
+    }
+}
+
+/// The current turn as a wire turn.
+pub fn current_turn(s: &Session) -> Turn {
+    turn_wire(s.turns.last().expect("a turn"))
+}
+
+/// Validates a `turn/start` / `run/start` input against the conversation.
+pub fn input_from(
+    s: &Session,
+    prompt: Option<String>,
+    images: Option<Vec<Attachment>>,
+    files: Option<Vec<Attachment>>,
+    content_parts: Option<Vec<Value>>,
+    client_id: Option<String>,
+    permission_mode: Option<String>,
+) -> Result<TurnInput, Refusal> {
+    let prompt = prompt.unwrap_or_default();
+    let images = images.unwrap_or_default();
+    let files = files.unwrap_or_default();
+    if prompt.trim().is_empty() && images.is_empty() && files.is_empty() {
+        return Err(invalid("prompt or attachment is required"));
+    }
+    if let Some(m) = permission_mode.as_deref().filter(|m| !m.is_empty()) {
+        if PermissionMode::parse(m).is_none() {
+            return Err(invalid(format!("permission_mode: unknown mode {m:?}")));
+        }
+        if m != s.thread.permission_mode {
+            return Err(invalid(format!(
+                "permission_mode: {m:?} differs from the conversation's mode {:?}; change it with config/model/update",
+                s.thread.permission_mode
+            )));
+        }
+    }
+    check_attachments(&images, &files)?;
+    let content_parts = accept_content_parts(content_parts, &prompt);
+    Ok(TurnInput {
+        prompt,
+        images,
+        files,
+        content_parts,
+        client_id: client_id.filter(|c| !c.trim().is_empty()),
+        origin: None,
+    })
+}
+
+/// `turn/start`: admit, answer `{turn}`, announce `turn/started`, run the turn.
+pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
+    if p.resume_after_turn_id.as_deref().is_some_and(|t| !t.is_empty()) {
+        return reply.err(
+            ErrorCode::Error,
+            "explicit continue (resume_after_turn_id) is not supported by this server yet",
+        );
+    }
+    let input = match input_from(
+        s,
+        p.prompt,
+        p.images,
+        p.files,
+        p.content_parts,
+        p.client_id,
+        p.permission_mode,
+    ) {
+        Ok(i) => i,
+        Err((c, m)) => return reply.err(c, m),
+    };
+    if let Err((c, m)) = admit(s, input, "user") {
+        return reply.err(c, m);
+    }
+    let turn = current_turn(s);
+    reply.ok(&TurnResult { turn: turn.clone() });
+    let _ = s.shared.notify(&TurnStarted {
+        thread_id: s.id.clone(),
+        turn,
+        queue_id: None,
+        run_id: None,
+    });
+    let (_end, deferred) = driver::Driver::new(s, Default::default()).run();
+    process_deferred(s, deferred);
+}
+
+/// Handles messages that waited for the turn to settle.
+pub fn process_deferred(s: &mut Session, deferred: Vec<SessionMsg>) {
+    for msg in deferred {
+        s.handle(msg);
+    }
+}
+
+/// `turn/interrupt` when no turn runs (during a turn the driver answers it).
+pub fn turn_interrupt(s: &mut Session, _p: TurnInterruptParams, reply: Responder) {
+    reply.err(ErrorCode::Error, format!("thread {:?} has no active turn", s.id));
+}

@@ -173,6 +173,9 @@ fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Re
             Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
         },
         ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(shared, reply),
+        ClientRequest::RunInterrupt(p) => {
+            crate::engine::run::run_interrupt_catalog(shared, store, p, reply)
+        }
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),

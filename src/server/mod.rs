@@ -76,6 +76,13 @@ pub struct Shared {
     pub model_catalog: Mutex<Vec<wuu_protocol::CatalogProvider>>,
     /// Outstanding requests to the client.
     pub reverse: crate::session::reverse::Pending,
+    /// Provider instances by id (built on first use; a replay provider's position in its
+    /// cassette lives in its instance).
+    pub providers: Mutex<std::collections::HashMap<String, Arc<dyn crate::provider::Provider>>>,
+    /// Live runs of this process: run id → conversation id.
+    pub live_runs: Mutex<std::collections::HashMap<String, String>>,
+    /// Runs of ephemeral conversations (never stored).
+    pub ephemeral_runs: Mutex<std::collections::HashMap<String, wuu_protocol::Run>>,
     shutdown_once: Mutex<bool>,
 }
 
@@ -244,6 +251,9 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         capabilities: RwLock::new(ClientCapabilities::default()),
         model_catalog: Mutex::new(catalog_entries),
         reverse: Default::default(),
+        providers: Mutex::new(Default::default()),
+        live_runs: Mutex::new(Default::default()),
+        ephemeral_runs: Mutex::new(Default::default()),
         shutdown_once: Mutex::new(false),
     });
     let hb = Arc::downgrade(&shared);

@@ -348,14 +348,13 @@ impl Session {
     }
 
     pub(super) fn archive(&mut self, p: ThreadArchiveParams, reply: Responder) {
+        // While a turn runs, archive requests are answered by the turn driver (a forced
+        // archive interrupts the turn and is applied after settlement).
         if p.archived && self.running.load(Ordering::SeqCst) {
-            if !p.force.unwrap_or(false) {
-                return reply.err(
-                    ErrorCode::ThreadBusy,
-                    "cannot archive a running thread (send force: true after the user confirms)",
-                );
-            }
-            crate::engine::interrupt_for_archive(self);
+            return reply.err(
+                ErrorCode::ThreadBusy,
+                "cannot archive a running thread (send force: true after the user confirms)",
+            );
         }
         let id = self.id.clone();
         let archived = p.archived;

@@ -121,7 +121,8 @@ impl Session {
         match msg {
             SessionMsg::Request { req, reply } => self.handle_request(req, reply),
             SessionMsg::Shutdown { done } => {
-                self.settle_for_shutdown();
+                // Outside a turn there is no active work; during a turn the driver
+                // interrupts and settles before this runs.
                 let _ = done.send(());
                 self.exit = true;
             }
@@ -142,16 +143,13 @@ impl Session {
             ClientRequest::ThreadDelete(p) => self.delete(p, reply),
             ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
             ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
+            ClientRequest::RunStart(p) => crate::engine::run::run_start(self, p, reply),
+            ClientRequest::RunInterrupt(p) => crate::engine::run::run_interrupt_idle(self, p, reply),
             other => reply.err(
                 ErrorCode::InternalError,
                 format!("{} is not a conversation method", other.method()),
             ),
         }
-    }
-
-    /// Stops active work before shutdown (the engine settles the active turn).
-    fn settle_for_shutdown(&mut self) {
-        crate::engine::settle_for_shutdown(self);
     }
 }
 

@@ -1,0 +1,471 @@
+//! Runs (`run/start`, `run/interrupt`): an automation execution of one conversation that
+//! spans the initial turn and up to two structured-output correction turns, and settles
+//! with exactly one terminal `run/updated` (spec `app-server.md` §3.3, §5.4, §6 rules
+//! 2–3, 16; exit codes per `exec.md` §3.3).
+
+use super::driver::{Driver, TurnEnd, TurnOptions};
+use super::{admit, current_turn, input_from, process_deferred, TurnInput};
+use crate::server::{Responder, Shared};
+use crate::session::{Session, SessionMsg};
+use crate::util::{new_id, now_ms, rfc3339};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use wuu_protocol::*;
+use wuu_store::{RunRow, Store};
+
+/// Correction turns allowed after a final answer that fails the output schema.
+pub const MAX_SCHEMA_CORRECTIONS: u32 = 2;
+
+/// Default turn budget of a run.
+pub const DEFAULT_MAX_TURNS: u32 = 8;
+
+/// The exit code of a settlement (exec.md §3.3 "settlement mapping").
+pub fn exit_code(status: &str, category: Option<&str>, code: Option<&str>) -> i32 {
+    match status {
+        "completed" => 0,
+        "timed_out" => 4,
+        "interrupted" | "cancelled" => 5,
+        _ => {
+            if code == Some("permission_denied") || category == Some("permission_denied") {
+                return 3;
+            }
+            match category {
+                Some("provider" | "auth" | "network" | "invalid_request") => 7,
+                Some("local" | "tool") => 8,
+                Some("cancelled" | "canceled") => 5,
+                Some("timeout") => 4,
+                _ => 1,
+            }
+        }
+    }
+}
+
+/// Extracts the JSON value of a final answer: the whole text, or the body of a fenced
+/// ```json block.
+pub fn parse_structured(text: &str) -> Result<Value, String> {
+    let t = text.trim();
+    if let Ok(v) = serde_json::from_str::<Value>(t) {
+        return Ok(v);
+    }
+    if let Some(start) = t.find("```") {
+        let after = &t[start + 3..];
+        let after = after.strip_prefix("json").unwrap_or(after);
+        if let Some(end) = after.find("```") {
+            return serde_json::from_str::<Value>(after[..end].trim())
+                .map_err(|e| format!("the final message is not valid JSON: {e}"));
+        }
+    }
+    serde_json::from_str::<Value>(t).map_err(|e| format!("the final message is not valid JSON: {e}"))
+}
+
+/// Validates `value` against `schema`; the errors (at most 5) when it does not match.
+pub fn schema_errors(schema: &Value, value: &Value) -> Result<(), String> {
+    let v = jsonschema::validator_for(schema).map_err(|e| format!("invalid output schema: {e}"))?;
+    let errs: Vec<String> = v
+        .iter_errors(value)
+        .take(5)
+        .map(|e| format!("{} (at {})", e, e.instance_path()))
+        .collect();
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs.join("; "))
+    }
+}
+
+fn persist_run(s: &mut Session, run: &Run) {
+    let row = RunRow {
+        id: run.id.clone(),
+        thread_id: run.thread_id.clone(),
+        status: run.status.clone(),
+        owner_instance: s.shared.owner.instance.clone(),
+        body: serde_json::to_value(run).unwrap_or_default(),
+        created_at_ms: now_ms(),
+        updated_at_ms: now_ms(),
+    };
+    if s.store.is_none() {
+        s.shared.ephemeral_runs.lock().insert(run.id.clone(), run.clone());
+    }
+    if let Err((_, e)) = s.persist(|st| st.upsert_run(&row)) {
+        log::error!("persisting run {}: {e}", run.id);
+    }
+}
+
+/// `run/start`: answers `{run}` once the first turn is admitted, then drives the turns
+/// and announces the terminal `run/updated`.
+pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
+    let input = match input_from(
+        s,
+        p.prompt.clone(),
+        p.images.clone(),
+        p.files.clone(),
+        p.content_parts.clone(),
+        p.client_id.clone(),
+        p.permission_mode.clone(),
+    ) {
+        Ok(i) => i,
+        Err((c, m)) => return reply.err(c, m),
+    };
+    let intent = p.request.clone().unwrap_or_default();
+    if let Some(m) = intent.mode.as_deref().filter(|m| !m.is_empty() && *m != "start") {
+        return reply.err(
+            ErrorCode::InvalidParams,
+            format!("invalid params: request.mode: {m:?} is not supported (only \"start\")"),
+        );
+    }
+    if input.prompt.trim_start().starts_with("/compact") {
+        return reply.err(
+            ErrorCode::InvalidParams,
+            "invalid params: execution runs do not accept compact commands",
+        );
+    }
+    if let Some(schema) = &p.output_schema {
+        if let Err(e) = jsonschema::validator_for(schema) {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                format!("invalid params: output_schema: {e}"),
+            );
+        }
+    }
+    let max_turns = p
+        .max_turns
+        .or(intent.max_turns)
+        .unwrap_or(DEFAULT_MAX_TURNS)
+        .max(1);
+    let timeout_ms = p.timeout_ms.or(intent.timeout_ms).filter(|t| *t > 0);
+    let now = now_ms();
+    let deadline_ms = timeout_ms.map(|t| now + t as i64);
+    let mut run = Run {
+        id: new_id("run"),
+        thread_id: s.id.clone(),
+        status: "running".into(),
+        request: json!({
+            "mode": "start",
+            "requested": intent.requested,
+            "has_prompt": !input.prompt.trim().is_empty(),
+            "image_count": input.images.len(),
+            "file_count": input.files.len(),
+            "structured_output": p.output_schema.is_some(),
+            "max_turns": max_turns,
+            "timeout_ms": timeout_ms,
+        }),
+        runtime: json!({
+            "provider": s.thread.provider,
+            "model": s.thread.model,
+            "variant": s.thread.variant,
+            "effort": s.thread.effort,
+            "permission_mode": s.thread.permission_mode,
+            "protocol_version": PROTOCOL_VERSION,
+            "core_version": env!("CARGO_PKG_VERSION"),
+            "max_parallel": s.shared.config().agent().max_parallel.unwrap_or(4),
+        }),
+        workspace: json!({"root": s.shared.opts.workdir.to_string_lossy()}),
+        turns: vec![],
+        result: None,
+        error: None,
+        created_at: rfc3339(now),
+        updated_at: rfc3339(now),
+        completed_at: None,
+    };
+    if let Err((c, m)) = admit(s, input, "user") {
+        return reply.err(c, m);
+    }
+    run.turns.push(RunTurn {
+        id: current_turn(s).id,
+        purpose: "initial".into(),
+        status: "in_progress".into(),
+    });
+    persist_run(s, &run);
+    s.shared
+        .live_runs
+        .lock()
+        .insert(run.id.clone(), s.id.clone());
+    reply.ok(&RunEnvelope { run: run.clone() });
+    let _ = s.shared.notify(&RunStarted(RunEnvelope { run: run.clone() }));
+    let _ = s.shared.notify(&TurnStarted {
+        thread_id: s.id.clone(),
+        turn: current_turn(s),
+        queue_id: None,
+        run_id: Some(run.id.clone()),
+    });
+    drive(s, run, p.output_schema, max_turns, deadline_ms);
+}
+
+fn drive(
+    s: &mut Session,
+    mut run: Run,
+    schema: Option<Value>,
+    max_turns: u32,
+    deadline_ms: Option<i64>,
+) {
+    let mut corrections = 0;
+    let mut waiting_replies: Vec<Responder> = vec![];
+    let mut later: Vec<SessionMsg> = vec![];
+    let mut denials: Vec<Value> = vec![];
+    loop {
+        let opts = TurnOptions {
+            output_schema: schema.clone(),
+            deadline_ms,
+            run_id: Some(run.id.clone()),
+        };
+        let (end, deferred) = Driver::new(s, opts).run();
+        for msg in deferred {
+            match msg {
+                SessionMsg::Request {
+                    req: ClientRequest::RunInterrupt(p),
+                    reply,
+                } if p.run_id == run.id => waiting_replies.push(reply),
+                other => later.push(other),
+            }
+        }
+        let last = s.turns.last().expect("turn").clone();
+        if let Some(d) = last.row.extra.get("permission_denials").and_then(Value::as_array) {
+            denials.extend(d.iter().cloned());
+        }
+        if let Some(t) = run.turns.last_mut() {
+            t.status = last.row.status.clone();
+        }
+        let trace = super::trace::Trace::open(&s.shared.opts.home, &s.id).path_string();
+        let final_item = last
+            .items
+            .iter()
+            .rev()
+            .find(|i| i.item_type == "agent_message" && i.terminal)
+            .map(|i| i.id.clone());
+        let mut result = RunResult {
+            final_turn_id: last.row.id.clone(),
+            final_item_id: final_item,
+            final_message: None,
+            structured_result: None,
+            trace_path: trace,
+            exit_code: 0,
+        };
+        match end {
+            TurnEnd::Completed { content } => {
+                result.final_message = Some(content.clone());
+                let verdict = match &schema {
+                    None => Ok(None),
+                    Some(sch) => parse_structured(&content)
+                        .and_then(|v| schema_errors(sch, &v).map(|_| Some(v))),
+                };
+                match verdict {
+                    Ok(structured) if denials.is_empty() => {
+                        result.structured_result = structured;
+                        run.status = "completed".into();
+                    }
+                    Ok(structured) => {
+                        result.structured_result = structured;
+                        run.status = "failed".into();
+                        run.error = Some(RunError {
+                            code: "permission_denied".into(),
+                            category: "permission_denied".into(),
+                            message: format!(
+                                "{} tool call(s) were refused by the permission mode {:?}: {}",
+                                denials.len(),
+                                s.thread.permission_mode,
+                                denials
+                                    .iter()
+                                    .filter_map(|d| d.get("tool").and_then(Value::as_str))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                            provider: None,
+                            status_code: None,
+                        });
+                    }
+                    Err(why) => {
+                        let turns_used = run.turns.len() as u32;
+                        if corrections < MAX_SCHEMA_CORRECTIONS && turns_used < max_turns {
+                            corrections += 1;
+                            let input = TurnInput {
+                                prompt: format!(
+                                    "Your final answer does not match the required JSON schema: {why}. \
+                                     Reply again with only a JSON value that matches the schema, no prose."
+                                ),
+                                origin: Some("schema_correction".into()),
+                                ..Default::default()
+                            };
+                            match admit(s, input, "user") {
+                                Ok(()) => {
+                                    run.turns.push(RunTurn {
+                                        id: current_turn(s).id,
+                                        purpose: "schema_correction".into(),
+                                        status: "in_progress".into(),
+                                    });
+                                    run.updated_at = rfc3339(now_ms());
+                                    persist_run(s, &run);
+                                    let _ = s.shared.notify(&TurnStarted {
+                                        thread_id: s.id.clone(),
+                                        turn: current_turn(s),
+                                        queue_id: None,
+                                        run_id: Some(run.id.clone()),
+                                    });
+                                    continue;
+                                }
+                                Err((_, m)) => {
+                                    run.status = "failed".into();
+                                    run.error = Some(RunError {
+                                        code: "structured_output_retry_failed".into(),
+                                        category: "local".into(),
+                                        message: m,
+                                        provider: None,
+                                        status_code: None,
+                                    });
+                                }
+                            }
+                        } else {
+                            run.status = "failed".into();
+                            run.error = Some(RunError {
+                                code: "structured_output_retry_failed".into(),
+                                category: "invalid_output".into(),
+                                message: format!(
+                                    "the final answer did not match the output schema after {corrections} correction turn(s): {why}"
+                                ),
+                                provider: None,
+                                status_code: None,
+                            });
+                        }
+                    }
+                }
+            }
+            TurnEnd::Failed(e) => {
+                result.final_message = last
+                    .items
+                    .iter()
+                    .rev()
+                    .find(|i| i.item_type == "agent_message")
+                    .and_then(|i| i.text.clone());
+                run.status = "failed".into();
+                run.error = Some(RunError {
+                    code: "turn_failed".into(),
+                    category: e.category.clone().unwrap_or_else(|| "internal".into()),
+                    message: e.message.clone(),
+                    provider: e.provider.clone(),
+                    status_code: e.status_code,
+                });
+            }
+            TurnEnd::Interrupted(reason) => {
+                result.final_message = last
+                    .items
+                    .iter()
+                    .rev()
+                    .find(|i| i.item_type == "agent_message")
+                    .and_then(|i| i.text.clone());
+                let timeout = reason == "timeout";
+                run.status = if timeout { "timed_out" } else { "interrupted" }.into();
+                run.error = Some(RunError {
+                    code: if timeout { "timeout" } else { "interrupted" }.into(),
+                    category: if timeout { "timeout" } else { "cancelled" }.into(),
+                    message: if timeout {
+                        "execution run timed out".into()
+                    } else if reason == "shutdown" {
+                        "execution run interrupted: the server shut down".into()
+                    } else {
+                        "execution run interrupted".into()
+                    },
+                    provider: None,
+                    status_code: None,
+                });
+                if reason == "shutdown" {
+                    if let Some(e) = run.error.as_mut() {
+                        e.code = "server_closed".into();
+                    }
+                }
+            }
+        }
+        let err = run.error.clone();
+        result.exit_code = exit_code(
+            &run.status,
+            err.as_ref().map(|e| e.category.as_str()),
+            err.as_ref().map(|e| e.code.as_str()),
+        );
+        run.result = Some(result);
+        let now = now_ms();
+        run.updated_at = rfc3339(now);
+        run.completed_at = Some(rfc3339(now));
+        persist_run(s, &run);
+        s.shared.live_runs.lock().remove(&run.id);
+        let _ = s.shared.notify(&RunUpdated(RunEnvelope { run: run.clone() }));
+        for r in waiting_replies {
+            r.ok(&RunEnvelope { run: run.clone() });
+        }
+        process_deferred(s, later);
+        return;
+    }
+}
+
+/// Finds a run by id: a live or finished ephemeral run in memory, else the store.
+fn stored_run(shared: &Shared, store: Option<&Store>, run_id: &str) -> Result<Option<(Run, String)>, String> {
+    if let Some(r) = shared.ephemeral_runs.lock().get(run_id) {
+        return Ok(Some((r.clone(), shared.owner.instance.clone())));
+    }
+    let Some(store) = store else { return Ok(None) };
+    let Some(row) = store.get_run(run_id).map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let mut run: Run = serde_json::from_value(row.body.clone()).map_err(|e| format!("stored run is damaged: {e}"))?;
+    run.status = row.status.clone();
+    Ok(Some((run, row.owner_instance)))
+}
+
+/// `run/interrupt` on the catalog pool: routes to the session of a live run of this
+/// process; answers terminal runs as they are; `run_not_attached` for a live run owned
+/// by another process; `run_not_found` otherwise.
+pub fn run_interrupt_catalog(shared: &Arc<Shared>, store: &Store, p: RunInterruptParams, reply: Responder) {
+    let run_id = p.run_id.trim().to_owned();
+    if run_id.is_empty() {
+        return reply.err(ErrorCode::InvalidParams, "invalid params: run_id is required");
+    }
+    let live = shared.live_runs.lock().get(&run_id).cloned();
+    if let Some(thread_id) = live {
+        return shared.registry.dispatch(
+            shared,
+            &thread_id,
+            SessionMsg::Request {
+                req: ClientRequest::RunInterrupt(p),
+                reply,
+            },
+        );
+    }
+    match stored_run(shared, Some(store), &run_id) {
+        Err(e) => reply.err(ErrorCode::InternalError, e),
+        Ok(None) => reply.err(ErrorCode::RunNotFound, format!("run {run_id:?} not found")),
+        Ok(Some((run, _))) if run.is_terminal() => reply.ok(&RunEnvelope { run }),
+        Ok(Some((_, owner))) if owner != shared.owner.instance => reply.err(
+            ErrorCode::RunNotAttached,
+            format!("run {run_id:?} is not attached to this app-server"),
+        ),
+        Ok(Some((run, _))) => reply.ok(&RunEnvelope { run }),
+    }
+}
+
+/// `run/interrupt` reaching an idle session (the run already settled).
+pub fn run_interrupt_idle(s: &mut Session, p: RunInterruptParams, reply: Responder) {
+    match stored_run(&s.shared, s.store.as_ref(), p.run_id.trim()) {
+        Ok(Some((run, _))) => reply.ok(&RunEnvelope { run }),
+        Ok(None) => reply.err(ErrorCode::RunNotFound, format!("run {:?} not found", p.run_id)),
+        Err(e) => reply.err(ErrorCode::InternalError, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_exec_spec() {
+        assert_eq!(exit_code("completed", None, None), 0);
+        assert_eq!(exit_code("timed_out", None, None), 4);
+        assert_eq!(exit_code("interrupted", None, None), 5);
+        assert_eq!(exit_code("failed", Some("auth"), None), 7);
+        assert_eq!(exit_code("failed", Some("permission_denied"), None), 3);
+        assert_eq!(exit_code("failed", Some("local"), None), 8);
+        assert_eq!(exit_code("failed", None, None), 1);
+    }
+
+    #[test]
+    fn structured_from_fence() {
+        assert_eq!(parse_structured("```json\n{\"a\":1}\n```").unwrap(), json!({"a":1}));
+        assert!(parse_structured("nope").is_err());
+    }
+}
