@@ -8,8 +8,27 @@
 //! Protocols: `openai-responses` (§1), `openai-compatible` = Chat Completions (§2, §5),
 //! `anthropic` = Messages (§3), and `replay` (recorded streams from a cassette file).
 
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, Sender};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::config::ProviderConfig;
+
+pub mod anthropic;
+mod http;
+pub mod openai_chat;
+pub mod openai_responses;
+pub mod replay;
+pub mod retry;
+pub mod sse;
+
+pub use http::HttpProvider;
+pub use replay::ReplayProvider;
 
 /// A conversation role in provider-neutral history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,11 +310,423 @@ pub enum StreamEvent {
     },
 }
 
-/// Lists a provider's models (`GET …/models`) for the catalog refresh.
+// ---------------------------------------------------------------------------------------
+// The provider trait, cancellation and the streaming helper thread.
+// ---------------------------------------------------------------------------------------
+
+/// A model provider: one configured connection (`providers.<id>` in the config).
+///
+/// Implementations: [`HttpProvider`] (the three wire protocols over `ureq`) and
+/// [`ReplayProvider`] (cassette files, no network).
+pub trait Provider: Send + Sync {
+    /// Config key, e.g. `"openai"`.
+    fn id(&self) -> &str;
+
+    /// Wire protocol: `"openai-responses"` | `"openai-compatible"` | `"anthropic"` |
+    /// `"replay"`.
+    fn protocol(&self) -> &'static str;
+
+    /// Runs one logical request (with retries) and sends events to `sink`; stops early
+    /// when `sink` returns false (receiver gone / cancelled). Always ends with exactly one
+    /// [`StreamEvent::Done`] or [`StreamEvent::Failed`] unless stopped.
+    fn stream(&self, req: &ChatRequest, sink: &mut dyn FnMut(StreamEvent) -> bool) {
+        self.stream_with_cancel(req, &CancelToken::new(), sink)
+    }
+
+    /// [`Provider::stream`] with a cancellation token: after [`CancelToken::cancel`] the
+    /// call returns promptly without a terminal event (an HTTP read blocked on a silent
+    /// socket is interrupted by shutting the connection down; a backoff wait is cut short).
+    fn stream_with_cancel(
+        &self,
+        req: &ChatRequest,
+        cancel: &CancelToken,
+        sink: &mut dyn FnMut(StreamEvent) -> bool,
+    );
+
+    /// `GET {base_url}/models` (OpenAI shape `{data:[{id}]}`; Anthropic
+    /// `{data:[{id,display_name}]}`): the model ids the provider offers, in its order.
+    /// Errors are classified like stream errors (no retries).
+    fn list_models(&self) -> Result<Vec<String>, ProviderError>;
+}
+
+impl std::fmt::Debug for dyn Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Provider({}, {})", self.id(), self.protocol())
+    }
+}
+
+/// Builds the provider `id` from its config. `config_dir` resolves relative paths (the
+/// replay cassette). Types: `openai-responses`, `openai-compatible`, `anthropic`, `replay`.
+///
+/// API key: the environment variable named by `api_key_env`; when that is unset, the
+/// default variable (`OPENAI_API_KEY` / `ANTHROPIC_API_KEY`) is used only if the base URL
+/// is the vendor's own host, so a user's key is never sent to a third-party endpoint
+/// implicitly. No key = no auth header (local servers).
+///
+/// Errors: unknown type, missing `base_url`, unreadable or malformed cassette.
+pub fn build(
+    id: &str,
+    cfg: &ProviderConfig,
+    config_dir: &Path,
+) -> Result<Arc<dyn Provider>, String> {
+    match cfg.provider_type.as_str() {
+        "replay" => Ok(Arc::new(ReplayProvider::from_config(id, cfg, config_dir)?)),
+        t => match WireProtocol::from_type(t) {
+            Some(proto) => Ok(Arc::new(HttpProvider::from_config(id, proto, cfg)?)),
+            None => Err(format!(
+                "provider `{id}`: unknown type `{t}` (expected openai-responses, \
+                 openai-compatible, anthropic or replay)"
+            )),
+        },
+    }
+}
+
+/// One of the three HTTP wire protocols (used by both the HTTP and the replay provider).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireProtocol {
+    /// OpenAI Responses API (§1).
+    OpenAiResponses,
+    /// OpenAI Chat Completions and compatible servers (§2, §5).
+    OpenAiChat,
+    /// Anthropic Messages (§3).
+    Anthropic,
+}
+
+impl WireProtocol {
+    /// From a config `type` / cassette `protocol` value.
+    pub fn from_type(t: &str) -> Option<Self> {
+        match t {
+            "openai-responses" => Some(WireProtocol::OpenAiResponses),
+            "openai-compatible" => Some(WireProtocol::OpenAiChat),
+            "anthropic" => Some(WireProtocol::Anthropic),
+            _ => None,
+        }
+    }
+
+    /// The config `type` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WireProtocol::OpenAiResponses => "openai-responses",
+            WireProtocol::OpenAiChat => "openai-compatible",
+            WireProtocol::Anthropic => "anthropic",
+        }
+    }
+
+    /// The JSON request body for `req`, sent by provider `provider_id`.
+    pub fn build_body(self, provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
+        match self {
+            WireProtocol::OpenAiResponses => openai_responses::build_body(provider_id, req),
+            WireProtocol::OpenAiChat => openai_chat::build_body(provider_id, base_url, req),
+            WireProtocol::Anthropic => anthropic::build_body(provider_id, req),
+        }
+    }
+
+    /// A fresh stream parser for one attempt.
+    pub(crate) fn parser(self, provider_id: &str, model: &str) -> Box<dyn WireParser> {
+        match self {
+            WireProtocol::OpenAiResponses => {
+                Box::new(openai_responses::Parser::new(provider_id, model))
+            }
+            WireProtocol::OpenAiChat => Box::new(openai_chat::Parser::new(provider_id, model)),
+            WireProtocol::Anthropic => Box::new(anthropic::Parser::new(provider_id, model)),
+        }
+    }
+}
+
+/// A protocol's SSE → [`StreamEvent`] state machine for one attempt.
+pub(crate) trait WireParser: Send {
+    /// Handles one SSE event, pushing normalized events to `out`. Returns `Some` when the
+    /// event is terminal: the `Done` event, or the attempt's failure.
+    fn on_event(
+        &mut self,
+        ev: &sse::SseEvent,
+        out: &mut Vec<StreamEvent>,
+    ) -> Option<Result<StreamEvent, retry::AttemptError>>;
+
+    /// The stream ended (EOF) without a terminal event.
+    fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, retry::AttemptError>;
+}
+
+/// Parses a `data:` payload as JSON; `None` (logged) when it is not JSON.
+pub(crate) fn parse_data(ev: &sse::SseEvent) -> Option<Value> {
+    match serde_json::from_str::<Value>(&ev.data) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            log::warn!("ignoring non-JSON SSE data ({e}): {:.200}", ev.data);
+            None
+        }
+    }
+}
+
+/// Feeds an SSE body through `parser`, forwarding events to `sink`, until a terminal
+/// event, EOF, an I/O error (a read timeout = stalled stream), or cancellation.
+pub(crate) fn drive_sse<R: std::io::BufRead>(
+    reader: R,
+    parser: &mut dyn WireParser,
+    cancel: &CancelToken,
+    sink: &mut dyn FnMut(StreamEvent) -> bool,
+) -> retry::AttemptOutcome {
+    use retry::{AttemptError, AttemptOutcome};
+    let mut sse = sse::SseReader::new(reader);
+    let mut out = Vec::new();
+    loop {
+        if cancel.is_cancelled() {
+            return AttemptOutcome::Stopped;
+        }
+        let step = match sse.next_event() {
+            Ok(Some(ev)) => parser.on_event(&ev, &mut out),
+            Ok(None) => {
+                if cancel.is_cancelled() {
+                    return AttemptOutcome::Stopped;
+                }
+                Some(parser.on_eof(&mut out))
+            }
+            Err(e) => {
+                if cancel.is_cancelled() {
+                    return AttemptOutcome::Stopped;
+                }
+                let stalled = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) || e.to_string().to_ascii_lowercase().contains("timeout");
+                Some(Err(AttemptError::incomplete(if stalled {
+                    format!("stream stalled: no data within the idle timeout ({e})")
+                } else {
+                    format!("stream interrupted: {e}")
+                })))
+            }
+        };
+        for ev in out.drain(..) {
+            if !sink(ev) {
+                return AttemptOutcome::Stopped;
+            }
+        }
+        match step {
+            None => {}
+            Some(Ok(done)) => return AttemptOutcome::Done(done),
+            Some(Err(e)) => return AttemptOutcome::Failed(e),
+        }
+    }
+}
+
+/// Cancellation of one logical request, shared between the consumer and the thread
+/// running it. Cloning shares the token.
+#[derive(Clone, Debug)]
+pub struct CancelToken {
+    inner: Arc<CancelInner>,
+}
+
+#[derive(Debug)]
+struct CancelInner {
+    cancelled: AtomicBool,
+    /// Dropped on cancel: wakes every `select!`/`recv_timeout` on `wake_rx` at once.
+    wake_tx: Mutex<Option<Sender<()>>>,
+    wake_rx: Receiver<()>,
+    /// The HTTP agent of the attempt in flight; shut down on cancel.
+    agent: Mutex<Option<ureq::Agent>>,
+}
+
+impl Default for CancelToken {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CancelToken {
+    /// A token that is not cancelled.
+    pub fn new() -> Self {
+        let (tx, rx) = crossbeam_channel::bounded(0);
+        CancelToken {
+            inner: Arc::new(CancelInner {
+                cancelled: AtomicBool::new(false),
+                wake_tx: Mutex::new(Some(tx)),
+                wake_rx: rx,
+                agent: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Cancels: sets the flag, wakes waiters and shuts down the connection in flight.
+    /// Idempotent.
+    pub fn cancel(&self) {
+        self.inner.cancelled.store(true, Ordering::SeqCst);
+        lock(&self.inner.wake_tx).take();
+        if let Some(agent) = lock(&self.inner.agent).take() {
+            agent.shutdown();
+        }
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// A receiver that becomes disconnected when the token is cancelled (for `select!`).
+    pub fn wake_receiver(&self) -> &Receiver<()> {
+        &self.inner.wake_rx
+    }
+
+    /// Sleeps up to `d`; returns true (early) if cancelled.
+    pub fn sleep(&self, d: Duration) -> bool {
+        if self.is_cancelled() {
+            return true;
+        }
+        let _ = self.inner.wake_rx.recv_timeout(d);
+        self.is_cancelled()
+    }
+
+    /// Registers the agent of the attempt in flight (replacing the previous one). When
+    /// already cancelled, shuts it down at once and returns false.
+    pub(crate) fn set_agent(&self, agent: &ureq::Agent) -> bool {
+        let mut slot = lock(&self.inner.agent);
+        if self.is_cancelled() {
+            drop(slot);
+            agent.clone().shutdown();
+            return false;
+        }
+        *slot = Some(agent.clone());
+        true
+    }
+
+    /// Forgets the attempt's agent.
+    pub(crate) fn clear_agent(&self) {
+        lock(&self.inner.agent).take();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Capacity of the [`StreamHandle`] event channel.
+pub const STREAM_CHANNEL_CAPACITY: usize = 1024;
+
+/// A provider stream running on a helper thread.
+///
+/// Events arrive on `events` (bounded, [`STREAM_CHANNEL_CAPACITY`]; a full channel blocks
+/// the helper — backpressure, never drops). The channel disconnects when the helper
+/// ends: after the terminal `Done`/`Failed`, or promptly after [`StreamHandle::cancel`].
+/// Dropping the handle cancels.
+#[derive(Debug)]
+pub struct StreamHandle {
+    /// Normalized events of the request.
+    pub events: Receiver<StreamEvent>,
+    cancel: CancelToken,
+}
+
+impl StreamHandle {
+    /// Stops the helper at its next event or read (a blocked socket read is interrupted);
+    /// no terminal event follows.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// The token, e.g. to cancel from another thread.
+    pub fn cancel_token(&self) -> CancelToken {
+        self.cancel.clone()
+    }
+}
+
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Runs `p.stream(req)` on a helper thread (named `provider-<id>`); see [`StreamHandle`].
+pub fn start_stream(p: Arc<dyn Provider>, req: ChatRequest) -> StreamHandle {
+    let (tx, rx) = crossbeam_channel::bounded(STREAM_CHANNEL_CAPACITY);
+    let cancel = CancelToken::new();
+    let token = cancel.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("provider-{}", p.id()))
+        .spawn(move || {
+            let wake = token.wake_receiver().clone();
+            let mut sink = |ev: StreamEvent| {
+                if token.is_cancelled() {
+                    return false;
+                }
+                crossbeam_channel::select! {
+                    send(tx, ev) -> r => r.is_ok(),
+                    recv(wake) -> _ => false,
+                }
+            };
+            p.stream_with_cancel(&req, &token, &mut sink);
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot spawn provider thread: {e}");
+        let (tx2, rx2) = crossbeam_channel::bounded(1);
+        let _ = tx2.send(StreamEvent::Failed {
+            error: ProviderError {
+                kind: FailureKind::Network,
+                message: format!("cannot spawn provider thread: {e}"),
+                status_code: None,
+                attempts: 0,
+                max_attempts: 0,
+                stop_reason: "non_retryable".into(),
+            },
+        });
+        return StreamHandle {
+            events: rx2,
+            cancel,
+        };
+    }
+    StreamHandle { events: rx, cancel }
+}
+
+/// A tool's parameter schema as sent: a `{"type":"object"}` schema lacking `properties`
+/// gets `"properties":{}` (some providers reject it otherwise; §1.1, what wuu does); a
+/// null schema becomes an empty object schema.
+pub(crate) fn normalize_schema(schema: &Value) -> Value {
+    let mut s = schema.clone();
+    if let Value::Object(m) = &mut s {
+        if m.get("type").and_then(Value::as_str) == Some("object") && !m.contains_key("properties")
+        {
+            m.insert("properties".into(), Value::Object(Default::default()));
+        }
+    }
+    if s.is_null() {
+        return serde_json::json!({"type":"object","properties":{}});
+    }
+    s
+}
+
+/// `(name, schema, strict)` of [`ChatRequest::output_schema`]: either `{name, schema,
+/// strict?}` or a bare JSON Schema (named `output`).
+pub(crate) fn output_schema_parts(v: &Value) -> (String, Value, bool) {
+    match v.get("schema") {
+        Some(schema) if schema.is_object() => (
+            v.get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("output")
+                .to_string(),
+            schema.clone(),
+            v.get("strict").and_then(Value::as_bool).unwrap_or(false),
+        ),
+        _ => ("output".to_string(), v.clone(), false),
+    }
+}
+
+/// Whether replay state (reasoning, item ids) of `provider`/`model` may be sent to
+/// `provider_id`/`req_model`.
+pub(crate) fn same_origin(provider: &str, model: &str, provider_id: &str, req_model: &str) -> bool {
+    provider == provider_id && model == req_model
+}
+
+/// A unique synthesized tool-call id (`call_<24 hex>`), for servers that send none.
+pub(crate) fn synth_call_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("call_{}", &u[..24])
+}
+
+/// Lists a provider's models (`GET …/models`) for the catalog refresh; errors are the
+/// provider's message.
 pub fn list_models(
-    _id: &str,
-    _cfg: &crate::config::ProviderConfig,
-    _config_dir: &std::path::Path,
+    id: &str,
+    cfg: &crate::config::ProviderConfig,
+    config_dir: &Path,
 ) -> Result<Vec<String>, String> {
-    Err("model listing is not available in this build".into())
+    build(id, cfg, config_dir)?
+        .list_models()
+        .map_err(|e| e.message)
 }

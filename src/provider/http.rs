@@ -1,0 +1,468 @@
+//! The HTTP provider: one of the three wire protocols over blocking `ureq`.
+//!
+//! Each attempt uses its own `ureq::Agent` (registered with the [`CancelToken`] so a
+//! cancel can shut its socket down) with `http_status_as_error(false)` so error bodies and
+//! `retry-after` headers can be read (§0), a connect + first-header timeout
+//! (`stream_connect_timeout_ms`, default 60 s) and a per-read idle timeout
+//! (`stream_idle_timeout_ms`, default 300 s).
+
+use std::io::{BufReader, Read};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
+use super::{
+    drive_sse, CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamEvent,
+    WireParser, WireProtocol,
+};
+use crate::config::ProviderConfig;
+
+/// Default idle timeout of a stream (300 s).
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default connect / first-header timeout (60 s).
+pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 60_000;
+/// Largest error body read from a non-2xx response (1 MiB).
+const MAX_ERROR_BODY: u64 = 1024 * 1024;
+
+/// A provider reached over HTTP(S).
+#[derive(Debug)]
+pub struct HttpProvider {
+    id: String,
+    protocol: WireProtocol,
+    base_url: String,
+    api_key: Option<String>,
+    headers: Vec<(String, String)>,
+    policy: RetryPolicy,
+    idle_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl HttpProvider {
+    /// Builds from config (see [`super::build`] for the API-key rules).
+    /// Errors: empty `base_url`.
+    pub fn from_config(
+        id: &str,
+        protocol: WireProtocol,
+        cfg: &ProviderConfig,
+    ) -> Result<Self, String> {
+        let base_url = cfg.base_url.trim().trim_end_matches('/').to_string();
+        if base_url.is_empty() {
+            return Err(format!("provider `{id}`: `base_url` is required"));
+        }
+        let env_name = match &cfg.api_key_env {
+            Some(n) => Some(n.clone()),
+            None => {
+                let host = host_of(&base_url);
+                match protocol {
+                    WireProtocol::Anthropic if host.ends_with("anthropic.com") => {
+                        Some("ANTHROPIC_API_KEY".to_string())
+                    }
+                    WireProtocol::OpenAiResponses | WireProtocol::OpenAiChat
+                        if host == "api.openai.com" =>
+                    {
+                        Some("OPENAI_API_KEY".to_string())
+                    }
+                    _ => None,
+                }
+            }
+        };
+        let api_key = env_name.as_deref().and_then(|n| match std::env::var(n) {
+            Ok(v) if !v.trim().is_empty() => Some(v.trim().to_string()),
+            _ => {
+                log::warn!(
+                    "provider `{id}`: environment variable {n} is not set; sending no API key"
+                );
+                None
+            }
+        });
+        Ok(HttpProvider {
+            id: id.to_string(),
+            protocol,
+            base_url,
+            api_key,
+            headers: cfg
+                .headers
+                .as_ref()
+                .map(|h| h.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default(),
+            policy: RetryPolicy::from_config(cfg),
+            idle_timeout: Duration::from_millis(
+                cfg.stream_idle_timeout_ms
+                    .unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
+            ),
+            connect_timeout: Duration::from_millis(
+                cfg.stream_connect_timeout_ms
+                    .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
+            ),
+        })
+    }
+
+    /// The wire protocol.
+    pub fn wire_protocol(&self) -> WireProtocol {
+        self.protocol
+    }
+
+    /// The URL requests are POSTed to (§1: `{base}/responses`, §2: `{base}/chat/completions`,
+    /// §3: `{base}/v1/messages`, without doubling a `/v1` or `/v1/messages` already there).
+    pub fn endpoint(&self) -> String {
+        match self.protocol {
+            WireProtocol::OpenAiResponses => format!("{}/responses", self.base_url),
+            WireProtocol::OpenAiChat => format!("{}/chat/completions", self.base_url),
+            WireProtocol::Anthropic => format!("{}/messages", anthropic_v1(&self.base_url)),
+        }
+    }
+
+    /// The model-list URL (`{base}/models`; Anthropic `{root}/v1/models`).
+    pub fn models_url(&self) -> String {
+        match self.protocol {
+            WireProtocol::Anthropic => format!("{}/models", anthropic_v1(&self.base_url)),
+            _ => format!("{}/models", self.base_url),
+        }
+    }
+
+    fn agent(&self, streaming: bool) -> ureq::Agent {
+        let mut b = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(self.connect_timeout))
+            .timeout_recv_response(Some(self.connect_timeout))
+            .max_idle_connections(0)
+            .user_agent(format!("wuu/{}", env!("CARGO_PKG_VERSION")));
+        if streaming {
+            b = b.timeout_per_read(Some(self.idle_timeout));
+        } else {
+            b = b.timeout_global(Some(self.connect_timeout + self.idle_timeout));
+        }
+        if is_loopback(host_of(&self.base_url)) {
+            b = b.proxy(None);
+        }
+        ureq::Agent::new_with_config(b.build())
+    }
+
+    fn request_headers(&self) -> Vec<(String, String)> {
+        let mut h: Vec<(String, String)> = Vec::new();
+        match self.protocol {
+            WireProtocol::Anthropic => {
+                if let Some(k) = &self.api_key {
+                    h.push(("x-api-key".into(), k.clone()));
+                }
+                h.push(("anthropic-version".into(), "2023-06-01".into()));
+            }
+            _ => {
+                if let Some(k) = &self.api_key {
+                    h.push(("authorization".into(), format!("Bearer {k}")));
+                }
+            }
+        }
+        for (k, v) in &self.headers {
+            h.retain(|(hk, _)| !hk.eq_ignore_ascii_case(k));
+            h.push((k.clone(), v.clone()));
+        }
+        h
+    }
+
+    fn attempt(
+        &self,
+        body: &[u8],
+        req: &ChatRequest,
+        cancel: &CancelToken,
+        sink: &mut dyn FnMut(StreamEvent) -> bool,
+    ) -> AttemptOutcome {
+        let agent = self.agent(true);
+        if !cancel.set_agent(&agent) {
+            return AttemptOutcome::Stopped;
+        }
+        let url = self.endpoint();
+        let mut rb = agent
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream");
+        for (k, v) in self.request_headers() {
+            rb = rb.header(k, v);
+        }
+        log::debug!("POST {url} ({} bytes)", body.len());
+        let resp = match rb.send(body) {
+            Ok(r) => r,
+            Err(e) => {
+                cancel.clear_agent();
+                if cancel.is_cancelled() {
+                    return AttemptOutcome::Stopped;
+                }
+                return AttemptOutcome::Failed(transport_error(e));
+            }
+        };
+        let (parts, body) = resp.into_parts();
+        let content_type = header_value(&parts.headers, "content-type").unwrap_or_default();
+        let outcome = handle_response(
+            parts.status.as_u16(),
+            &|name| header_value(&parts.headers, name),
+            &content_type,
+            body.into_reader(),
+            &mut *self.protocol.parser(&self.id, &req.model),
+            cancel,
+            sink,
+        );
+        cancel.clear_agent();
+        outcome
+    }
+}
+
+impl Provider for HttpProvider {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn protocol(&self) -> &'static str {
+        self.protocol.name()
+    }
+
+    fn stream_with_cancel(
+        &self,
+        req: &ChatRequest,
+        cancel: &CancelToken,
+        sink: &mut dyn FnMut(StreamEvent) -> bool,
+    ) {
+        let body = self.protocol.build_body(&self.id, &self.base_url, req);
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        retry::run_with_retries(&self.policy, cancel, sink, |_, sink| {
+            self.attempt(&body, req, cancel, sink)
+        });
+    }
+
+    fn list_models(&self) -> Result<Vec<String>, ProviderError> {
+        let agent = self.agent(false);
+        let mut rb = agent.get(self.models_url());
+        for (k, v) in self.request_headers() {
+            rb = rb.header(k, v);
+        }
+        let fail = |e: AttemptError| ProviderError {
+            kind: e.kind,
+            message: e.message,
+            status_code: e.status,
+            attempts: 1,
+            max_attempts: 1,
+            stop_reason: "non_retryable".into(),
+        };
+        let mut resp = rb.call().map_err(|e| fail(transport_error(e)))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .body_mut()
+            .with_config()
+            .limit(16 * 1024 * 1024)
+            .lossy_utf8(true)
+            .read_to_string()
+            .map_err(|e| fail(transport_error(e)))?;
+        if !(200..300).contains(&status) {
+            return Err(fail(retry::classify_http(
+                status,
+                &|n| header_value(resp.headers(), n),
+                &text,
+            )));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| {
+            fail(AttemptError::new(
+                FailureKind::InvalidRequest,
+                format!("model list is not JSON: {e}"),
+            ))
+        })?;
+        Ok(parse_model_list(&v))
+    }
+}
+
+/// Model ids of an OpenAI (`{data:[{id}]}`), Anthropic (`{data:[{id,display_name}]}`) or
+/// Ollama-native (`{models:[{name}]}`) list.
+pub(crate) fn parse_model_list(v: &Value) -> Vec<String> {
+    let items = v
+        .get("data")
+        .or_else(|| v.get("models"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    items
+        .iter()
+        .filter_map(|m| {
+            m.get("id")
+                .or_else(|| m.get("name"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Handles one HTTP (or replayed) response: a non-2xx status is classified from its body
+/// and headers; a 2xx JSON body (no stream) is treated as an error object or an
+/// unexpected answer; anything else is parsed as SSE.
+pub(crate) fn handle_response(
+    status: u16,
+    header: &dyn Fn(&str) -> Option<String>,
+    content_type: &str,
+    body: impl Read,
+    parser: &mut dyn WireParser,
+    cancel: &CancelToken,
+    sink: &mut dyn FnMut(StreamEvent) -> bool,
+) -> AttemptOutcome {
+    if !(200..300).contains(&status) {
+        let mut text = Vec::new();
+        let read = body.take(MAX_ERROR_BODY).read_to_end(&mut text);
+        if cancel.is_cancelled() {
+            return AttemptOutcome::Stopped;
+        }
+        if let Err(e) = read {
+            log::debug!("error body of HTTP {status} unreadable: {e}");
+        }
+        return AttemptOutcome::Failed(retry::classify_http(
+            status,
+            header,
+            &String::from_utf8_lossy(&text),
+        ));
+    }
+    if content_type.starts_with("application/json") {
+        let mut text = Vec::new();
+        let _ = body.take(MAX_ERROR_BODY).read_to_end(&mut text);
+        let text = String::from_utf8_lossy(&text);
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        let (code, ty, msg) = retry::error_fields(&v);
+        if v.get("error").is_some_and(|e| !e.is_null()) {
+            return AttemptOutcome::Failed(retry::classify_stream_error(
+                code.as_deref(),
+                ty.as_deref(),
+                msg.as_deref().unwrap_or(""),
+            ));
+        }
+        let mut e = AttemptError::new(
+            FailureKind::InvalidRequest,
+            format!("expected an event stream, got JSON: {:.300}", text),
+        );
+        e.status = Some(status);
+        return AttemptOutcome::Failed(e);
+    }
+    drive_sse(
+        BufReader::with_capacity(16 * 1024, body),
+        parser,
+        cancel,
+        sink,
+    )
+}
+
+fn header_value(h: &ureq::http::HeaderMap, name: &str) -> Option<String> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// Classifies a `ureq` error raised before a response arrived (or while reading a
+/// non-stream body).
+fn transport_error(e: ureq::Error) -> AttemptError {
+    match e {
+        ureq::Error::Timeout(t) => {
+            AttemptError::new(FailureKind::Network, format!("timed out ({t})"))
+        }
+        ureq::Error::Io(io) => {
+            AttemptError::new(FailureKind::Network, format!("connection error: {io}"))
+        }
+        e @ (ureq::Error::HostNotFound
+        | ureq::Error::ConnectionFailed
+        | ureq::Error::Protocol(_)) => AttemptError::new(FailureKind::Network, e.to_string()),
+        e => AttemptError::new(FailureKind::InvalidRequest, format!("request failed: {e}")),
+    }
+}
+
+/// The Anthropic `/v1` root: `{base}` when it ends with `/v1`, `{base minus /messages}`
+/// when it ends with `/v1/messages`, else `{base}/v1` (§3: wuu accepts all three).
+fn anthropic_v1(base: &str) -> String {
+    let b = base.trim_end_matches('/');
+    let b = b.strip_suffix("/messages").unwrap_or(b);
+    if b.ends_with("/v1") {
+        b.to_string()
+    } else {
+        format!("{b}/v1")
+    }
+}
+
+fn host_of(url: &str) -> &str {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority
+        .rsplit_once('@')
+        .map(|(_, h)| h)
+        .unwrap_or(authority);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or("");
+    }
+    authority.split(':').next().unwrap_or("")
+}
+
+fn is_loopback(host: &str) -> bool {
+    host == "localhost"
+        || host == "::1"
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .map(|ip| ip.is_loopback())
+            .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider(proto: WireProtocol, base: &str) -> HttpProvider {
+        let cfg = ProviderConfig {
+            provider_type: proto.name().into(),
+            base_url: base.into(),
+            ..Default::default()
+        };
+        HttpProvider::from_config("p", proto, &cfg).unwrap()
+    }
+
+    #[test]
+    fn endpoints() {
+        let a = |b| provider(WireProtocol::Anthropic, b).endpoint();
+        assert_eq!(
+            a("https://api.anthropic.com"),
+            "https://api.anthropic.com/v1/messages"
+        );
+        assert_eq!(a("https://x.io/v1/"), "https://x.io/v1/messages");
+        assert_eq!(a("https://x.io/v1/messages"), "https://x.io/v1/messages");
+        assert_eq!(
+            provider(WireProtocol::Anthropic, "https://x.io").models_url(),
+            "https://x.io/v1/models"
+        );
+        assert_eq!(
+            provider(WireProtocol::OpenAiChat, "http://localhost:11434/v1").endpoint(),
+            "http://localhost:11434/v1/chat/completions"
+        );
+        assert_eq!(
+            provider(WireProtocol::OpenAiResponses, "https://api.openai.com/v1").endpoint(),
+            "https://api.openai.com/v1/responses"
+        );
+    }
+
+    #[test]
+    fn hosts() {
+        assert_eq!(
+            host_of("https://user@api.openai.com:443/v1"),
+            "api.openai.com"
+        );
+        assert_eq!(host_of("http://[::1]:8080/v1"), "::1");
+        assert!(is_loopback(host_of("http://127.0.0.1:9/v1")));
+        assert!(!is_loopback(host_of("https://openrouter.ai/api/v1")));
+    }
+
+    #[test]
+    fn key_is_not_sent_to_third_parties_implicitly() {
+        let p = provider(WireProtocol::OpenAiChat, "https://openrouter.ai/api/v1");
+        assert!(p.api_key.is_none());
+        assert!(!p
+            .request_headers()
+            .iter()
+            .any(|(k, _)| k == "authorization"));
+    }
+
+    #[test]
+    fn model_lists() {
+        let v = serde_json::json!({"data":[{"id":"a"},{"id":"b","display_name":"B"}]});
+        assert_eq!(parse_model_list(&v), vec!["a", "b"]);
+        let v = serde_json::json!({"models":[{"name":"llama3"}]});
+        assert_eq!(parse_model_list(&v), vec!["llama3"]);
+    }
+}

@@ -1,0 +1,773 @@
+//! OpenAI Responses API (`POST {base}/responses`, providers.md §1, lowering per §6.5).
+//!
+//! Request: `stream:true`, `store:false`, `instructions` = system prompt, `input` items
+//! (`message` / `function_call` / `function_call_output` / `reasoning`), flat function
+//! tools with `strict:false`, `tool_choice:"auto"` when tools exist, `prompt_cache_key`
+//! (clamped to 64 chars), `reasoning:{effort, summary:"auto"}` and
+//! `include:["reasoning.encrypted_content"]` when an effort is set, `max_output_tokens`,
+//! and `text.format` json_schema when an output schema is set.
+//!
+//! Replay rules (`store:false` means the server keeps nothing, §1.2): reasoning items are
+//! replayed only to the same provider + model and only when they carry
+//! `encrypted_content` (their `status` stripped); a `function_call` keeps its `fc_…` item
+//! id only when its message's reasoning is replayed too (the server pairs them); message
+//! item ids (`msg_…`) are never sent.
+//!
+//! Stream (§1.3): text from `response.output_text.delta` (or, when an item had no deltas,
+//! from its `response.output_item.done` content); reasoning from
+//! `response.reasoning_summary_text.delta` / `response.reasoning_text.delta`, finished by
+//! the reasoning item's `output_item.done`; calls start at `output_item.added`, grow by
+//! `function_call_arguments.delta`, and end at the call's `output_item.done` (the
+//! authoritative arguments) or, failing that, from `response.completed`'s `output`.
+//! Terminal: `response.completed` / `response.done`, `response.incomplete` (truncated
+//! when `max_output_tokens`), `response.failed` and `error` (classified, nested
+//! `error:{code,message}` preferred). `[DONE]` is tolerated. EOF before a terminal event =
+//! incomplete stream. Usage per §1.4.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use super::retry::{classify_stream_error, error_fields, AttemptError};
+use super::sse::SseEvent;
+use super::{
+    normalize_schema, output_schema_parts, parse_data, same_origin, ChatMessage, ChatRequest,
+    ReasoningBlock, Role, StreamEvent, ToolCall, Usage, WireParser,
+};
+
+/// Longest `prompt_cache_key` sent (wuu clamps to 64).
+pub const MAX_PROMPT_CACHE_KEY: usize = 64;
+
+/// The request body for `req` (see the module docs for the rules).
+pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
+    let mut input = Vec::new();
+    for m in &req.messages {
+        lower_message(provider_id, req, m, &mut input);
+    }
+    let mut body = json!({
+        "model": req.model,
+        "input": input,
+        "stream": true,
+        "store": false,
+    });
+    let o = body.as_object_mut().expect("object");
+    if !req.system.is_empty() {
+        o.insert("instructions".into(), json!(req.system));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": normalize_schema(&t.parameters),
+                    "strict": false,
+                })
+            })
+            .collect();
+        o.insert("tools".into(), Value::Array(tools));
+        o.insert("tool_choice".into(), json!("auto"));
+    }
+    if let Some(k) = &req.prompt_cache_key {
+        let k: String = k.chars().take(MAX_PROMPT_CACHE_KEY).collect();
+        o.insert("prompt_cache_key".into(), json!(k));
+    }
+    if let Some(effort) = &req.effort {
+        o.insert(
+            "reasoning".into(),
+            json!({"effort": effort, "summary": "auto"}),
+        );
+        o.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    }
+    if let Some(n) = req.max_output_tokens {
+        o.insert("max_output_tokens".into(), json!(n));
+    }
+    if let Some(schema) = &req.output_schema {
+        let (name, schema, strict) = output_schema_parts(schema);
+        o.insert(
+            "text".into(),
+            json!({"format": {"type": "json_schema", "name": name, "schema": schema, "strict": strict}}),
+        );
+    }
+    body
+}
+
+fn lower_message(provider_id: &str, req: &ChatRequest, m: &ChatMessage, out: &mut Vec<Value>) {
+    match m.role {
+        Role::User => {
+            let mut parts = Vec::new();
+            if !m.content.is_empty() || m.images.is_empty() {
+                parts.push(json!({"type": "input_text", "text": m.content}));
+            }
+            for img in &m.images {
+                parts.push(json!({
+                    "type": "input_image",
+                    "image_url": format!("data:{};base64,{}", img.media_type, img.data),
+                }));
+            }
+            out.push(json!({"type": "message", "role": "user", "content": parts}));
+        }
+        Role::Assistant => {
+            let mut reasoning_replayed = false;
+            for r in &m.reasoning {
+                if !same_origin(&r.provider, &r.model, provider_id, &req.model) {
+                    continue;
+                }
+                let Some(Value::Object(raw)) = &r.raw else {
+                    continue;
+                };
+                if raw.get("encrypted_content").is_none_or(Value::is_null) {
+                    continue;
+                }
+                let mut item = raw.clone();
+                item.remove("status");
+                item.insert("type".into(), json!("reasoning"));
+                if !item.contains_key("summary") {
+                    item.insert("summary".into(), json!([]));
+                }
+                out.push(Value::Object(item));
+                reasoning_replayed = true;
+            }
+            if !m.content.is_empty() {
+                out.push(json!({
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": m.content}],
+                }));
+            }
+            for c in &m.tool_calls {
+                let mut item = json!({
+                    "type": "function_call",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": if c.arguments.is_empty() { "{}" } else { &c.arguments },
+                });
+                if let Some(id) = &c.item_id {
+                    if reasoning_replayed && id.starts_with("fc_") {
+                        item["id"] = json!(id);
+                    }
+                }
+                out.push(item);
+            }
+        }
+        Role::Tool => {
+            out.push(json!({
+                "type": "function_call_output",
+                "call_id": m.tool_call_id.clone().unwrap_or_default(),
+                "output": m.content,
+            }));
+        }
+    }
+}
+
+/// Usage of a `response.usage` object (§1.4): fresh input = `input_tokens − cached`.
+pub fn parse_usage(u: &Value) -> Usage {
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    let input = n(u.get("input_tokens"));
+    let cached = n(u.pointer("/input_tokens_details/cached_tokens"));
+    Usage {
+        input_tokens: input.saturating_sub(cached),
+        output_tokens: n(u.get("output_tokens")),
+        cache_read_tokens: cached,
+        cache_creation_tokens: 0,
+        reasoning_tokens: n(u.pointer("/output_tokens_details/reasoning_tokens")),
+    }
+}
+
+#[derive(Debug, Default)]
+struct CallState {
+    call_id: String,
+    name: String,
+    item_id: Option<String>,
+    args: String,
+    started: bool,
+    ended: bool,
+}
+
+#[derive(Debug, Default)]
+struct ReasoningState {
+    text: String,
+    last_summary_index: Option<u64>,
+}
+
+/// Stream parser for one Responses attempt.
+pub struct Parser {
+    provider: String,
+    model: String,
+    calls: BTreeMap<u64, CallState>,
+    reasoning: BTreeMap<u64, ReasoningState>,
+    /// Output indexes of message items that streamed text deltas.
+    text_streamed: BTreeMap<u64, bool>,
+    response_id: Option<String>,
+    message_item_id: Option<String>,
+    error: Option<AttemptError>,
+}
+
+impl Parser {
+    /// A parser attributing reasoning blocks to `provider`/`model`.
+    pub fn new(provider: &str, model: &str) -> Self {
+        Parser {
+            provider: provider.into(),
+            model: model.into(),
+            calls: BTreeMap::new(),
+            reasoning: BTreeMap::new(),
+            text_streamed: BTreeMap::new(),
+            response_id: None,
+            message_item_id: None,
+            error: None,
+        }
+    }
+
+    fn index_of(&self, v: &Value) -> Option<u64> {
+        if let Some(i) = v.get("output_index").and_then(Value::as_u64) {
+            return Some(i);
+        }
+        let item_id = v.get("item_id").and_then(Value::as_str)?;
+        self.calls
+            .iter()
+            .find(|(_, c)| c.item_id.as_deref() == Some(item_id))
+            .map(|(i, _)| *i)
+    }
+
+    fn start_call(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+        let st = self.calls.entry(idx).or_default();
+        if st.started {
+            return;
+        }
+        st.call_id = item
+            .get("call_id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(super::synth_call_id);
+        st.name = item
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        st.item_id = item.get("id").and_then(Value::as_str).map(str::to_string);
+        st.started = true;
+        out.push(StreamEvent::ToolCallStart {
+            id: st.call_id.clone(),
+            name: st.name.clone(),
+        });
+    }
+
+    fn end_call(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+        self.start_call(idx, item, out);
+        let st = self.calls.get_mut(&idx).expect("started");
+        if st.ended {
+            return;
+        }
+        if let Some(args) = item.get("arguments").and_then(Value::as_str) {
+            if st.args.is_empty() && !args.is_empty() {
+                out.push(StreamEvent::ToolCallDelta {
+                    id: st.call_id.clone(),
+                    delta: args.to_string(),
+                });
+            }
+            st.args = args.to_string();
+        }
+        if let Some(n) = item
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            st.name = n.to_string();
+        }
+        st.ended = true;
+        out.push(StreamEvent::ToolCallEnd {
+            call: ToolCall {
+                id: st.call_id.clone(),
+                name: st.name.clone(),
+                arguments: if st.args.is_empty() {
+                    "{}".into()
+                } else {
+                    st.args.clone()
+                },
+                item_id: st.item_id.clone(),
+            },
+        });
+    }
+
+    fn reasoning_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+        let st = self.reasoning.remove(&idx).unwrap_or_default();
+        let mut text = st.text;
+        if text.is_empty() {
+            // No deltas: take the summary texts of the completed item.
+            if let Some(parts) = item.get("summary").and_then(Value::as_array) {
+                let texts: Vec<&str> = parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect();
+                text = texts.join("\n\n");
+                if !text.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { text: text.clone() });
+                }
+            }
+        }
+        let mut raw = item.clone();
+        if let Value::Object(m) = &mut raw {
+            m.remove("status");
+        }
+        out.push(StreamEvent::ReasoningDone {
+            block: ReasoningBlock {
+                provider: self.provider.clone(),
+                model: self.model.clone(),
+                text,
+                signature: None,
+                redacted: None,
+                raw: Some(raw),
+            },
+        });
+    }
+
+    fn message_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+        if let Some(id) = item.get("id").and_then(Value::as_str) {
+            self.message_item_id = Some(id.to_string());
+        }
+        if self.text_streamed.get(&idx).copied().unwrap_or(false) {
+            return;
+        }
+        let text: String = item
+            .get("content")
+            .and_then(Value::as_array)
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter(|p| p.get("type").and_then(Value::as_str) == Some("output_text"))
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !text.is_empty() {
+            self.text_streamed.insert(idx, true);
+            out.push(StreamEvent::TextDelta { text });
+        }
+    }
+
+    fn item_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+        match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => self.end_call(idx, item, out),
+            Some("reasoning") => self.reasoning_done(idx, item, out),
+            Some("message") => self.message_done(idx, item, out),
+            _ => {}
+        }
+    }
+
+    fn finish(
+        &mut self,
+        resp: &Value,
+        out: &mut Vec<StreamEvent>,
+        incomplete: bool,
+    ) -> StreamEvent {
+        // Items that never got their output_item.done: take them from the final output.
+        if let Some(items) = resp.get("output").and_then(Value::as_array) {
+            for (i, item) in items.iter().enumerate() {
+                let idx = i as u64;
+                match item.get("type").and_then(Value::as_str) {
+                    Some("function_call") if !self.calls.get(&idx).is_some_and(|c| c.ended) => {
+                        self.end_call(idx, item, out)
+                    }
+                    Some("reasoning") if self.reasoning.contains_key(&idx) => {
+                        self.reasoning_done(idx, item, out)
+                    }
+                    Some("message") if !self.text_streamed.contains_key(&idx) => {
+                        self.message_done(idx, item, out)
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(id) = resp.get("id").and_then(Value::as_str) {
+            self.response_id = Some(id.to_string());
+        }
+        let usage = resp.get("usage").map(parse_usage).unwrap_or_default();
+        let reason = resp
+            .pointer("/incomplete_details/reason")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        let has_calls = self.calls.values().any(|c| c.ended);
+        let stop_reason = if incomplete {
+            reason.clone().or(Some("incomplete".into()))
+        } else if has_calls {
+            Some("tool_calls".into())
+        } else {
+            Some("stop".into())
+        };
+        StreamEvent::Done {
+            usage,
+            stop_reason,
+            truncated: incomplete && reason.as_deref() == Some("max_output_tokens"),
+            response_id: self.response_id.clone(),
+            message_item_id: self.message_item_id.clone(),
+        }
+    }
+}
+
+impl WireParser for Parser {
+    fn on_event(
+        &mut self,
+        ev: &SseEvent,
+        out: &mut Vec<StreamEvent>,
+    ) -> Option<Result<StreamEvent, AttemptError>> {
+        if ev.data.trim() == "[DONE]" {
+            return None;
+        }
+        let v = parse_data(ev)?;
+        let ty = v
+            .get("type")
+            .and_then(Value::as_str)
+            .or(ev.event.as_deref())
+            .unwrap_or("");
+        match ty {
+            "response.created" | "response.in_progress" => {
+                if let Some(id) = v.pointer("/response/id").and_then(Value::as_str) {
+                    self.response_id = Some(id.to_string());
+                }
+            }
+            "response.output_item.added" => {
+                let idx = self.index_of(&v)?;
+                let item = v.get("item")?;
+                match item.get("type").and_then(Value::as_str) {
+                    Some("function_call") => self.start_call(idx, item, out),
+                    Some("reasoning") => {
+                        self.reasoning.entry(idx).or_default();
+                    }
+                    Some("message") => {
+                        if let Some(id) = item.get("id").and_then(Value::as_str) {
+                            self.message_item_id = Some(id.to_string());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let delta = v.get("delta").and_then(Value::as_str).unwrap_or("");
+                if let Some(idx) = v.get("output_index").and_then(Value::as_u64) {
+                    self.text_streamed.insert(idx, true);
+                }
+                if !delta.is_empty() {
+                    out.push(StreamEvent::TextDelta {
+                        text: delta.to_string(),
+                    });
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let idx = self.index_of(&v)?;
+                let delta = v.get("delta").and_then(Value::as_str).unwrap_or("");
+                let st = self.calls.get_mut(&idx)?;
+                if st.ended || delta.is_empty() {
+                    return None;
+                }
+                st.args.push_str(delta);
+                out.push(StreamEvent::ToolCallDelta {
+                    id: st.call_id.clone(),
+                    delta: delta.to_string(),
+                });
+            }
+            "response.function_call_arguments.done" => {
+                // Arguments complete; the call ends at its output_item.done (authoritative).
+                let idx = self.index_of(&v)?;
+                if let Some(st) = self.calls.get_mut(&idx) {
+                    if let Some(a) = v.get("arguments").and_then(Value::as_str) {
+                        if st.args.is_empty() && !a.is_empty() && !st.ended {
+                            out.push(StreamEvent::ToolCallDelta {
+                                id: st.call_id.clone(),
+                                delta: a.to_string(),
+                            });
+                        }
+                        st.args = a.to_string();
+                    }
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let idx = v.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+                let delta = v.get("delta").and_then(Value::as_str).unwrap_or("");
+                let summary_index = v.get("summary_index").and_then(Value::as_u64);
+                let st = self.reasoning.entry(idx).or_default();
+                let mut text = String::new();
+                if summary_index.is_some()
+                    && st.last_summary_index.is_some()
+                    && st.last_summary_index != summary_index
+                {
+                    text.push_str("\n\n");
+                }
+                if summary_index.is_some() {
+                    st.last_summary_index = summary_index;
+                }
+                text.push_str(delta);
+                if !text.is_empty() {
+                    st.text.push_str(&text);
+                    out.push(StreamEvent::ReasoningDelta { text });
+                }
+            }
+            "response.output_item.done" => {
+                let idx = self.index_of(&v)?;
+                let item = v.get("item")?.clone();
+                self.item_done(idx, &item, out);
+            }
+            "response.completed" | "response.done" => {
+                let resp = v.get("response").cloned().unwrap_or(Value::Null);
+                if resp.get("end_turn") == Some(&Value::Bool(false)) {
+                    log::debug!("response.completed with end_turn:false");
+                }
+                return Some(Ok(self.finish(&resp, out, false)));
+            }
+            "response.incomplete" => {
+                let resp = v.get("response").cloned().unwrap_or(Value::Null);
+                return Some(Ok(self.finish(&resp, out, true)));
+            }
+            "response.failed" => {
+                if let Some(e) = self.error.take() {
+                    return Some(Err(e));
+                }
+                let err = v.pointer("/response/error").cloned().unwrap_or(Value::Null);
+                let wrapped = json!({ "error": err });
+                let (code, ty, msg) = error_fields(&wrapped);
+                return Some(Err(classify_stream_error(
+                    code.as_deref(),
+                    ty.as_deref(),
+                    msg.as_deref().unwrap_or("response failed"),
+                )));
+            }
+            "error" => {
+                let (code, ty, msg) = error_fields(&v);
+                return Some(Err(classify_stream_error(
+                    code.as_deref(),
+                    ty.as_deref(),
+                    msg.as_deref().unwrap_or("stream error"),
+                )));
+            }
+            _ => {}
+        }
+        None
+    }
+
+    fn on_eof(&mut self, _out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {
+        Err(self
+            .error
+            .take()
+            .unwrap_or_else(|| AttemptError::incomplete("stream closed before response.completed")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::{ImageInput, ToolSpec};
+
+    fn events(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
+        let mut p = Parser::new("openai", "m");
+        let mut out = vec![];
+        let mut r = super::super::sse::SseReader::new(body.as_bytes());
+        while let Some(ev) = r.next_event().unwrap() {
+            if let Some(t) = p.on_event(&ev, &mut out) {
+                return (out, t);
+            }
+        }
+        let t = p.on_eof(&mut out);
+        (out, t)
+    }
+
+    #[test]
+    fn only_output_item_done_events_work() {
+        // Codex's own fakes send no deltas (§1.3).
+        let body = concat!(
+            "data: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"hi\"}]}}\n\n",
+            "data: {\"type\":\"response.output_item.done\",\"output_index\":1,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"x\",\"arguments\":\"{}\"}}\n\n",
+            "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"usage\":{\"input_tokens\":10,\"input_tokens_details\":null,\"output_tokens\":3}}}\n\n",
+        );
+        let (out, done) = events(body);
+        assert_eq!(out[0], StreamEvent::TextDelta { text: "hi".into() });
+        assert!(
+            matches!(&out[1], StreamEvent::ToolCallStart { id, name } if id == "call_1" && name == "x")
+        );
+        assert!(
+            matches!(&out[3], StreamEvent::ToolCallEnd { call } if call.item_id.as_deref() == Some("fc_1"))
+        );
+        match done.unwrap() {
+            StreamEvent::Done {
+                usage,
+                stop_reason,
+                message_item_id,
+                ..
+            } => {
+                assert_eq!(usage.input_tokens, 10);
+                assert_eq!(stop_reason.as_deref(), Some("tool_calls"));
+                assert_eq!(message_item_id.as_deref(), Some("msg_1"));
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn incomplete_and_failed_and_error() {
+        let (_, d) = events("data: {\"type\":\"response.incomplete\",\"response\":{\"id\":\"r\",\"status\":\"incomplete\",\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}\n\n");
+        assert!(matches!(
+            d.unwrap(),
+            StreamEvent::Done {
+                truncated: true,
+                ..
+            }
+        ));
+        let (_, d) = events(concat!(
+            "data: {\"type\":\"error\",\"sequence_number\":2,\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"slow\"}}\n\n",
+        ));
+        assert_eq!(d.unwrap_err().kind, crate::provider::FailureKind::RateLimit);
+        let (_, d) = events("data: {\"type\":\"response.failed\",\"response\":{\"id\":\"resp_f\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"boom\"}}}\n\n");
+        let e = d.unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str(), e.retryable),
+            (crate::provider::FailureKind::Server, "boom", true)
+        );
+        let (_, d) = events("data: [DONE]\n\n");
+        assert_eq!(
+            d.unwrap_err().kind,
+            crate::provider::FailureKind::IncompleteStream
+        );
+    }
+
+    #[test]
+    fn unfinished_call_never_ends() {
+        let body = concat!(
+            "data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"x\",\"arguments\":\"\"}}\n\n",
+            "data: {\"type\":\"response.function_call_arguments.delta\",\"output_index\":0,\"item_id\":\"fc_1\",\"delta\":\"{\\\"a\\\"\"}\n\n",
+        );
+        let (out, d) = events(body);
+        assert!(d.is_err());
+        assert!(!out
+            .iter()
+            .any(|e| matches!(e, StreamEvent::ToolCallEnd { .. })));
+    }
+
+    #[test]
+    fn reasoning_summary_parts_are_joined() {
+        let body = concat!(
+            "data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"rs_1\",\"type\":\"reasoning\",\"summary\":[]}}\n\n",
+            "data: {\"type\":\"response.reasoning_summary_text.delta\",\"output_index\":0,\"summary_index\":0,\"delta\":\"a\"}\n\n",
+            "data: {\"type\":\"response.reasoning_summary_text.delta\",\"output_index\":0,\"summary_index\":1,\"delta\":\"b\"}\n\n",
+            "data: {\"type\":\"response.output_item.done\",\"output_index\":0,\"item\":{\"id\":\"rs_1\",\"type\":\"reasoning\",\"status\":\"completed\",\"encrypted_content\":\"enc\",\"summary\":[]}}\n\n",
+        );
+        let (out, _) = events(body);
+        match out.last().unwrap() {
+            StreamEvent::ReasoningDone { block } => {
+                assert_eq!(block.text, "a\n\nb");
+                let raw = block.raw.as_ref().unwrap();
+                assert!(raw.get("status").is_none());
+                assert_eq!(raw["encrypted_content"], "enc");
+            }
+            e => panic!("{e:?}"),
+        }
+    }
+
+    fn req() -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            messages: vec![],
+            tools: vec![ToolSpec {
+                name: "t".into(),
+                description: "d".into(),
+                parameters: json!({"type":"object"}),
+            }],
+            effort: Some("low".into()),
+            max_output_tokens: Some(100),
+            prompt_cache_key: Some("k".repeat(100)),
+            output_schema: Some(json!({"name":"answer","schema":{"type":"object"}})),
+        }
+    }
+
+    #[test]
+    fn request_body_lowering() {
+        let mut r = req();
+        let mut user = ChatMessage::text(Role::User, "look");
+        user.images.push(ImageInput {
+            media_type: "image/png".into(),
+            data: "AAA".into(),
+        });
+        let mut asst = ChatMessage::text(Role::Assistant, "ok");
+        asst.reasoning.push(ReasoningBlock {
+            provider: "openai".into(),
+            model: "m".into(),
+            text: "t".into(),
+            signature: None,
+            redacted: None,
+            raw: Some(json!({"id":"rs_1","type":"reasoning","status":"completed","summary":[],"encrypted_content":"e"})),
+        });
+        asst.reasoning.push(ReasoningBlock {
+            provider: "other".into(),
+            model: "m".into(),
+            text: "t".into(),
+            signature: None,
+            redacted: None,
+            raw: Some(json!({"id":"rs_2","type":"reasoning","encrypted_content":"e"})),
+        });
+        asst.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+            item_id: Some("fc_1".into()),
+        });
+        asst.item_id = Some("msg_1".into());
+        let mut tool = ChatMessage::text(Role::Tool, "result");
+        tool.tool_call_id = Some("call_1".into());
+        r.messages = vec![user, asst, tool];
+        let b = build_body("openai", &r);
+        assert_eq!(b["store"], false);
+        assert_eq!(b["stream"], true);
+        assert_eq!(b["instructions"], "sys");
+        assert_eq!(b["prompt_cache_key"].as_str().unwrap().len(), 64);
+        assert_eq!(b["reasoning"]["effort"], "low");
+        assert_eq!(b["tools"][0]["strict"], false);
+        assert_eq!(b["tools"][0]["parameters"]["properties"], json!({}));
+        assert_eq!(b["text"]["format"]["type"], "json_schema");
+        assert_eq!(b["text"]["format"]["name"], "answer");
+        let input = b["input"].as_array().unwrap();
+        let types: Vec<&str> = input.iter().map(|i| i["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "message",
+                "reasoning",
+                "message",
+                "function_call",
+                "function_call_output"
+            ]
+        );
+        assert_eq!(
+            input[0]["content"][1]["image_url"],
+            "data:image/png;base64,AAA"
+        );
+        assert!(input[1].get("status").is_none());
+        assert!(
+            input[2].get("id").is_none(),
+            "msg ids are not replayed with store:false"
+        );
+        assert_eq!(input[3]["id"], "fc_1");
+        assert_eq!(input[4]["call_id"], "call_1");
+    }
+
+    #[test]
+    fn fc_id_dropped_without_reasoning_or_prefix() {
+        let mut r = req();
+        let mut asst = ChatMessage::text(Role::Assistant, "");
+        asst.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+            item_id: Some("fc_1".into()),
+        });
+        r.messages = vec![ChatMessage::text(Role::User, "hi"), asst];
+        let b = build_body("openai", &r);
+        assert!(b["input"][1].get("id").is_none());
+        assert_eq!(
+            b["input"].as_array().unwrap().len(),
+            2,
+            "no empty assistant message"
+        );
+    }
+}
