@@ -102,6 +102,9 @@ mod search;
 mod shell;
 mod todo;
 
+#[cfg(test)]
+mod tests;
+
 use crate::provider::ToolSpec;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};

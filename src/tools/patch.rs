@@ -55,6 +55,9 @@ struct Hunk {
     old: Vec<String>,
     /// Context and added lines, in order.
     new: Vec<String>,
+    /// For each line of `new`: the index in `old` when it is a context line (the file's
+    /// own text is kept for it, so loosely matched whitespace is preserved).
+    new_ctx: Vec<Option<usize>>,
     /// `*** End of File` followed the hunk.
     eof: bool,
 }
@@ -158,16 +161,16 @@ fn parse(text: &str) -> Result<Vec<Op>, Fail> {
                         format!("expected `@@` to start the next hunk, got `{l}`"),
                     ));
                 };
-                if let Some(t) = l.strip_prefix(' ') {
+                let context = l.strip_prefix(' ').or(l.is_empty().then_some(""));
+                if let Some(t) = context {
+                    h.new_ctx.push(Some(h.old.len()));
                     h.old.push(t.to_string());
                     h.new.push(t.to_string());
                 } else if let Some(t) = l.strip_prefix('-') {
                     h.old.push(t.to_string());
                 } else if let Some(t) = l.strip_prefix('+') {
+                    h.new_ctx.push(None);
                     h.new.push(t.to_string());
-                } else if l.is_empty() {
-                    h.old.push(String::new());
-                    h.new.push(String::new());
                 } else {
                     return Err(perr(
                         i + 2,
@@ -283,13 +286,13 @@ fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, Fail> 
             continue;
         }
         let mut old: &[String] = &h.old;
-        let mut new: &[String] = &h.new;
+        let mut new_len = h.new.len();
         let mut found = seek(&lines, old, pos, h.eof);
         if found.is_none() && old.last().is_some_and(|l| l.is_empty()) {
-            // A trailing empty context line often stands for the end of the file.
+            // A trailing empty line often stands for the end of the file.
             old = &old[..old.len() - 1];
-            if new.last().is_some_and(|l| l.is_empty()) {
-                new = &new[..new.len() - 1];
+            if h.new_ctx.last() == Some(&Some(old.len())) {
+                new_len -= 1;
             }
             found = seek(&lines, old, pos, h.eof);
         }
@@ -305,7 +308,15 @@ fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, Fail> 
                 preview.join("\n")
             )));
         };
-        replacements.push((at, old.len(), new.to_vec()));
+        let new: Vec<String> = h.new[..new_len]
+            .iter()
+            .zip(&h.new_ctx)
+            .map(|(l, ctx)| match ctx {
+                Some(i) if *i < old.len() => lines[at + i].clone(),
+                _ => l.clone(),
+            })
+            .collect();
+        replacements.push((at, old.len(), new));
         pos = at + old.len();
     }
     for (at, len, new) in replacements.into_iter().rev() {
@@ -516,6 +527,7 @@ mod tests {
             anchor: anchor.map(String::from),
             old: old.iter().map(|s| s.to_string()).collect(),
             new: new.iter().map(|s| s.to_string()).collect(),
+            new_ctx: vec![None; new.len()],
             eof: false,
         }
     }
@@ -539,6 +551,7 @@ mod tests {
             }
         );
         let mut want = h(Some("fn x"), &["ctx", "old"], &["ctx", "new"]);
+        want.new_ctx = vec![Some(0), None];
         want.eof = true;
         assert_eq!(
             ops[2],
