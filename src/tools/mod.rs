@@ -88,3 +88,241 @@ pub struct ToolOutcome {
     /// todo_write: `{todos}`).
     pub detail: Value,
 }
+
+// ---------------------------------------------------------------------------------------
+// Tool surface: names, specs, spawning.
+// ---------------------------------------------------------------------------------------
+
+mod args;
+mod files;
+mod patch;
+mod paths;
+mod revision;
+mod search;
+mod shell;
+mod todo;
+
+#[cfg(test)]
+mod tests;
+
+use crate::provider::ToolSpec;
+use crossbeam_channel::{Receiver, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Capacity of a call's [`ToolHandle::events`] channel. The helper blocks when it is full
+/// (backpressure); output is never dropped.
+pub const EVENT_CAPACITY: usize = 256;
+
+/// Grace period between SIGTERM and SIGKILL when a command's process group is killed
+/// (timeout, [`ToolHandle::cancel`], or leftovers after the main child exited).
+pub const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Names of all built-in tools, in the order [`specs`] lists them.
+pub const TOOL_NAMES: [&str; 9] = [
+    "bash",
+    "read_file",
+    "write_file",
+    "edit_file",
+    "apply_patch",
+    "list_files",
+    "grep",
+    "glob",
+    "todo_write",
+];
+
+/// The tool specs offered to the model: exact names, descriptions and JSON-Schema
+/// parameters (`{"type":"object","properties":{…},"required":[…]}`).
+///
+/// Every mode lists all nine tools, so the tool surface (and the provider's prompt
+/// cache) stays stable when the mode changes; in `read_only` mode the descriptions of
+/// `bash`, `write_file`, `edit_file` and `apply_patch` say they are disabled, and calls
+/// to them are refused at call time with `permission_denied`.
+pub fn specs(mode: PermissionMode) -> Vec<ToolSpec> {
+    args::specs(mode)
+}
+
+/// Whether a tool is "at most once": its effect must not be repeated when its outcome
+/// is unknown (e.g. the host crashed mid-call). True for `bash`, `write_file`,
+/// `edit_file` and `apply_patch`; false for everything else (including unknown names).
+pub fn is_at_most_once(name: &str) -> bool {
+    matches!(name, "bash" | "write_file" | "edit_file" | "apply_patch")
+}
+
+/// A running tool call, returned by [`spawn`].
+///
+/// Read [`ToolHandle::events`] until [`ToolEvent::Done`] (always the last event; the
+/// channel disconnects right after it). Dropping the handle without [`ToolHandle::cancel`]
+/// lets the call run to its end (a command runs until it exits or times out); its
+/// process group is still killed when the call ends, and events that cannot be delivered
+/// are discarded.
+#[derive(Debug)]
+pub struct ToolHandle {
+    /// Events of the call, bounded by [`EVENT_CAPACITY`]: zero or more
+    /// [`ToolEvent::Output`] (only `bash` streams output), then exactly one
+    /// [`ToolEvent::Done`].
+    pub events: Receiver<ToolEvent>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl ToolHandle {
+    /// Interrupts the call. A running command's whole process group gets SIGTERM, then
+    /// SIGKILL after [`KILL_GRACE`]; the call then ends with `Done` (`is_error`,
+    /// output mentions "interrupted", `detail.interrupted == true`). Walking tools
+    /// (`grep`, `glob`, `list_files`) stop early with the same kind of result. Calls that
+    /// already finished, or the quick file tools, are unaffected. Idempotent; never
+    /// blocks.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`ToolHandle::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+}
+
+/// Cancellation flag shared between a [`ToolHandle`] and its helper thread.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Cancel(Arc<AtomicBool>);
+
+impl Cancel {
+    pub(crate) fn is_set(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Starts one tool call on a helper thread and returns at once.
+///
+/// `name` is a tool name from [`TOOL_NAMES`]; `arguments` is the JSON object text the
+/// model sent (an empty string counts as `{}`). Unknown names, malformed JSON, missing or
+/// mistyped fields end the call with an `is_error` [`ToolOutcome`] whose output tells
+/// the model what to fix; refusals by [`ToolContext::permission_mode`] end with
+/// `permission_denied`. The helper never panics through: a panic inside a tool becomes
+/// an error outcome.
+pub fn spawn(name: &str, arguments: &str, ctx: ToolContext) -> ToolHandle {
+    let (tx, rx) = crossbeam_channel::bounded(EVENT_CAPACITY);
+    let cancel = Cancel::default();
+    let handle = ToolHandle {
+        events: rx,
+        cancel: cancel.0.clone(),
+    };
+    let name_owned = name.to_string();
+    let arguments = arguments.to_string();
+    let tx_thread = tx.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("tool-{}", sanitize_thread_name(name)))
+        .spawn(move || {
+            let outcome = run_guarded(&name_owned, &arguments, &ctx, &cancel, &tx_thread);
+            let _ = tx_thread.send(ToolEvent::Done(outcome));
+        });
+    if let Err(e) = spawned {
+        log::error!("tools: cannot start helper thread for {name}: {e}");
+        let _ = tx.send(ToolEvent::Done(ToolOutcome::error(format!(
+            "internal error: cannot start tool thread: {e}"
+        ))));
+    }
+    handle
+}
+
+/// Runs a call on the current thread, catching panics.
+fn run_guarded(
+    name: &str,
+    arguments: &str,
+    ctx: &ToolContext,
+    cancel: &Cancel,
+    events: &Sender<ToolEvent>,
+) -> ToolOutcome {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(name, arguments, ctx, cancel, events)
+    }));
+    match result {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(fail)) => fail.into(),
+        Err(panic) => {
+            let msg = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            log::error!("tools: {name} panicked: {msg}");
+            ToolOutcome::error(format!("internal error in {name}: {msg}"))
+        }
+    }
+}
+
+fn run(
+    name: &str,
+    arguments: &str,
+    ctx: &ToolContext,
+    cancel: &Cancel,
+    events: &Sender<ToolEvent>,
+) -> Result<ToolOutcome, Fail> {
+    match name {
+        "bash" => shell::run(args::parse(name, arguments)?, ctx, cancel, events),
+        "read_file" => files::read_file(args::parse(name, arguments)?, ctx),
+        "write_file" => files::write_file(args::parse(name, arguments)?, ctx),
+        "edit_file" => files::edit_file(args::parse(name, arguments)?, ctx),
+        "apply_patch" => patch::run(args::parse(name, arguments)?, ctx),
+        "list_files" => search::list_files(args::parse(name, arguments)?, ctx, cancel),
+        "grep" => search::grep(args::parse(name, arguments)?, ctx, cancel),
+        "glob" => search::glob(args::parse(name, arguments)?, ctx, cancel),
+        "todo_write" => todo::run(args::parse(name, arguments)?),
+        _ => Err(Fail::Error(format!(
+            "unknown tool `{name}`; available tools: {}",
+            TOOL_NAMES.join(", ")
+        ))),
+    }
+}
+
+fn sanitize_thread_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(32)
+        .collect()
+}
+
+/// Why a call failed before producing its own outcome.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Fail {
+    /// Refused by the permission mode (message without the `permission denied:` prefix).
+    Denied(String),
+    /// Any other error, shown to the model as is.
+    Error(String),
+}
+
+impl From<Fail> for ToolOutcome {
+    fn from(f: Fail) -> Self {
+        match f {
+            Fail::Denied(msg) => ToolOutcome {
+                output: format!("permission denied: {msg}"),
+                is_error: true,
+                permission_denied: true,
+                detail: Value::Null,
+            },
+            Fail::Error(msg) => ToolOutcome::error(msg),
+        }
+    }
+}
+
+impl ToolOutcome {
+    /// A successful outcome with `output` for the model and structured `detail`.
+    pub fn ok(output: impl Into<String>, detail: Value) -> Self {
+        Self {
+            output: output.into(),
+            is_error: false,
+            permission_denied: false,
+            detail,
+        }
+    }
+
+    /// An error outcome (`is_error`, not a permission refusal, `detail` = null).
+    pub fn error(output: impl Into<String>) -> Self {
+        Self {
+            output: output.into(),
+            is_error: true,
+            permission_denied: false,
+            detail: Value::Null,
+        }
+    }
+}

@@ -1,0 +1,666 @@
+//! `bash`: one command in its own process group, output streamed, group always killed.
+//!
+//! Threads: two reader threads (stdout, stderr) send raw chunks over a small bounded
+//! channel to the call's helper thread, which is the only sender of [`ToolEvent`]s. It
+//! decodes UTF-8 incrementally (an incomplete trailing sequence is carried to the next
+//! chunk), keeps a bounded head and tail of each stream, spills everything to a file once
+//! a stream exceeds the cap, watches the timeout and the cancel flag every 20 ms, and
+//! forwards output with backpressure (it blocks, in 20 ms slices, while the event channel
+//! is full; readers then block, and so does the command on its pipe).
+//!
+//! Killing: timeout and cancel send SIGTERM to the process group, then SIGKILL after
+//! [`KILL_GRACE`]. When the main child exits on its own, the group still gets SIGTERM
+//! (background jobs like `sleep 100 &` die), then SIGKILL if anything is left after the
+//! grace period. After the main child exited, output pipes are read for at most
+//! `KILL_GRACE + 500 ms`; a process that escaped the group and keeps them open is then
+//! abandoned (its reader thread ends when the pipe closes).
+
+use super::args::BashArgs;
+use super::paths::{self, Access};
+use super::{Cancel, Fail, PermissionMode, ToolContext, ToolEvent, ToolOutcome, KILL_GRACE};
+use crossbeam_channel::{RecvTimeoutError, SendTimeoutError, Sender};
+use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
+use serde_json::json;
+use std::collections::VecDeque;
+use std::fs;
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Poll interval of the helper loop (cancel, timeout, child exit).
+const TICK: Duration = Duration::from_millis(20);
+/// Bytes per read from a pipe (and at most per `Output` event).
+const READ_CHUNK: usize = 64 * 1024;
+/// How long pipes are still read after SIGKILL before giving up on them.
+const PIPE_DRAIN_AFTER_KILL: Duration = Duration::from_millis(500);
+/// Largest timeout honoured (24 h); larger values are clamped.
+const MAX_TIMEOUT_MS: u64 = 24 * 60 * 60 * 1000;
+const STREAMS: [&str; 2] = ["stdout", "stderr"];
+
+/// The shell used: the first existing `bash` (`/bin/bash`, `/usr/bin/bash`,
+/// `/usr/local/bin/bash`, then `$PATH`), else `/bin/sh` (or `sh` from `$PATH`).
+pub(crate) fn shell_path() -> &'static Path {
+    static SHELL: OnceLock<PathBuf> = OnceLock::new();
+    SHELL.get_or_init(|| {
+        let in_path = |name: &str| {
+            std::env::var_os("PATH").and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join(name))
+                    .find(|c| c.is_file())
+            })
+        };
+        ["/bin/bash", "/usr/bin/bash", "/usr/local/bin/bash"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_file())
+            .or_else(|| in_path("bash"))
+            .or_else(|| Some(PathBuf::from("/bin/sh")).filter(|p| p.is_file()))
+            .or_else(|| in_path("sh"))
+            .unwrap_or_else(|| PathBuf::from("sh"))
+    })
+}
+
+/// Incremental lossy UTF-8 decoder.
+#[derive(Default)]
+pub(crate) struct Utf8Stream {
+    carry: Vec<u8>,
+    /// Some bytes were invalid and replaced with U+FFFD.
+    pub lossy: bool,
+}
+
+impl Utf8Stream {
+    /// Decodes `bytes` after any carried bytes; an incomplete sequence at the end is kept
+    /// for the next call.
+    pub(crate) fn decode(&mut self, bytes: &[u8]) -> String {
+        let mut buf = std::mem::take(&mut self.carry);
+        buf.extend_from_slice(bytes);
+        let mut out = String::with_capacity(buf.len());
+        let mut rest: &[u8] = &buf;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(s) => {
+                    out.push_str(s);
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    out.push_str(&String::from_utf8_lossy(valid));
+                    match e.error_len() {
+                        Some(n) => {
+                            out.push('\u{FFFD}');
+                            self.lossy = true;
+                            rest = &after[n..];
+                        }
+                        None => {
+                            self.carry = after.to_vec();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Flushes carried bytes at end of stream (they become U+FFFD).
+    pub(crate) fn finish(&mut self) -> String {
+        if self.carry.is_empty() {
+            return String::new();
+        }
+        self.carry.clear();
+        self.lossy = true;
+        "\u{FFFD}".to_string()
+    }
+}
+
+/// Drops an incomplete UTF-8 sequence at the end of `b`.
+fn trim_incomplete_end(b: &[u8]) -> &[u8] {
+    for back in 1..=b.len().min(4) {
+        let i = b.len() - back;
+        let byte = b[i];
+        if byte & 0xC0 != 0x80 {
+            let need = match byte {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if back < need { &b[..i] } else { b };
+        }
+    }
+    b
+}
+
+/// Drops UTF-8 continuation bytes at the start of `b` (at most 3).
+fn trim_partial_start(b: &[u8]) -> &[u8] {
+    let skip = b.iter().take(3).take_while(|x| *x & 0xC0 == 0x80).count();
+    &b[skip..]
+}
+
+/// Bounded capture of one stream: the first `head_cap` and last `tail_cap` bytes.
+struct Capture {
+    total: u64,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    head_cap: usize,
+    tail_cap: usize,
+    dec: Utf8Stream,
+}
+
+impl Capture {
+    fn new(cap: usize) -> Self {
+        let head_cap = cap / 2;
+        Self {
+            total: 0,
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            head_cap,
+            tail_cap: cap - head_cap,
+            dec: Utf8Stream::default(),
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let take = (self.head_cap - self.head.len()).min(bytes.len());
+        self.head.extend_from_slice(&bytes[..take]);
+        let rest = &bytes[take..];
+        if rest.is_empty() || self.tail_cap == 0 {
+            return;
+        }
+        if rest.len() >= self.tail_cap {
+            self.tail.clear();
+            self.tail.extend(&rest[rest.len() - self.tail_cap..]);
+        } else {
+            self.tail.extend(rest);
+            let excess = self.tail.len().saturating_sub(self.tail_cap);
+            self.tail.drain(..excess);
+        }
+    }
+
+    fn kept(&self) -> u64 {
+        (self.head.len() + self.tail.len()) as u64
+    }
+
+    fn truncated(&self) -> bool {
+        self.total > self.kept()
+    }
+
+    /// The kept text: everything, or head + omission marker + tail.
+    fn text(&self) -> String {
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        if !self.truncated() {
+            let mut all = self.head.clone();
+            all.extend_from_slice(&tail);
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        format!(
+            "{}\n[… {} bytes omitted …]\n{}",
+            String::from_utf8_lossy(trim_incomplete_end(&self.head)),
+            self.total - self.kept(),
+            String::from_utf8_lossy(trim_partial_start(&tail))
+        )
+    }
+}
+
+/// The spill file: both streams in arrival order, started once a stream exceeds the
+/// cap (bytes before that are buffered; at most 2 × cap).
+struct Spill {
+    dir: PathBuf,
+    buffer: Vec<u8>,
+    file: Option<BufWriter<fs::File>>,
+    path: Option<PathBuf>,
+    error: Option<String>,
+}
+
+impl Spill {
+    fn push(&mut self, bytes: &[u8], over_cap: bool) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Some(f) = &mut self.file {
+            if let Err(e) = f.write_all(bytes) {
+                self.error = Some(format!("writing the spill file failed: {e}"));
+            }
+            return;
+        }
+        self.buffer.extend_from_slice(bytes);
+        if over_cap {
+            if let Err(e) = self.start() {
+                self.error = Some(format!(
+                    "cannot create a spill file in {}: {e}",
+                    self.dir.display()
+                ));
+            }
+            self.buffer = Vec::new();
+        }
+    }
+
+    fn start(&mut self) -> io::Result<()> {
+        fs::create_dir_all(&self.dir)?;
+        let path = self
+            .dir
+            .join(format!("bash-{}.log", uuid::Uuid::now_v7().simple()));
+        let mut f = BufWriter::new(fs::File::create(&path)?);
+        f.write_all(&self.buffer)?;
+        self.file = Some(f);
+        self.path = Some(path);
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        if let Some(f) = &mut self.file {
+            if let Err(e) = f.flush() {
+                self.error = Some(format!("writing the spill file failed: {e}"));
+            }
+        }
+        self.file = None;
+    }
+}
+
+fn signal_group(pgid: Pid, sig: Signal) {
+    match kill_process_group(pgid, sig) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::SRCH) => {}
+        Err(e) => log::warn!(
+            "bash: kill(-{}, {sig:?}) failed: {e}",
+            pgid.as_raw_nonzero()
+        ),
+    }
+}
+
+fn group_alive(pgid: Pid) -> bool {
+    match test_kill_process_group(pgid) {
+        Ok(()) => true,
+        Err(rustix::io::Errno::SRCH) => false,
+        Err(_) => false,
+    }
+}
+
+fn spawn_reader<R: Read + Send + 'static>(
+    mut r: R,
+    idx: usize,
+    tx: Sender<(usize, Vec<u8>)>,
+) -> io::Result<()> {
+    thread::Builder::new()
+        .name(format!("bash-{}", STREAMS[idx]))
+        .spawn(move || {
+            let mut buf = vec![0u8; READ_CHUNK];
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        if tx.send((idx, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        log::debug!("bash: reading {} failed: {e}", STREAMS[idx]);
+                        break;
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+}
+
+/// Runs `bash`. Refused in `read_only`; `workdir` must stay inside the workspace in
+/// `standard` mode.
+pub(crate) fn run(
+    a: BashArgs,
+    ctx: &ToolContext,
+    cancel: &Cancel,
+    events: &Sender<ToolEvent>,
+) -> Result<ToolOutcome, Fail> {
+    if ctx.permission_mode == PermissionMode::ReadOnly {
+        return Err(Fail::Denied(
+            "bash is disabled in read_only mode; use read_file, list_files, grep or glob".into(),
+        ));
+    }
+    if a.command.trim().is_empty() {
+        return Err(Fail::Error("command must not be empty".into()));
+    }
+    let dir = match a.workdir.as_deref() {
+        Some(w) if !w.trim().is_empty() => {
+            let d = paths::resolve(ctx, w, Access::Read)?;
+            if !d.is_dir() {
+                return Err(Fail::Error(format!("workdir `{w}` is not a directory")));
+            }
+            d
+        }
+        _ => ctx.cwd.clone(),
+    };
+    let timeout_ms = match a.timeout_ms {
+        Some(t) if t > 0 => t,
+        _ if ctx.default_timeout_ms > 0 => ctx.default_timeout_ms,
+        _ => MAX_TIMEOUT_MS,
+    }
+    .min(MAX_TIMEOUT_MS);
+
+    let mut child = Command::new(shell_path())
+        .arg("-c")
+        .arg(&a.command)
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            Fail::Error(format!(
+                "cannot start {} in {}: {e}",
+                shell_path().display(),
+                dir.display()
+            ))
+        })?;
+    let pgid = Pid::from_child(&child);
+    let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<(usize, Vec<u8>)>(16);
+    let mut reader_error = None;
+    if let Some(out) = child.stdout.take() {
+        if let Err(e) = spawn_reader(out, 0, chunk_tx.clone()) {
+            reader_error = Some(e);
+        }
+    }
+    if let Some(err) = child.stderr.take() {
+        if let Err(e) = spawn_reader(err, 1, chunk_tx.clone()) {
+            reader_error = Some(e);
+        }
+    }
+    drop(chunk_tx);
+    if let Some(e) = reader_error {
+        signal_group(pgid, Signal::KILL);
+        let _ = child.wait();
+        return Err(Fail::Error(format!(
+            "internal error: cannot start output reader threads: {e}"
+        )));
+    }
+
+    let cap = ctx.output_cap_bytes;
+    let mut caps = [Capture::new(cap), Capture::new(cap)];
+    let mut spill = Spill {
+        dir: ctx.spill_dir.clone(),
+        buffer: Vec::new(),
+        file: None,
+        path: None,
+        error: None,
+    };
+    let start = Instant::now();
+    let deadline = start.checked_add(Duration::from_millis(timeout_ms));
+    let mut status: Option<ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let mut term_at: Option<Instant> = None;
+    let mut kill_sent = false;
+    let mut timed_out = false;
+    let mut interrupted = false;
+    let mut readers_done = false;
+    let mut pipes_abandoned = false;
+    let mut consumer_gone = false;
+    let mut pending: Option<ToolEvent> = None;
+
+    loop {
+        let now = Instant::now();
+        if !interrupted && cancel.is_set() {
+            interrupted = true;
+            if term_at.is_none() {
+                signal_group(pgid, Signal::TERM);
+                term_at = Some(now);
+            }
+        }
+        if exited_at.is_none() && !timed_out && deadline.is_some_and(|d| now >= d) {
+            timed_out = true;
+            if term_at.is_none() {
+                signal_group(pgid, Signal::TERM);
+                term_at = Some(now);
+            }
+        }
+        if let Some(t) = term_at {
+            if !kill_sent && now >= t + KILL_GRACE {
+                signal_group(pgid, Signal::KILL);
+                kill_sent = true;
+            }
+        }
+        if exited_at.is_none() {
+            let exited = match child.try_wait() {
+                Ok(Some(st)) => {
+                    status = Some(st);
+                    true
+                }
+                Ok(None) => false,
+                Err(e) => {
+                    log::warn!("bash: waiting for the child failed: {e}");
+                    true
+                }
+            };
+            if exited {
+                exited_at = Some(now);
+                // Background jobs of the command die with it.
+                if term_at.is_none() {
+                    signal_group(pgid, Signal::TERM);
+                    term_at = Some(now);
+                }
+            }
+        }
+        if let Some(at) = exited_at {
+            if readers_done && pending.is_none() {
+                break;
+            }
+            if now >= at + KILL_GRACE + PIPE_DRAIN_AFTER_KILL {
+                pipes_abandoned = !readers_done;
+                break;
+            }
+        }
+        if let Some(ev) = pending.take() {
+            match events.send_timeout(ev, TICK) {
+                Ok(()) => {}
+                Err(SendTimeoutError::Timeout(ev)) => pending = Some(ev),
+                Err(SendTimeoutError::Disconnected(_)) => consumer_gone = true,
+            }
+        } else if !readers_done {
+            match chunk_rx.recv_timeout(TICK) {
+                Ok((idx, bytes)) => {
+                    let c = &mut caps[idx];
+                    c.push(&bytes);
+                    spill.push(&bytes, c.total > cap as u64);
+                    let text = c.dec.decode(&bytes);
+                    if !text.is_empty() && !consumer_gone {
+                        pending = Some(ToolEvent::Output {
+                            stream: STREAMS[idx],
+                            text,
+                        });
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => readers_done = true,
+            }
+        } else {
+            thread::sleep(TICK);
+        }
+    }
+    drop(chunk_rx);
+    if let Some(ev) = pending.take() {
+        let _ = events.send(ev);
+    }
+    for (idx, c) in caps.iter_mut().enumerate() {
+        let text = c.dec.finish();
+        if !text.is_empty() {
+            let _ = events.send(ToolEvent::Output {
+                stream: STREAMS[idx],
+                text,
+            });
+        }
+    }
+    spill.finish();
+
+    // No process of the group may outlive the call.
+    let term_at = term_at.unwrap_or_else(Instant::now);
+    while !kill_sent && group_alive(pgid) {
+        if Instant::now() >= term_at + KILL_GRACE {
+            signal_group(pgid, Signal::KILL);
+            kill_sent = true;
+        } else {
+            thread::sleep(TICK);
+        }
+    }
+    if kill_sent {
+        signal_group(pgid, Signal::KILL);
+    }
+
+    let elapsed_ms = start.elapsed().as_millis() as u64;
+    Ok(outcome(&Finished {
+        status,
+        timed_out,
+        interrupted,
+        timeout_ms,
+        caps: &caps,
+        spill: &spill,
+        pipes_abandoned,
+        elapsed_ms,
+    }))
+}
+
+struct Finished<'a> {
+    status: Option<ExitStatus>,
+    timed_out: bool,
+    interrupted: bool,
+    timeout_ms: u64,
+    caps: &'a [Capture; 2],
+    spill: &'a Spill,
+    pipes_abandoned: bool,
+    elapsed_ms: u64,
+}
+
+fn outcome(f: &Finished<'_>) -> ToolOutcome {
+    let exit_code = f.status.and_then(|s| s.code());
+    let signal = f.status.and_then(|s| s.signal());
+    let lossy = f.caps.iter().any(|c| c.dec.lossy);
+    let mut out = String::new();
+    if f.interrupted {
+        out.push_str("Command interrupted; its process group was killed.\n");
+    } else if f.timed_out {
+        out.push_str(&format!(
+            "Command timed out after {} ms; its process group was killed.\n",
+            f.timeout_ms
+        ));
+    }
+    match (exit_code, signal) {
+        (Some(c), _) => out.push_str(&format!("Exit code: {c}\n")),
+        (None, Some(s)) => out.push_str(&format!("Killed by signal {s}\n")),
+        (None, None) => out.push_str("Exit status unknown\n"),
+    }
+    for (idx, c) in f.caps.iter().enumerate() {
+        if c.total == 0 {
+            continue;
+        }
+        let text = c.text();
+        out.push_str(STREAMS[idx]);
+        out.push_str(":\n");
+        out.push_str(&text);
+        if !text.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    if f.caps.iter().all(|c| c.total == 0) {
+        out.push_str("(no output)\n");
+    }
+    for (idx, c) in f.caps.iter().enumerate() {
+        if c.truncated() {
+            out.push_str(&format!(
+                "[{} truncated: {} bytes in total, showing the first {} and the last {} bytes]\n",
+                STREAMS[idx],
+                c.total,
+                c.head.len(),
+                c.tail.len()
+            ));
+        }
+    }
+    if let Some(p) = &f.spill.path {
+        out.push_str(&format!(
+            "[full output (stdout and stderr in arrival order) saved to {}]\n",
+            p.display()
+        ));
+    }
+    if let Some(e) = &f.spill.error {
+        out.push_str(&format!("[{e}]\n"));
+    }
+    if lossy {
+        out.push_str("[output was not valid UTF-8; invalid bytes were replaced with U+FFFD]\n");
+    }
+    if f.pipes_abandoned {
+        out.push_str(
+            "[a process outside the command's process group kept the output open; stopped reading]\n",
+        );
+    }
+    let success = f.status.is_some_and(|s| s.success());
+    let mut detail = json!({
+        "exit_code": exit_code,
+        "timed_out": f.timed_out,
+        "interrupted": f.interrupted,
+        "stdout_bytes": f.caps[0].total,
+        "stderr_bytes": f.caps[1].total,
+        "lossy_utf8": lossy,
+        "duration_ms": f.elapsed_ms,
+    });
+    if let Some(s) = signal {
+        detail["signal"] = json!(s);
+    }
+    if let Some(p) = &f.spill.path {
+        detail["spill_path"] = json!(p.to_string_lossy());
+    }
+    ToolOutcome {
+        output: out,
+        is_error: f.interrupted || f.timed_out || !success,
+        permission_denied: false,
+        detail,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoder_carries_split_chars_and_flags_invalid() {
+        let mut d = Utf8Stream::default();
+        let bytes = "é€😀".as_bytes();
+        let mut out = String::new();
+        for b in bytes {
+            out.push_str(&d.decode(std::slice::from_ref(b)));
+        }
+        assert_eq!(out, "é€😀");
+        assert!(!d.lossy);
+        assert_eq!(d.decode(b"a\xffb"), "a\u{FFFD}b");
+        assert!(d.lossy);
+        let mut d = Utf8Stream::default();
+        assert_eq!(d.decode(b"x\xe2\x82"), "x");
+        assert_eq!(d.finish(), "\u{FFFD}");
+        assert!(d.lossy);
+    }
+
+    #[test]
+    fn capture_keeps_head_and_tail() {
+        let mut c = Capture::new(10);
+        c.push(b"0123456789");
+        assert!(!c.truncated());
+        assert_eq!(c.text(), "0123456789");
+        c.push(b"abcdefghij");
+        assert!(c.truncated());
+        assert_eq!(c.total, 20);
+        assert_eq!(c.text(), "01234\n[… 10 bytes omitted …]\nfghij");
+        let mut c = Capture::new(6);
+        c.push("ééé€€".as_bytes()); // 2+2+2+3+3 = 12 bytes
+        let t = c.text();
+        assert!(!t.contains('\u{FFFD}'), "{t}");
+    }
+
+    #[test]
+    fn trims_utf8_boundaries() {
+        assert_eq!(trim_incomplete_end("aé".as_bytes()), "aé".as_bytes());
+        assert_eq!(trim_incomplete_end(&"a€".as_bytes()[..3]), b"a");
+        assert_eq!(trim_partial_start(&"€b".as_bytes()[1..]), b"b");
+    }
+}
