@@ -101,7 +101,10 @@ fn options(a: &ServerArgs) -> Result<ServerOptions, String> {
         .canonicalize()
         .map_err(|e| format!("--workdir {}: {e}", workdir.display()))?;
     if !workdir.is_dir() {
-        return Err(format!("--workdir {} is not a directory", workdir.display()));
+        return Err(format!(
+            "--workdir {} is not a directory",
+            workdir.display()
+        ));
     }
     let mut o = ServerOptions::new(workdir);
     o.config_file = a.config.clone();
@@ -129,10 +132,9 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
             std::io::BufReader::with_capacity(256 * 1024, stdin),
             server::transport::MAX_LINE_BYTES,
         )),
-        Box::new(server::transport::WriteSink(std::io::BufWriter::with_capacity(
-            256 * 1024,
-            stdout,
-        ))),
+        Box::new(server::transport::WriteSink(
+            std::io::BufWriter::with_capacity(256 * 1024, stdout),
+        )),
         |shared| {
             // SIGTERM/SIGINT take the graceful path: settle, flush, exit 0.
             let mut signals = match signal_hook::iterator::Signals::new([
@@ -183,7 +185,11 @@ fn debug(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
     };
     let client = server::MemoryClient::start(opts)?;
     if method != "initialize" {
-        client.send("init", "initialize", serde_json::json!({"client": {"name": "wuu-debug"}}))?;
+        client.send(
+            "init",
+            "initialize",
+            serde_json::json!({"client": {"name": "wuu-debug"}}),
+        )?;
         client.wait_response("init", |_| {})?;
     }
     client.send("1", &method, params)?;

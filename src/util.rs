@@ -93,7 +93,9 @@ mod redact_tests {
 
     #[test]
     fn redacts_common_secrets() {
-        let s = redact(r#"{"command":"curl -H 'Authorization: Bearer abcdefghijkl' https://x?api_key=12345678 && echo sk-abcdefghijk"}"#);
+        let s = redact(
+            r#"{"command":"curl -H 'Authorization: Bearer abcdefghijkl' https://x?api_key=12345678 && echo sk-abcdefghijk"}"#,
+        );
         assert!(!s.contains("abcdefghijkl"), "{s}");
         assert!(!s.contains("12345678"), "{s}");
         assert!(!s.contains("sk-abcdefghijk"), "{s}");

@@ -75,7 +75,8 @@ fn oversized_line_is_refused_drained_and_next_request_served() {
     let mut app = App::start(None);
     // 70 MB on one line, written from a thread (the server drains as we write).
     let mut stdin_line = Vec::with_capacity(70 * 1024 * 1024 + 64);
-    stdin_line.extend_from_slice(b"{\"id\":\"big\",\"method\":\"thread/list\",\"params\":{\"cwd\":\"");
+    stdin_line
+        .extend_from_slice(b"{\"id\":\"big\",\"method\":\"thread/list\",\"params\":{\"cwd\":\"");
     stdin_line.resize(70 * 1024 * 1024, b'x');
     stdin_line.extend_from_slice(b"\"}}\n{\"id\":\"after\",\"method\":\"thread/list\"}\n");
     app.write_raw(&stdin_line);
@@ -119,7 +120,10 @@ fn unknown_method_unknown_field_and_wrong_type() {
 #[test]
 fn requests_work_before_initialize_and_unknown_thread_is_not_found() {
     let mut app = App::start(None);
-    let e = app.call_err("thread/rename", json!({"thread_id": "thr_nope", "title": "x"}));
+    let e = app.call_err(
+        "thread/rename",
+        json!({"thread_id": "thr_nope", "title": "x"}),
+    );
     assert_eq!(e["code"], "thread_not_found");
     let e = app.call_err("thread/resume", json!({"session_id": "thr_nope"}));
     assert_eq!(e["code"], "thread_not_found");
@@ -144,14 +148,23 @@ fn lifecycle_survives_restart() {
     let b_id = thread_id(&b);
     assert_eq!(b["thread"]["permission_mode"], "read_only");
 
-    let r = app.call("thread/rename", json!({"thread_id": a_id, "title": "First"}));
+    let r = app.call(
+        "thread/rename",
+        json!({"thread_id": a_id, "title": "First"}),
+    );
     assert_eq!(r["thread"]["title"], "First");
     assert_eq!(r["thread"]["title_revision"], 1);
     let upd = app.notification("thread/updated");
     assert_eq!(upd["params"]["thread"]["title"], "First");
     // A stale revision never overwrites a newer title.
-    app.call("thread/rename", json!({"thread_id": a_id, "title": "Newer", "title_revision": 5}));
-    let r = app.call("thread/rename", json!({"thread_id": a_id, "title": "Stale", "title_revision": 3}));
+    app.call(
+        "thread/rename",
+        json!({"thread_id": a_id, "title": "Newer", "title_revision": 5}),
+    );
+    let r = app.call(
+        "thread/rename",
+        json!({"thread_id": a_id, "title": "Stale", "title_revision": 3}),
+    );
     assert_eq!(r["thread"]["title"], "Newer");
     assert_eq!(r["thread"]["title_revision"], 5);
 
@@ -170,13 +183,22 @@ fn lifecycle_survives_restart() {
     assert_eq!(ids.len(), 3, "{listed}");
     assert!(ids.contains(&a_id.as_str()) && ids.contains(&b_id.as_str()));
 
-    let r = app.call("thread/archive", json!({"thread_id": b_id, "archived": true}));
+    let r = app.call(
+        "thread/archive",
+        json!({"thread_id": b_id, "archived": true}),
+    );
     assert_eq!(r["thread"]["archived"], true);
     let archived = app.call("thread/listArchived", json!({}));
     assert_eq!(archived["threads"].as_array().unwrap().len(), 1);
-    let e = app.call_err("thread/delete", json!({"thread_id": a_id, "only_if_archived": true}));
+    let e = app.call_err(
+        "thread/delete",
+        json!({"thread_id": a_id, "only_if_archived": true}),
+    );
     assert_eq!(e["code"], "error");
-    let r = app.call("thread/delete", json!({"thread_id": b_id, "only_if_archived": true}));
+    let r = app.call(
+        "thread/delete",
+        json!({"thread_id": b_id, "only_if_archived": true}),
+    );
     assert_eq!(r["thread_id"], json!(b_id));
     let e = app.call_err("thread/resume", json!({"session_id": b_id}));
     assert_eq!(e["code"], "thread_not_found");
@@ -203,13 +225,19 @@ fn lifecycle_survives_restart() {
     let e = app.call_err("thread/resume", json!({"session_id": eph_id}));
     assert_eq!(e["code"], "thread_not_found");
     // response_only suppresses the broadcast.
-    app.call("thread/resume", json!({"session_id": a_id, "response_only": true}));
+    app.call(
+        "thread/resume",
+        json!({"session_id": a_id, "response_only": true}),
+    );
     // Resume without id picks the most recent visible conversation.
     let r = app.call("thread/resume", json!({}));
     assert!(ids.contains(&thread_id(&r)));
     let search = app.call("thread/search", json!({"query": "newer"}));
     let hits: Vec<&Value> = search["results"].as_array().unwrap().iter().collect();
-    assert!(hits.iter().any(|h| h["thread"]["id"] == json!(a_id)), "{search}");
+    assert!(
+        hits.iter().any(|h| h["thread"]["id"] == json!(a_id)),
+        "{search}"
+    );
 }
 
 #[test]
@@ -253,7 +281,10 @@ fn locked_database_makes_requests_wait_not_fail() {
     std::thread::sleep(Duration::from_millis(200));
     let mut ids = vec![];
     for i in 0..5 {
-        ids.push(app.send("thread/rename", json!({"thread_id": id, "title": format!("t{i}")})));
+        ids.push(app.send(
+            "thread/rename",
+            json!({"thread_id": id, "title": format!("t{i}")}),
+        ));
     }
     ids.push(app.send("thread/start", json!({})));
     for rid in ids {
@@ -283,9 +314,16 @@ fn debug_commands_do_one_request() {
         .env("WUU_HOME", home.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(v["result"]["thread"]["id"].as_str().unwrap().starts_with("thr_"));
+    assert!(v["result"]["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .starts_with("thr_"));
 }
 
 #[test]
@@ -302,6 +340,9 @@ fn generate_json_schema_writes_files() {
     )
     .unwrap();
     assert!(bundle["methods"]["thread/start"]["params"].is_object());
-    assert!(out.path().join("methods/thread.start.params.json").is_file());
+    assert!(out
+        .path()
+        .join("methods/thread.start.params.json")
+        .is_file());
     assert!(out.path().join("notifications/turn.started.json").is_file());
 }

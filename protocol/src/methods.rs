@@ -437,8 +437,8 @@ mod tests {
 
     #[test]
     fn routes() {
-        let r = ClientRequest::decode("thread/rename", json!({"thread_id":"t","title":"x"}))
-            .unwrap();
+        let r =
+            ClientRequest::decode("thread/rename", json!({"thread_id":"t","title":"x"})).unwrap();
         assert_eq!(r.route(), Route::Session("t".into()));
         let r = ClientRequest::decode("thread/list", json!({})).unwrap();
         assert_eq!(r.route(), Route::Catalog);

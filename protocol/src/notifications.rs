@@ -250,8 +250,16 @@ macro_rules! delta_type {
     };
 }
 
-delta_type!(AgentMessageDelta, delta, "`item/agentMessage/delta`: append.");
-delta_type!(AgentMessageReplace, text, "`item/agentMessage/replace`: replace.");
+delta_type!(
+    AgentMessageDelta,
+    delta,
+    "`item/agentMessage/delta`: append."
+);
+delta_type!(
+    AgentMessageReplace,
+    text,
+    "`item/agentMessage/replace`: replace."
+);
 delta_type!(ReasoningDelta, delta, "`item/reasoning/delta`: append.");
 delta_type!(ReasoningReplace, text, "`item/reasoning/replace`: replace.");
 delta_type!(

@@ -310,7 +310,10 @@ fn read_layer(path: &Path) -> Result<Option<Value>, String> {
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     if !value.is_object() {
-        return Err(format!("{}: the config must be a JSON object", path.display()));
+        return Err(format!(
+            "{}: the config must be a JSON object",
+            path.display()
+        ));
     }
     serde_path_to_error::deserialize::<_, Config>(value.clone()).map_err(|e| {
         let at = e.path().to_string();
@@ -350,7 +353,12 @@ fn remove_pointer(v: &mut Value, ptr: &str) -> bool {
 }
 
 /// Provider types this host speaks.
-pub const PROVIDER_TYPES: &[&str] = &["openai-responses", "openai-compatible", "anthropic", "replay"];
+pub const PROVIDER_TYPES: &[&str] = &[
+    "openai-responses",
+    "openai-compatible",
+    "anthropic",
+    "replay",
+];
 
 fn validate_providers(out: &mut LoadedConfig) {
     let providers = out.config.providers.clone().unwrap_or_default();
@@ -378,14 +386,17 @@ fn validate_providers(out: &mut LoadedConfig) {
                 .push(bad(format!("providers.{id}.base_url: required")));
         }
         if p.model.trim().is_empty() {
-            out.issues.push(bad(format!("providers.{id}.model: required")));
+            out.issues
+                .push(bad(format!("providers.{id}.model: required")));
         }
         if let Some(env) = &p.api_key_env {
             if std::env::var_os(env).is_none_or(|v| v.is_empty()) {
                 out.issues.push(ConfigIssue {
                     code: "missing_api_key",
                     provider: Some(id.clone()),
-                    message: format!("providers.{id}.api_key_env: environment variable {env} is not set"),
+                    message: format!(
+                        "providers.{id}.api_key_env: environment variable {env} is not set"
+                    ),
                 });
             }
         }
@@ -441,8 +452,16 @@ mod tests {
         .unwrap();
         let c = load(home.path(), ws.path(), None);
         assert!(!c.ready());
-        let issue = c.issues.iter().find(|i| i.code == "invalid_config").unwrap();
-        assert!(issue.message.contains("agent.max_stepz"), "{}", issue.message);
+        let issue = c
+            .issues
+            .iter()
+            .find(|i| i.code == "invalid_config")
+            .unwrap();
+        assert!(
+            issue.message.contains("agent.max_stepz"),
+            "{}",
+            issue.message
+        );
     }
 
     #[test]

@@ -351,14 +351,17 @@ impl<'a> Driver<'a> {
             self.step += 1;
             if self.step > max_steps {
                 return TurnEnd::Failed(TurnError {
-                    message: format!("the turn reached the step limit ({max_steps} model requests)"),
+                    message: format!(
+                        "the turn reached the step limit ({max_steps} model requests)"
+                    ),
                     code: Some("max_steps_exceeded".into()),
                     category: Some("local".into()),
                     ..Default::default()
                 });
             }
             let messages = history::to_messages(&self.s.turns, &provider_id, &model);
-            let turn_start_index = history::to_messages(&self.s.turns[..self.turn_idx], &provider_id, &model).len();
+            let turn_start_index =
+                history::to_messages(&self.s.turns[..self.turn_idx], &provider_id, &model).len();
             let cache_key = self.s.id.chars().take(64).collect::<String>();
             let req = ChatRequest {
                 model: model.clone(),
@@ -497,7 +500,10 @@ impl<'a> Driver<'a> {
                             i
                         }
                     };
-                    self.item(idx).text.get_or_insert_with(String::new).push_str(&text);
+                    self.item(idx)
+                        .text
+                        .get_or_insert_with(String::new)
+                        .push_str(&text);
                     let n = AgentMessageDelta {
                         thread_id: self.thread_id(),
                         turn_id: self.turn_id(),
@@ -517,7 +523,10 @@ impl<'a> Driver<'a> {
                             i
                         }
                     };
-                    self.item(idx).text.get_or_insert_with(String::new).push_str(&text);
+                    self.item(idx)
+                        .text
+                        .get_or_insert_with(String::new)
+                        .push_str(&text);
                     let n = ReasoningDelta {
                         thread_id: self.thread_id(),
                         turn_id: self.turn_id(),
@@ -557,7 +566,10 @@ impl<'a> Driver<'a> {
                 }
                 StreamEvent::ToolCallDelta { id, delta } => {
                     if let Some(i) = self.find_call(&id) {
-                        self.item(i).arguments.get_or_insert_with(String::new).push_str(&delta);
+                        self.item(i)
+                            .arguments
+                            .get_or_insert_with(String::new)
+                            .push_str(&delta);
                         let n = ToolCallDelta {
                             thread_id: self.thread_id(),
                             turn_id: self.turn_id(),
@@ -688,7 +700,9 @@ impl<'a> Driver<'a> {
     /// Runs one complete tool call, streaming its output, until it ends or the turn is
     /// interrupted (then the command's process group is killed).
     fn run_tool(&mut self, call: ToolCall, cwd: &std::path::Path, mode: PermissionMode) {
-        let Some(idx) = self.find_call(&call.id) else { return };
+        let Some(idx) = self.find_call(&call.id) else {
+            return;
+        };
         if self.stop.is_some() {
             self.item(idx).error = Some("not run: the turn was interrupted".into());
             self.complete_item(idx, "failed");
@@ -775,7 +789,11 @@ impl<'a> Driver<'a> {
         if outcome.is_error {
             it.error = Some(outcome.output);
         }
-        let status = if outcome.is_error { "failed" } else { "completed" };
+        let status = if outcome.is_error {
+            "failed"
+        } else {
+            "completed"
+        };
         self.complete_item(idx, status);
     }
 

@@ -88,7 +88,8 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
                     if item.cause.as_deref() == Some("meta/turn_continue") {
                         continue;
                     }
-                    let mut m = ChatMessage::text(Role::User, item.text.clone().unwrap_or_default());
+                    let mut m =
+                        ChatMessage::text(Role::User, item.text.clone().unwrap_or_default());
                     m.images = images_of(item);
                     if !m.content.is_empty() || !m.images.is_empty() {
                         out.push(m);
@@ -107,10 +108,9 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
                     let a = g.assistant.as_mut().expect("group has an assistant");
                     match item.item_type.as_str() {
                         "reasoning" => {
-                            let block = item
-                                .result_detail
-                                .as_ref()
-                                .and_then(|d| serde_json::from_value::<ReasoningBlock>(d.clone()).ok());
+                            let block = item.result_detail.as_ref().and_then(|d| {
+                                serde_json::from_value::<ReasoningBlock>(d.clone()).ok()
+                            });
                             if let Some(b) = block {
                                 if b.provider == provider && b.model == model {
                                     a.reasoning.push(b);
@@ -123,7 +123,9 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
                             }
                         }
                         _ => {
-                            let Some(call_id) = item.call_id.clone() else { continue };
+                            let Some(call_id) = item.call_id.clone() else {
+                                continue;
+                            };
                             a.tool_calls.push(ToolCall {
                                 id: call_id.clone(),
                                 name: item.name.clone().unwrap_or_default(),
@@ -139,7 +141,12 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
                                 None => (
                                     item.error
                                         .clone()
-                                        .map(|e| format!("{{\"error\":{}}}", serde_json::Value::String(e)))
+                                        .map(|e| {
+                                            format!(
+                                                "{{\"error\":{}}}",
+                                                serde_json::Value::String(e)
+                                            )
+                                        })
                                         .unwrap_or_else(|| ABORTED_RESULT.to_owned()),
                                     true,
                                 ),
@@ -201,7 +208,13 @@ mod tests {
         let roles: Vec<Role> = msgs.iter().map(|m| m.role).collect();
         assert_eq!(
             roles,
-            vec![Role::User, Role::Assistant, Role::Tool, Role::Tool, Role::Assistant]
+            vec![
+                Role::User,
+                Role::Assistant,
+                Role::Tool,
+                Role::Tool,
+                Role::Assistant
+            ]
         );
         assert_eq!(msgs[1].tool_calls.len(), 2);
         assert_eq!(msgs[3].content, ABORTED_RESULT);

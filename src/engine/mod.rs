@@ -58,7 +58,10 @@ pub struct TurnInput {
 type Refusal = (ErrorCode, String);
 
 fn invalid(m: impl Into<String>) -> Refusal {
-    (ErrorCode::InvalidParams, format!("invalid params: {}", m.into()))
+    (
+        ErrorCode::InvalidParams,
+        format!("invalid params: {}", m.into()),
+    )
 }
 
 /// Validates attachments (spec §5.6): images need `image/*` (default `image/png`), files
@@ -69,19 +72,28 @@ pub fn check_attachments(images: &[Attachment], files: &[Attachment]) -> Result<
             Some(rest) => rest.split_once(";base64,").map(|(_, p)| p),
             None => Some(d),
         };
-        payload.is_some_and(|p| base64::engine::general_purpose::STANDARD.decode(p.trim()).is_ok())
+        payload.is_some_and(|p| {
+            base64::engine::general_purpose::STANDARD
+                .decode(p.trim())
+                .is_ok()
+        })
     };
     for (i, a) in images.iter().enumerate() {
         let mt = a.media_type.as_deref().unwrap_or("image/png");
         if !(mt.starts_with("image/") || mt.starts_with("video/")) {
-            return Err(invalid(format!("images[{i}].media_type: {mt:?} is not an image type")));
+            return Err(invalid(format!(
+                "images[{i}].media_type: {mt:?} is not an image type"
+            )));
         }
         if !decodes(&a.data) {
             return Err(invalid(format!("images[{i}].data: not valid base64")));
         }
     }
     for (i, a) in files.iter().enumerate() {
-        let mt = a.media_type.as_deref().unwrap_or("application/octet-stream");
+        let mt = a
+            .media_type
+            .as_deref()
+            .unwrap_or("application/octet-stream");
         if mt != "application/pdf" && !mt.starts_with("video/") {
             return Err(invalid(format!(
                 "files[{i}].media_type: {mt:?} is not accepted (application/pdf or video/*)"
@@ -103,7 +115,10 @@ pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<V
             matches!(
                 p.get("type").and_then(Value::as_str),
                 Some("text" | "pasted_text" | "file_selection" | "response_selection")
-            ) && p.get("text").and_then(Value::as_str).is_some_and(|t| !t.is_empty())
+            ) && p
+                .get("text")
+                .and_then(Value::as_str)
+                .is_some_and(|t| !t.is_empty())
         })
         .collect();
     let joined: String = parts
@@ -124,7 +139,10 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
         ));
     }
     if s.shared.is_closing() {
-        return Err((ErrorCode::ServerClosed, "the server is shutting down".into()));
+        return Err((
+            ErrorCode::ServerClosed,
+            "the server is shutting down".into(),
+        ));
     }
     let owner = s.shared.owner.clone();
     let id = s.id.clone();
@@ -161,10 +179,22 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
     user.source_id = input.client_id.clone();
     user.origin = input.origin.clone();
     if !input.images.is_empty() {
-        user.images = Some(input.images.iter().filter_map(|a| serde_json::to_value(a).ok()).collect());
+        user.images = Some(
+            input
+                .images
+                .iter()
+                .filter_map(|a| serde_json::to_value(a).ok())
+                .collect(),
+        );
     }
     if !input.files.is_empty() {
-        user.files = Some(input.files.iter().filter_map(|a| serde_json::to_value(a).ok()).collect());
+        user.files = Some(
+            input
+                .files
+                .iter()
+                .filter_map(|a| serde_json::to_value(a).ok())
+                .collect(),
+        );
     }
     user.content_parts = input.content_parts.clone();
     if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
@@ -267,7 +297,10 @@ pub fn input_from(
 
 /// `turn/start`: admit, answer `{turn}`, announce `turn/started`, run the turn.
 pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
-    if p.resume_after_turn_id.as_deref().is_some_and(|t| !t.is_empty()) {
+    if p.resume_after_turn_id
+        .as_deref()
+        .is_some_and(|t| !t.is_empty())
+    {
         return reply.err(
             ErrorCode::Error,
             "explicit continue (resume_after_turn_id) is not supported by this server yet",
@@ -309,5 +342,8 @@ pub fn process_deferred(s: &mut Session, deferred: Vec<SessionMsg>) {
 
 /// `turn/interrupt` when no turn runs (during a turn the driver answers it).
 pub fn turn_interrupt(s: &mut Session, _p: TurnInterruptParams, reply: Responder) {
-    reply.err(ErrorCode::Error, format!("thread {:?} has no active turn", s.id));
+    reply.err(
+        ErrorCode::Error,
+        format!("thread {:?} has no active turn", s.id),
+    );
 }

@@ -55,7 +55,8 @@ pub fn parse_structured(text: &str) -> Result<Value, String> {
                 .map_err(|e| format!("the final message is not valid JSON: {e}"));
         }
     }
-    serde_json::from_str::<Value>(t).map_err(|e| format!("the final message is not valid JSON: {e}"))
+    serde_json::from_str::<Value>(t)
+        .map_err(|e| format!("the final message is not valid JSON: {e}"))
 }
 
 /// Validates `value` against `schema`; the errors (at most 5) when it does not match.
@@ -84,7 +85,10 @@ fn persist_run(s: &mut Session, run: &Run) {
         updated_at_ms: now_ms(),
     };
     if s.store.is_none() {
-        s.shared.ephemeral_runs.lock().insert(run.id.clone(), run.clone());
+        s.shared
+            .ephemeral_runs
+            .lock()
+            .insert(run.id.clone(), run.clone());
     }
     if let Err((_, e)) = s.persist(|st| st.upsert_run(&row)) {
         log::error!("persisting run {}: {e}", run.id);
@@ -107,7 +111,11 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
         Err((c, m)) => return reply.err(c, m),
     };
     let intent = p.request.clone().unwrap_or_default();
-    if let Some(m) = intent.mode.as_deref().filter(|m| !m.is_empty() && *m != "start") {
+    if let Some(m) = intent
+        .mode
+        .as_deref()
+        .filter(|m| !m.is_empty() && *m != "start")
+    {
         return reply.err(
             ErrorCode::InvalidParams,
             format!("invalid params: request.mode: {m:?} is not supported (only \"start\")"),
@@ -181,7 +189,9 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
         .lock()
         .insert(run.id.clone(), s.id.clone());
     reply.ok(&RunEnvelope { run: run.clone() });
-    let _ = s.shared.notify(&RunStarted(RunEnvelope { run: run.clone() }));
+    let _ = s
+        .shared
+        .notify(&RunStarted(RunEnvelope { run: run.clone() }));
     let _ = s.shared.notify(&TurnStarted {
         thread_id: s.id.clone(),
         turn: current_turn(s),
@@ -219,7 +229,12 @@ fn drive(
             }
         }
         let last = s.turns.last().expect("turn").clone();
-        if let Some(d) = last.row.extra.get("permission_denials").and_then(Value::as_array) {
+        if let Some(d) = last
+            .row
+            .extra
+            .get("permission_denials")
+            .and_then(Value::as_array)
+        {
             denials.extend(d.iter().cloned());
         }
         if let Some(t) = run.turns.last_mut() {
@@ -385,7 +400,9 @@ fn drive(
         run.completed_at = Some(rfc3339(now));
         persist_run(s, &run);
         s.shared.live_runs.lock().remove(&run.id);
-        let _ = s.shared.notify(&RunUpdated(RunEnvelope { run: run.clone() }));
+        let _ = s
+            .shared
+            .notify(&RunUpdated(RunEnvelope { run: run.clone() }));
         for r in waiting_replies {
             r.ok(&RunEnvelope { run: run.clone() });
         }
@@ -395,7 +412,11 @@ fn drive(
 }
 
 /// Finds a run by id: a live or finished ephemeral run in memory, else the store.
-fn stored_run(shared: &Shared, store: Option<&Store>, run_id: &str) -> Result<Option<(Run, String)>, String> {
+fn stored_run(
+    shared: &Shared,
+    store: Option<&Store>,
+    run_id: &str,
+) -> Result<Option<(Run, String)>, String> {
     if let Some(r) = shared.ephemeral_runs.lock().get(run_id) {
         return Ok(Some((r.clone(), shared.owner.instance.clone())));
     }
@@ -403,7 +424,8 @@ fn stored_run(shared: &Shared, store: Option<&Store>, run_id: &str) -> Result<Op
     let Some(row) = store.get_run(run_id).map_err(|e| e.to_string())? else {
         return Ok(None);
     };
-    let mut run: Run = serde_json::from_value(row.body.clone()).map_err(|e| format!("stored run is damaged: {e}"))?;
+    let mut run: Run = serde_json::from_value(row.body.clone())
+        .map_err(|e| format!("stored run is damaged: {e}"))?;
     run.status = row.status.clone();
     Ok(Some((run, row.owner_instance)))
 }
@@ -411,10 +433,18 @@ fn stored_run(shared: &Shared, store: Option<&Store>, run_id: &str) -> Result<Op
 /// `run/interrupt` on the catalog pool: routes to the session of a live run of this
 /// process; answers terminal runs as they are; `run_not_attached` for a live run owned
 /// by another process; `run_not_found` otherwise.
-pub fn run_interrupt_catalog(shared: &Arc<Shared>, store: &Store, p: RunInterruptParams, reply: Responder) {
+pub fn run_interrupt_catalog(
+    shared: &Arc<Shared>,
+    store: &Store,
+    p: RunInterruptParams,
+    reply: Responder,
+) {
     let run_id = p.run_id.trim().to_owned();
     if run_id.is_empty() {
-        return reply.err(ErrorCode::InvalidParams, "invalid params: run_id is required");
+        return reply.err(
+            ErrorCode::InvalidParams,
+            "invalid params: run_id is required",
+        );
     }
     let live = shared.live_runs.lock().get(&run_id).cloned();
     if let Some(thread_id) = live {
@@ -443,7 +473,10 @@ pub fn run_interrupt_catalog(shared: &Arc<Shared>, store: &Store, p: RunInterrup
 pub fn run_interrupt_idle(s: &mut Session, p: RunInterruptParams, reply: Responder) {
     match stored_run(&s.shared, s.store.as_ref(), p.run_id.trim()) {
         Ok(Some((run, _))) => reply.ok(&RunEnvelope { run }),
-        Ok(None) => reply.err(ErrorCode::RunNotFound, format!("run {:?} not found", p.run_id)),
+        Ok(None) => reply.err(
+            ErrorCode::RunNotFound,
+            format!("run {:?} not found", p.run_id),
+        ),
         Err(e) => reply.err(ErrorCode::InternalError, e),
     }
 }
@@ -465,7 +498,10 @@ mod tests {
 
     #[test]
     fn structured_from_fence() {
-        assert_eq!(parse_structured("```json\n{\"a\":1}\n```").unwrap(), json!({"a":1}));
+        assert_eq!(
+            parse_structured("```json\n{\"a\":1}\n```").unwrap(),
+            json!({"a":1})
+        );
         assert!(parse_structured("nope").is_err());
     }
 }

@@ -36,7 +36,9 @@ impl CatalogPool {
                 .spawn(move || {
                     let mut store: Option<Store> = None;
                     for (req, reply) in rx.iter() {
-                        let Some(shared) = shared.upgrade() else { return };
+                        let Some(shared) = shared.upgrade() else {
+                            return;
+                        };
                         if store.is_none() {
                             match Store::open_home(&shared.opts.home) {
                                 Ok(s) => store = Some(s),
@@ -81,18 +83,17 @@ impl CatalogPool {
 
 fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Responder) {
     let workdir = shared.opts.workdir.to_string_lossy().into_owned();
-    let list = |filter: ThreadFilter, store: &Store, reply: Responder| match store
-        .list_threads(&filter)
-    {
-        Ok(rows) => {
-            let threads = rows
-                .iter()
-                .map(|r| session::convert::thread_summary(shared, r))
-                .collect();
-            reply.ok(&ThreadListResult { threads })
-        }
-        Err(e) => reply.err(ErrorCode::InternalError, format!("listing failed: {e}")),
-    };
+    let list =
+        |filter: ThreadFilter, store: &Store, reply: Responder| match store.list_threads(&filter) {
+            Ok(rows) => {
+                let threads = rows
+                    .iter()
+                    .map(|r| session::convert::thread_summary(shared, r))
+                    .collect();
+                reply.ok(&ThreadListResult { threads })
+            }
+            Err(e) => reply.err(ErrorCode::InternalError, format!("listing failed: {e}")),
+        };
     match req {
         ClientRequest::ThreadList(p) => list(
             ThreadFilter {

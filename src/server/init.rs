@@ -177,7 +177,14 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
         core: CoreIdentity {
             version: env!("CARGO_PKG_VERSION").into(),
             commit: option_env!("WUU_BUILD_COMMIT").map(str::to_owned),
-            profile: Some(if cfg!(debug_assertions) { "debug" } else { "release" }.into()),
+            profile: Some(
+                if cfg!(debug_assertions) {
+                    "debug"
+                } else {
+                    "release"
+                }
+                .into(),
+            ),
         },
         provider: cfg.default_provider(),
         model: cfg.default_model(),
@@ -239,7 +246,12 @@ pub fn handle_inline(shared: &Arc<Shared>, req: ClientRequest, reply: Responder)
         }
         ClientRequest::ModelCatalogProviders(p) => {
             let catalog = shared.model_catalog.lock().clone();
-            match p.provider.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
+            match p
+                .provider
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+            {
                 None => reply.ok(&ModelCatalogProvidersResult {
                     providers: without_models(&catalog),
                 }),

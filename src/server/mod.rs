@@ -330,8 +330,9 @@ impl MemoryClient {
 
     /// Sends one request line.
     pub fn send(&self, id: &str, method: &str, params: serde_json::Value) -> Result<(), String> {
-        let line = serde_json::to_vec(&serde_json::json!({"id": id, "method": method, "params": params}))
-            .map_err(|e| e.to_string())?;
+        let line =
+            serde_json::to_vec(&serde_json::json!({"id": id, "method": method, "params": params}))
+                .map_err(|e| e.to_string())?;
         self.tx
             .as_ref()
             .ok_or("connection closed")?

@@ -110,8 +110,7 @@ impl Registry {
         for (id, e) in entries {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
             let left = deadline.saturating_duration_since(Instant::now());
-            if e
-                .tx
+            if e.tx
                 .send_timeout(SessionMsg::Shutdown { done: done_tx }, left)
                 .is_ok()
             {

@@ -7,8 +7,8 @@ use super::{init, Responder, Shared};
 use crate::session::SessionMsg;
 use std::sync::Arc;
 use wuu_protocol::{
-    ClientRequest, DecodeError, ErrorCode, ErrorObject, Message, ProtocolError, Request,
-    Response, Route,
+    ClientRequest, DecodeError, ErrorCode, ErrorObject, Message, ProtocolError, Request, Response,
+    Route,
 };
 
 /// Reads and routes lines until end of input or `shutdown`.
@@ -63,8 +63,9 @@ fn handle_line(shared: &Arc<Shared>, line: &[u8]) -> Flow {
     log::trace!("in: {}", String::from_utf8_lossy(line));
     match Message::parse_line(line) {
         Err(e) => {
-            let frame = serde_json::to_vec(&Response::err(e.id, ErrorObject::new(e.code, e.message)))
-                .expect("serialize");
+            let frame =
+                serde_json::to_vec(&Response::err(e.id, ErrorObject::new(e.code, e.message)))
+                    .expect("serialize");
             shared.outbox.send(frame);
             Flow::Continue
         }
@@ -123,7 +124,10 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
         Route::Session(thread_id) => {
             let thread_id = thread_id.trim().to_owned();
             if thread_id.is_empty() {
-                reply.err(ErrorCode::InvalidParams, "invalid params: thread_id is required");
+                reply.err(
+                    ErrorCode::InvalidParams,
+                    "invalid params: thread_id is required",
+                );
             } else {
                 shared.registry.dispatch(
                     shared,

@@ -25,14 +25,20 @@ pub fn write_schemas(out: &Path) -> Result<usize, String> {
         for kind in ["params", "result"] {
             let s = wuu_protocol::schema::standalone(&bundle, "methods", m.name, kind)
                 .ok_or("schema bundle is missing a method")?;
-            write(format!("methods/{}.{kind}.json", m.name.replace('/', ".")), &s)?;
+            write(
+                format!("methods/{}.{kind}.json", m.name.replace('/', ".")),
+                &s,
+            )?;
             n += 1;
         }
     }
     for nt in wuu_protocol::NOTIFICATIONS {
         let s = wuu_protocol::schema::standalone(&bundle, "notifications", nt.name, "params")
             .ok_or("schema bundle is missing a notification")?;
-        write(format!("notifications/{}.json", nt.name.replace('/', ".")), &s)?;
+        write(
+            format!("notifications/{}.json", nt.name.replace('/', ".")),
+            &s,
+        )?;
         n += 1;
     }
     Ok(n)

@@ -276,7 +276,12 @@ mod tests {
     fn crlf_blank_and_last_line_without_newline() {
         assert_eq!(
             lines(b"a\r\n\r\n  \nb", 100),
-            vec![Ok("a".into()), Ok("".into()), Ok("  ".into()), Ok("b".into())]
+            vec![
+                Ok("a".into()),
+                Ok("".into()),
+                Ok("  ".into()),
+                Ok("b".into())
+            ]
         );
     }
 

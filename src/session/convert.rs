@@ -43,6 +43,12 @@ pub fn turn_wire(t: &TurnState) -> Turn {
         output_tokens: nz(r.output_tokens),
         cache_creation_tokens: nz(r.cache_creation_tokens),
         cache_read_tokens: nz(r.cache_read_tokens),
+        permission_denials: r
+            .extra
+            .get("permission_denials")
+            .and_then(|d| d.as_array())
+            .cloned()
+            .unwrap_or_default(),
     }
 }
 

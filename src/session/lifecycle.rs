@@ -42,7 +42,10 @@ pub fn load(
 }
 
 fn invalid(msg: impl Into<String>) -> Refusal {
-    (ErrorCode::InvalidParams, format!("invalid params: {}", msg.into()))
+    (
+        ErrorCode::InvalidParams,
+        format!("invalid params: {}", msg.into()),
+    )
 }
 
 fn clean(s: &Option<String>) -> Option<String> {
@@ -56,7 +59,12 @@ fn clean(s: &Option<String>) -> Option<String> {
 pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Refusal> {
     let cfg = shared.config();
     let engine = clean(&p.engine)
-        .or_else(|| cfg.config.engines.as_ref().and_then(|e| clean(&e.default_engine)))
+        .or_else(|| {
+            cfg.config
+                .engines
+                .as_ref()
+                .and_then(|e| clean(&e.default_engine))
+        })
         .unwrap_or_else(|| "wuu".into());
     if engine != "wuu" {
         return Err((
@@ -66,7 +74,9 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
     }
     if let Some(w) = clean(&p.workspace) {
         if w != "shared" {
-            return Err(invalid(format!("workspace: {w:?} is not supported (only \"shared\")")));
+            return Err(invalid(format!(
+                "workspace: {w:?} is not supported (only \"shared\")"
+            )));
         }
     }
     if clean(&p.base_revision).is_some() {
@@ -107,7 +117,10 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
                 shared.opts.workdir.join(path)
             };
             if !abs.is_dir() {
-                return Err(invalid(format!("cwd: {} is not a directory", abs.display())));
+                return Err(invalid(format!(
+                    "cwd: {} is not a directory",
+                    abs.display()
+                )));
             }
             abs.canonicalize().unwrap_or(abs)
         }
@@ -185,7 +198,10 @@ pub fn fork(shared: &Arc<Shared>, p: ThreadForkParams) -> Result<Created, Refusa
         if is_cut {
             if let Some(item) = &cut_item {
                 let Some(pos) = t.items.iter().position(|i| &i.id == item) else {
-                    return Err(invalid(format!("item_id: {item:?} is not in turn {:?}", t.row.id)));
+                    return Err(invalid(format!(
+                        "item_id: {item:?} is not in turn {:?}",
+                        t.row.id
+                    )));
                 };
                 t.items.truncate(pos + 1);
             }
@@ -322,9 +338,7 @@ impl Session {
 
     pub(super) fn rename(&mut self, p: ThreadRenameParams, reply: Responder) {
         let title = p.title.trim().to_owned();
-        let revision = p
-            .title_revision
-            .unwrap_or(self.thread.title_revision + 1);
+        let revision = p.title_revision.unwrap_or(self.thread.title_revision + 1);
         if revision < self.thread.title_revision {
             // A stale snapshot never overwrites a newer title.
             return reply.ok(&ThreadResult {
@@ -412,7 +426,10 @@ impl Session {
             ),
             Ok(DeleteOutcome::NotFound) => {
                 self.exit = true;
-                reply.err(ErrorCode::ThreadNotFound, format!("thread {id:?} not found"))
+                reply.err(
+                    ErrorCode::ThreadNotFound,
+                    format!("thread {id:?} not found"),
+                )
             }
             Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
         }

@@ -144,7 +144,9 @@ impl Session {
             ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
             ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
             ClientRequest::RunStart(p) => crate::engine::run::run_start(self, p, reply),
-            ClientRequest::RunInterrupt(p) => crate::engine::run::run_interrupt_idle(self, p, reply),
+            ClientRequest::RunInterrupt(p) => {
+                crate::engine::run::run_interrupt_idle(self, p, reply)
+            }
             other => reply.err(
                 ErrorCode::InternalError,
                 format!("{} is not a conversation method", other.method()),

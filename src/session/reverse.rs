@@ -42,7 +42,9 @@ impl Pending {
             method: method.to_owned(),
             params,
         };
-        shared.outbox.send(serde_json::to_vec(&req).expect("serialize"));
+        shared
+            .outbox
+            .send(serde_json::to_vec(&req).expect("serialize"));
         (id, rx)
     }
 

@@ -29,13 +29,19 @@ fn validators() -> &'static Validators {
         let mut results = HashMap::new();
         for m in wuu_protocol::METHODS {
             let s = wuu_protocol::schema::standalone(&bundle, "methods", m.name, "result").unwrap();
-            results.insert(m.name.to_owned(), jsonschema::validator_for(&s).expect(m.name));
+            results.insert(
+                m.name.to_owned(),
+                jsonschema::validator_for(&s).expect(m.name),
+            );
         }
         let mut notifications = HashMap::new();
         for n in wuu_protocol::NOTIFICATIONS {
             let s = wuu_protocol::schema::standalone(&bundle, "notifications", n.name, "params")
                 .unwrap();
-            notifications.insert(n.name.to_owned(), jsonschema::validator_for(&s).expect(n.name));
+            notifications.insert(
+                n.name.to_owned(),
+                jsonschema::validator_for(&s).expect(n.name),
+            );
         }
         Validators {
             results,
@@ -52,8 +58,14 @@ pub fn check_notification(v: &Value) {
         .notifications
         .get(method)
         .unwrap_or_else(|| panic!("notification {method} is not in the schema table"));
-    let errors: Vec<String> = val.iter_errors(&v["params"]).map(|e| e.to_string()).collect();
-    assert!(errors.is_empty(), "{method} params violate the schema: {errors:?}\n{v}");
+    let errors: Vec<String> = val
+        .iter_errors(&v["params"])
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} params violate the schema: {errors:?}\n{v}"
+    );
 }
 
 /// Asserts that a success response matches its method's result schema.
@@ -61,7 +73,10 @@ pub fn check_result(method: &str, v: &Value) {
     if let Some(val) = validators().results.get(method) {
         if let Some(r) = v.get("result") {
             let errors: Vec<String> = val.iter_errors(r).map(|e| e.to_string()).collect();
-            assert!(errors.is_empty(), "{method} result violates the schema: {errors:?}\n{v}");
+            assert!(
+                errors.is_empty(),
+                "{method} result violates the schema: {errors:?}\n{v}"
+            );
         }
     }
 }
@@ -207,7 +222,10 @@ impl App {
         let deadline = Instant::now() + WAIT;
         loop {
             let Some(v) = self.read_frame(deadline) else {
-                panic!("no response to {id} within {WAIT:?}; backlog: {:?}", self.backlog);
+                panic!(
+                    "no response to {id} within {WAIT:?}; backlog: {:?}",
+                    self.backlog
+                );
             };
             if v.get("method").is_none() && v["id"] == json!(id) {
                 if let Some(m) = self.pending_methods.remove(id) {
@@ -231,7 +249,10 @@ impl App {
     pub fn call_err(&mut self, method: &str, params: Value) -> Value {
         let id = self.send(method, params);
         let r = self.response(&id);
-        assert!(r.get("error").is_some(), "{method} unexpectedly succeeded: {r}");
+        assert!(
+            r.get("error").is_some(),
+            "{method} unexpectedly succeeded: {r}"
+        );
         r["error"].clone()
     }
 
@@ -255,7 +276,9 @@ impl App {
     /// Waits for the next notification `method`.
     pub fn notification(&mut self, method: &str) -> Value {
         let m = method.to_owned();
-        self.wait_for(method, move |v| v["method"] == json!(m) && v.get("id").is_none())
+        self.wait_for(method, move |v| {
+            v["method"] == json!(m) && v.get("id").is_none()
+        })
     }
 
     /// Reads the next frame within `d`, if any.
