@@ -1,0 +1,2 @@
+//! Shared test support: the fake provider server.
+pub mod fake_provider;
