@@ -118,7 +118,7 @@ impl Utf8Stream {
 }
 
 /// Drops an incomplete UTF-8 sequence at the end of `b`.
-fn trim_incomplete_end(b: &[u8]) -> &[u8] {
+pub(crate) fn trim_incomplete_end(b: &[u8]) -> &[u8] {
     for back in 1..=b.len().min(4) {
         let i = b.len() - back;
         let byte = b[i];
