@@ -788,11 +788,9 @@ fn bash_kills_background_jobs_when_the_command_exits() {
         &ws,
         json!({"command": format!("bash -c 'sleep 300; : {m}' & echo started")}),
     );
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        start.elapsed()
-    );
+    // SIGTERM suffices: no wait for the kill grace period.
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(1000), "{took:?}");
     assert!(!o.is_error, "{o:?}");
     assert!(o.output.contains("started"));
     assert_no_procs(&m);
