@@ -123,6 +123,15 @@ fn main() {
         p.roundtrip(line, &mut buf);
         e.roundtrip(line, &mut buf);
     }
+    // An inline method (answered on the reader thread) isolates transport cost from the
+    // catalog pool's hop and query.
+    let inline_line =
+        b"{\"id\":\"c\",\"method\":\"config/model-catalog/providers\",\"params\":{}}\n";
+    let mut inline = Vec::with_capacity(n / 4);
+    for _ in 0..n / 4 {
+        inline.push(p.roundtrip(inline_line, &mut buf));
+    }
+    inline.sort();
     let mut lat = Vec::with_capacity(n);
     let mut floor = Vec::with_capacity(n);
     for _ in 0..n {
@@ -135,7 +144,12 @@ fn main() {
     let rss = p.peak_rss_kib();
     let size = std::fs::metadata(bin).map(|m| m.len()).unwrap_or(0);
 
-    let (p50, p99, f50, f99) = (pct(&lat, 0.5), pct(&lat, 0.99), pct(&floor, 0.5), pct(&floor, 0.99));
+    let (p50, p99, f50, f99) = (
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        pct(&floor, 0.5),
+        pct(&floor, 0.99),
+    );
     let (s50, fs50) = (pct(&starts, 0.5), pct(&floor_starts, 0.5));
     println!("app-server bench ({n} sequential thread/list requests, 5 conversations)");
     println!(
@@ -152,6 +166,11 @@ fn main() {
         us(f99),
         us(p50) / us(f50),
         us(p99) / us(f99)
+    );
+    println!(
+        "inline method (config/model-catalog/providers) round trip: p50 {:.1} µs  p99 {:.1} µs",
+        us(pct(&inline, 0.5)),
+        us(pct(&inline, 0.99))
     );
     println!("peak RSS: {:.1} MiB", rss as f64 / 1024.0);
     println!(
