@@ -346,7 +346,8 @@ impl<'a> Driver<'a> {
             cfg.config.instructions.as_deref(),
         );
         let system = context::system_prompt(&sections);
-        let tool_specs = tools::specs(mode);
+        let mut tool_specs = tools::specs(mode);
+        tool_specs.extend(crate::session::client_tools::specs(&self.s.shared));
         let provider = match self.provider() {
             Ok(p) => p,
             Err(e) => return TurnEnd::Failed(e),
@@ -854,7 +855,17 @@ impl<'a> Driver<'a> {
         let item = self.s.turns[self.turn_idx].items[idx].clone();
         self.persist_item(&item);
         let started = now_ms();
-        let handle = tools::spawn(&call.name, &call.arguments, ctx);
+        let handle = if crate::session::client_tools::handles(&call.name) {
+            crate::session::client_tools::spawn(
+                &self.s.shared,
+                &self.s.id,
+                &self.turn_id(),
+                &call.name,
+                &call.arguments,
+            )
+        } else {
+            tools::spawn(&call.name, &call.arguments, ctx)
+        };
         let mailbox = self.s.rx.clone();
         let item_id = self.s.turns[self.turn_idx].items[idx].id.clone();
         let mut cancelled = false;
@@ -1051,6 +1062,7 @@ impl<'a> Driver<'a> {
                 let _ = self.s.shared.notify(&n);
             }
         }
+        crate::session::client_tools::turn_ended(&self.s.shared, &self.s.id, &row.id);
         super::release(self.s);
     }
 }

@@ -7,6 +7,7 @@
 //! Idle persisted sessions park (the thread ends; the state lives in the store).
 //! Ephemeral conversations never touch the database and never park.
 
+pub mod client_tools;
 pub mod convert;
 pub mod inputs;
 pub mod lifecycle;

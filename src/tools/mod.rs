@@ -222,6 +222,12 @@ impl ToolHandle {
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::SeqCst)
     }
+
+    /// A handle over an event channel fed by another executor (tools served by the
+    /// client through reverse requests); `cancel` is set by [`ToolHandle::cancel`].
+    pub fn from_parts(events: Receiver<ToolEvent>, cancel: Arc<AtomicBool>) -> ToolHandle {
+        ToolHandle { events, cancel }
+    }
 }
 
 /// Cancellation flag shared between a [`ToolHandle`] and its helper thread.
