@@ -368,3 +368,41 @@ fn damaged_row_does_not_hide_other_conversations() {
     let all = app.call("thread/listAll", json!({}));
     assert_eq!(all["threads"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn model_catalog_refresh_asks_providers_and_keeps_options_on_failure() {
+    let fake = support::fake_provider::FakeProvider::start();
+    fake.set_models(&["m-one", "m-two"]);
+    let mut cfg = config_for(&fake.base_url());
+    cfg["providers"]["dead"] = json!({"type": "openai-compatible", "base_url": "http://127.0.0.1:9/v1", "model": "d-model"});
+    let mut app = App::start(Some(cfg));
+    let before = app.call("config/model-catalog/providers", json!({"provider": "dead"}));
+    assert_eq!(before["providers"][0]["models"][0]["id"], "d-model");
+    let r = app.call("config/model-catalog/refresh", json!({}));
+    assert_eq!(r["provider_count"], 2);
+    let fake_entry = r["catalog_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "fake")
+        .unwrap()
+        .clone();
+    let ids: Vec<&str> = fake_entry["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["m-one", "m-two"]);
+    let dead = r["catalog_providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "dead")
+        .unwrap()
+        .clone();
+    assert!(dead["refresh_error"].is_string(), "{dead}");
+    assert_eq!(dead["models"][0]["id"], "d-model", "previous options kept");
+    let e = app.call_err("config/model-catalog/providers", json!({"provider": "nope"}));
+    assert_eq!(e["code"], "invalid_params");
+}

@@ -508,10 +508,24 @@ pub fn continue_turn(s: &mut Session, source: &str) -> Result<(), Refusal> {
     s.persist(|st| st.upsert_item(&row)).map(|_| ())
 }
 
-/// Handles messages that waited for the turn to settle.
+/// Handles messages that waited for the turn to settle, in order. A shutdown that
+/// arrived before a forced archive was committed cancels that archive (`server_closed`);
+/// committed changes are never rolled back.
 pub fn process_deferred(s: &mut Session, deferred: Vec<SessionMsg>) {
+    let shutting_down = deferred
+        .iter()
+        .any(|m| matches!(m, SessionMsg::Shutdown { .. }));
     for msg in deferred {
-        s.handle(msg);
+        match msg {
+            SessionMsg::Request {
+                req: ClientRequest::ThreadArchive(_),
+                reply,
+            } if shutting_down => reply.err(
+                ErrorCode::ServerClosed,
+                "the server shut down before the archive was committed; nothing was archived",
+            ),
+            other => s.handle(other),
+        }
     }
 }
 
