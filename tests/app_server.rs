@@ -376,7 +376,10 @@ fn model_catalog_refresh_asks_providers_and_keeps_options_on_failure() {
     let mut cfg = config_for(&fake.base_url());
     cfg["providers"]["dead"] = json!({"type": "openai-compatible", "base_url": "http://127.0.0.1:9/v1", "model": "d-model"});
     let mut app = App::start(Some(cfg));
-    let before = app.call("config/model-catalog/providers", json!({"provider": "dead"}));
+    let before = app.call(
+        "config/model-catalog/providers",
+        json!({"provider": "dead"}),
+    );
     assert_eq!(before["providers"][0]["models"][0]["id"], "d-model");
     let r = app.call("config/model-catalog/refresh", json!({}));
     assert_eq!(r["provider_count"], 2);
@@ -403,6 +406,9 @@ fn model_catalog_refresh_asks_providers_and_keeps_options_on_failure() {
         .clone();
     assert!(dead["refresh_error"].is_string(), "{dead}");
     assert_eq!(dead["models"][0]["id"], "d-model", "previous options kept");
-    let e = app.call_err("config/model-catalog/providers", json!({"provider": "nope"}));
+    let e = app.call_err(
+        "config/model-catalog/providers",
+        json!({"provider": "nope"}),
+    );
     assert_eq!(e["code"], "invalid_params");
 }

@@ -663,3 +663,43 @@ fn kill_loop_never_loses_an_acknowledged_input() {
         "kill loop: {iterations} kill -9 restarts, {total_sent} inputs sent, {total_acked} acknowledged, {total_recovered} recovered after restart"
     );
 }
+
+#[test]
+fn listings_follow_changes_and_running_status() {
+    let (fake, mut app, th) = setup();
+    let l = app.call("thread/list", json!({}));
+    assert_eq!(l["threads"].as_array().unwrap().len(), 1);
+    assert_eq!(l["threads"][0]["status"], "idle");
+    app.call(
+        "thread/rename",
+        json!({"thread_id": th, "title": "Renamed"}),
+    );
+    let l = app.call("thread/list", json!({}));
+    assert_eq!(l["threads"][0]["title"], "Renamed");
+    app.call("thread/start", json!({}));
+    let l = app.call("thread/list", json!({}));
+    assert_eq!(l["threads"].as_array().unwrap().len(), 2);
+    fake.push(Script::stall(&["Working"], Duration::from_secs(30)));
+    let turn = start_turn(&mut app, &th, "go");
+    wait_delta(&mut app);
+    let l = app.call("thread/list", json!({}));
+    let row = l["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == json!(th))
+        .unwrap()
+        .clone();
+    assert_eq!(row["status"], "in_progress");
+    app.call("turn/interrupt", json!({"thread_id": th}));
+    turn_end(&mut app, &turn);
+    let l = app.call("thread/list", json!({}));
+    let row = l["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == json!(th))
+        .unwrap()
+        .clone();
+    assert_eq!(row["status"], "idle");
+}

@@ -264,13 +264,13 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
         row,
         items: vec![user],
     });
-    s.running.store(true, Ordering::SeqCst);
+    s.shared.registry.set_running(&s.running, true);
     Ok(())
 }
 
 /// Ends the active execution: clears `running` and releases the lease.
 pub fn release(s: &mut Session) {
-    s.running.store(false, Ordering::SeqCst);
+    s.shared.registry.set_running(&s.running, false);
     let owner = s.shared.owner.clone();
     let id = s.id.clone();
     if let Some(store) = s.store.as_mut() {

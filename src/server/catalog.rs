@@ -35,6 +35,7 @@ impl CatalogPool {
                 .name(format!("wuu-catalog-{i}"))
                 .spawn(move || {
                     let mut store: Option<Store> = None;
+                    let mut cache = ListCache::default();
                     for (req, reply) in rx.iter() {
                         let Some(shared) = shared.upgrade() else {
                             return;
@@ -51,7 +52,13 @@ impl CatalogPool {
                                 }
                             }
                         }
-                        handle(&shared, store.as_mut().expect("opened"), req, reply);
+                        handle(
+                            &shared,
+                            store.as_mut().expect("opened"),
+                            &mut cache,
+                            req,
+                            reply,
+                        );
                     }
                 })
                 .expect("spawn catalog thread");
@@ -81,19 +88,51 @@ impl CatalogPool {
     }
 }
 
-fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Responder) {
+/// Per-worker cache of serialized listings, valid while neither the database
+/// (`PRAGMA data_version`) nor the live sessions' running flags changed.
+#[derive(Default)]
+struct ListCache {
+    entries: Vec<(ThreadFilter, i64, u64, Vec<u8>)>,
+}
+
+fn handle(
+    shared: &Arc<Shared>,
+    store: &mut Store,
+    cache: &mut ListCache,
+    req: ClientRequest,
+    reply: Responder,
+) {
     let workdir = shared.opts.workdir.to_string_lossy().into_owned();
-    let list =
-        |filter: ThreadFilter, store: &Store, reply: Responder| match store.list_threads(&filter) {
+    let mut list = |filter: ThreadFilter, store: &Store, reply: Responder| {
+        let version = store.data_version().ok();
+        let gen = shared.registry.generation();
+        if let Some(v) = version {
+            if let Some((_, _, _, bytes)) = cache
+                .entries
+                .iter()
+                .find(|(f, dv, g, _)| *f == filter && *dv == v && *g == gen)
+            {
+                return reply.ok_raw(bytes);
+            }
+        }
+        match store.list_threads(&filter) {
             Ok(rows) => {
                 let threads = rows
                     .iter()
                     .map(|r| session::convert::thread_summary(shared, r))
                     .collect();
-                reply.ok(&ThreadListResult { threads })
+                let bytes =
+                    serde_json::to_vec(&ThreadListResult { threads }).expect("serialize listing");
+                if let Some(v) = version {
+                    cache.entries.retain(|(f, ..)| *f != filter);
+                    cache.entries.truncate(7);
+                    cache.entries.push((filter, v, gen, bytes.clone()));
+                }
+                reply.ok_raw(&bytes)
             }
             Err(e) => reply.err(ErrorCode::InternalError, format!("listing failed: {e}")),
-        };
+        }
+    };
     match req {
         ClientRequest::ThreadList(p) => list(
             ThreadFilter {

@@ -171,6 +171,22 @@ impl Responder {
         }
     }
 
+    /// Answers with a result given as already-serialized JSON (`result_json` must be one
+    /// valid JSON value; used for cached listings).
+    pub fn ok_raw(mut self, result_json: &[u8]) {
+        self.answered = true;
+        if let Some(id) = self.id.take() {
+            let id = serde_json::to_vec(&id).expect("serialize id");
+            let mut frame = Vec::with_capacity(result_json.len() + id.len() + 20);
+            frame.extend_from_slice(b"{\"id\":");
+            frame.extend_from_slice(&id);
+            frame.extend_from_slice(b",\"result\":");
+            frame.extend_from_slice(result_json);
+            frame.push(b'}');
+            self.outbox.send(frame);
+        }
+    }
+
     /// Answers with an error.
     pub fn err(mut self, code: ErrorCode, message: impl Into<String>) {
         self.error(ErrorObject::new(code, message));

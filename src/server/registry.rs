@@ -31,9 +31,22 @@ pub struct SessionEntry {
 #[derive(Default)]
 pub struct Registry {
     inner: Mutex<HashMap<String, SessionEntry>>,
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
+    /// A counter that changes whenever a conversation starts or stops executing
+    /// (listing caches key on it, because `status` comes from here, not the store).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Sets a session's running flag and bumps [`Registry::generation`].
+    pub fn set_running(&self, flag: &AtomicBool, running: bool) {
+        flag.store(running, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Delivers `msg` to the session of `thread_id`, reviving it from the store when it
     /// is not live (a missing conversation answers `thread_not_found` from the revived
     /// session, which then ends).

@@ -98,6 +98,15 @@ impl Store {
             .query_row("PRAGMA user_version", [], |r| r.get(0))?)
     }
 
+    /// `PRAGMA data_version`: changes whenever another connection (of this or another
+    /// process) commits to the database; stable across this connection's own writes.
+    /// Cheap (no disk read): used to validate caches.
+    pub fn data_version(&self) -> Result<i64> {
+        Ok(self
+            .conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+    }
+
     /// Changes how long this connection waits for another connection's lock before
     /// failing with [`StoreError::Busy`] (default 10 s).
     pub fn set_busy_timeout(&mut self, timeout: Duration) -> Result<()> {
