@@ -189,7 +189,7 @@ fn offer_expires_without_an_answer() {
 
 #[test]
 fn held_offer_stays_open_until_answered() {
-    let (fake, mut p) = setup(json!({"question_offer_ttl_ms": 300}));
+    let (fake, mut p) = setup(json!({"question_offer_ttl_ms": 1000}));
     p.initialize(&[], &["user-question"]);
     let th = p.thread();
     fake.push(Script::tool_call(
@@ -202,8 +202,8 @@ fn held_offer_stays_open_until_answered() {
     let rid = requested(&mut p)["request_id"].as_str().unwrap().to_owned();
     let h = p.call("user-question/hold", json!({"request_id": rid}));
     assert_eq!(h, json!({"request_id": rid, "resolved": false}));
-    // Well past the 300 ms lifetime: still open, held, without expiry.
-    p.idle(Duration::from_millis(800));
+    // Well past the 1 s lifetime: still open, held, without expiry.
+    p.idle(Duration::from_millis(1500));
     let l = p.call("user-question/list", json!({"thread_id": th}));
     assert_eq!(l["questions"][0]["held"], true);
     assert!(l["questions"][0].get("expires_at").is_none());
@@ -330,6 +330,11 @@ fn browser_peer(agent: Value) -> (FakeProvider, Peer) {
 #[test]
 fn browser_full_execution() {
     let (fake, mut p) = browser_peer(json!({}));
+    // A slow (but in-time) answer is waited for.
+    p.set(
+        "browser/screenshot",
+        Policy::Delay(Duration::from_millis(300)),
+    );
     let th = p.thread();
     fake.push(Script::tool_call(
         "c_open",
@@ -485,7 +490,7 @@ fn foreign_tabs_are_refused_before_sending() {
 
 #[test]
 fn a_client_that_never_answers_blocks_only_that_call() {
-    let (fake, mut p) = browser_peer(json!({"reverse_request_timeout_ms": 400}));
+    let (fake, mut p) = browser_peer(json!({"reverse_request_timeout_ms": 1000}));
     p.set("browser/screenshot", Policy::Never);
     let th = p.thread();
     fake.push(Script::tool_call(
@@ -505,7 +510,7 @@ fn a_client_that_never_answers_blocks_only_that_call() {
     assert_eq!(cancelled["thread_id"], th.as_str());
     assert_eq!(cancelled["reason"], "timeout");
     let out = tool_output(&fake, "c_shot");
-    assert!(out.contains("did not answer within 400 ms"), "{out}");
+    assert!(out.contains("did not answer within 1000 ms"), "{out}");
     // A late answer is dropped; the server stays healthy.
     let late = json!({"id": shot_req["id"], "result": {"width": 1, "height": 1, "path": "/x"}});
     p.reply(&late);
