@@ -206,3 +206,90 @@ pub fn deliver(shared: &Arc<Shared>, resp: Response) {
         None => log::debug!("reply for unknown or expired reverse request {key}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{MemoryClient, ServerOptions};
+    use serde_json::json;
+    use wuu_protocol::ReverseRpcCapabilities;
+
+    #[test]
+    fn calls_end_on_reply_timeout_cancel_and_shutdown() {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let mut opts = ServerOptions::new(ws.path().to_path_buf());
+        opts.home = home.path().to_path_buf();
+        let c = MemoryClient::start(opts).unwrap();
+        let shared = c.shared.clone();
+        shared.capabilities.write().reverse_rpc = Some(ReverseRpcCapabilities {
+            methods: vec!["browser/cdp".into()],
+        });
+        let flag = AtomicBool::new(false);
+        let short = Duration::from_millis(50);
+        // Not advertised: nothing is sent.
+        let r = shared
+            .reverse
+            .call(&shared, "browser/open_tab", json!({}), short, &flag);
+        assert!(matches!(r, Err(CallError::NotAdvertised(_))));
+        // A reply reaches the caller.
+        let s2 = shared.clone();
+        let rx = c.rx.clone();
+        let answerer = std::thread::spawn(move || {
+            let line = rx.recv().unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&line).unwrap();
+            assert_eq!(v["method"], "browser/cdp");
+            let id = v["id"].as_str().unwrap().to_owned();
+            assert!(id.starts_with("srv-"));
+            deliver(
+                &s2,
+                Response::ok(RequestId::String(id), json!({"result": 7})),
+            );
+        });
+        let r = shared.reverse.call(
+            &shared,
+            "browser/cdp",
+            json!({}),
+            Duration::from_secs(10),
+            &flag,
+        );
+        answerer.join().unwrap();
+        assert_eq!(r, Ok(json!({"result": 7})));
+        // No reply: timeout, and the request is forgotten.
+        let r = shared
+            .reverse
+            .call(&shared, "browser/cdp", json!({}), short, &flag);
+        assert!(matches!(r, Err(CallError::Timeout(_))));
+        assert_eq!(shared.reverse.outstanding(), 0);
+        // Cancelled.
+        flag.store(true, Ordering::SeqCst);
+        let r = shared
+            .reverse
+            .call(&shared, "browser/cdp", json!({}), short, &flag);
+        assert_eq!(r, Err(CallError::Interrupted));
+        // Shutdown fails waiting calls and refuses new ones.
+        let s3 = shared.clone();
+        let waiter = std::thread::spawn(move || {
+            let never = AtomicBool::new(false);
+            s3.reverse.call(
+                &s3,
+                "browser/cdp",
+                json!({}),
+                Duration::from_secs(30),
+                &never,
+            )
+        });
+        while shared.reverse.outstanding() == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        shared.reverse.close_all();
+        assert_eq!(waiter.join().unwrap(), Err(CallError::Closed));
+        let never = AtomicBool::new(false);
+        let r = shared
+            .reverse
+            .call(&shared, "browser/cdp", json!({}), short, &never);
+        assert_eq!(r, Err(CallError::Closed));
+        drop(shared);
+        c.close();
+    }
+}
