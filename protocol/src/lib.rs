@@ -4,11 +4,13 @@
 //! Sources: `spec/app-server.md` (envelope §1, methods §3, notifications §4, shapes §5)
 //! and the seeds, which win where they differ.
 
+pub mod browser;
 pub mod config;
 pub mod envelope;
 pub mod input;
 pub mod methods;
 pub mod notifications;
+pub mod questions;
 pub mod run;
 pub mod schema;
 pub mod thread;
@@ -18,5 +20,6 @@ pub use envelope::*;
 pub use input::*;
 pub use methods::*;
 pub use notifications::*;
+pub use questions::*;
 pub use run::*;
 pub use thread::*;

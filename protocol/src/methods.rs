@@ -12,6 +12,7 @@
 
 use crate::config::*;
 use crate::input::*;
+use crate::questions::*;
 use crate::run::*;
 use crate::thread::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -152,6 +153,10 @@ client_methods! {
     TurnUnsteer => "turn/unsteer", TurnUnsteerParams, OkResult, |p| Route::Session(p.thread_id.clone());
     RunStart => "run/start", RunStartParams, RunEnvelope, |p| Route::Session(p.thread_id.clone());
     RunInterrupt => "run/interrupt", RunInterruptParams, RunEnvelope, |_| Route::Catalog;
+    UserQuestionList => "user-question/list", UserQuestionListParams, UserQuestionListResult, |_| Route::Inline;
+    UserQuestionRespond => "user-question/respond", UserQuestionRespondParams, UserQuestionResolveResult, |_| Route::Inline;
+    UserQuestionCancel => "user-question/cancel", UserQuestionCancelParams, UserQuestionResolveResult, |_| Route::Inline;
+    UserQuestionHold => "user-question/hold", UserQuestionHoldParams, UserQuestionResolveResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

@@ -1,6 +1,8 @@
 //! The table of server → client notifications (spec §4) and their params.
 
+use crate::browser::BrowserRequestCancelled;
 use crate::methods::ThreadResumeResult;
+use crate::questions::{UserQuestionRequested, UserQuestionResolved};
 use crate::run::{RunStarted, RunUpdated};
 use crate::thread::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
@@ -63,6 +65,9 @@ notifications! {
     "item/toolCall/delta" => ToolCallDelta;
     "item/toolCall/outputDelta" => ToolCallOutputDelta;
     "protocol/error" => ProtocolError;
+    "user-question/requested" => UserQuestionRequested;
+    "user-question/resolved" => UserQuestionResolved;
+    "browser/request_cancelled" => BrowserRequestCancelled;
 }
 
 /// `thread/started {thread}`.

@@ -3,7 +3,8 @@
 //!
 //! Output: one bundle document, draft 2020-12, with `$defs` holding every type and a
 //! top-level `methods` / `notifications` map from wire name to `{params, result}`
-//! references. Tests validate real traffic against it.
+//! references, and `reverse_methods` (server → client requests, e.g. `browser/cdp`)
+//! with the same `{params, result}` shape. Tests validate real traffic against it.
 
 use crate::methods::METHODS;
 use crate::notifications::NOTIFICATIONS;
@@ -12,7 +13,7 @@ use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
 /// Builds the bundle: `{"$schema", "$defs", "methods": {name: {params, result}},
-/// "notifications": {name: {params}}}` where params/result are `$ref`s into `$defs`.
+/// "notifications": {name: {params}}, "reverse_methods": {name: {params, result}}}` where params/result are `$ref`s into `$defs`.
 pub fn bundle() -> Value {
     let mut gen = SchemaSettings::draft2020_12().into_generator();
     let mut methods = Map::new();
@@ -29,6 +30,15 @@ pub fn bundle() -> Value {
         let params = (n.params_schema)(&mut gen);
         notifications.insert(n.name.to_owned(), json!({"params": params.to_value()}));
     }
+    let mut reverse = Map::new();
+    for r in crate::browser::REVERSE_METHODS {
+        let params = (r.params_schema)(&mut gen);
+        let result = (r.result_schema)(&mut gen);
+        reverse.insert(
+            r.name.to_owned(),
+            json!({"params": params.to_value(), "result": result.to_value()}),
+        );
+    }
     let error = gen.subschema_for::<ErrorObject>().to_value();
     let id = gen.subschema_for::<RequestId>().to_value();
     let defs: Map<String, Value> = gen
@@ -43,6 +53,7 @@ pub fn bundle() -> Value {
         "id": id,
         "methods": methods,
         "notifications": notifications,
+        "reverse_methods": reverse,
     })
 }
 

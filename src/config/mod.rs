@@ -81,6 +81,14 @@ pub struct AgentConfig {
     /// Generate titles automatically after successful turns (default true).
     #[serde(default)]
     pub auto_title: Option<bool>,
+    /// How long an `offer`-mode user question stays open before it expires unanswered,
+    /// ms (default 20 000; seed "回答原生引擎问题"). `user-question/hold` pauses it.
+    #[serde(default)]
+    pub question_offer_ttl_ms: Option<u64>,
+    /// Per-call timeout of a request to the client (browser reverse requests), ms
+    /// (default 30 000; spec §1.5).
+    #[serde(default)]
+    pub reverse_request_timeout_ms: Option<u64>,
 }
 
 /// Engine settings (`engines` object).

@@ -860,6 +860,7 @@ impl<'a> Driver<'a> {
                 &self.s.shared,
                 &self.s.id,
                 &self.turn_id(),
+                &call.id,
                 &call.name,
                 &call.arguments,
             )

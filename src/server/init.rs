@@ -213,7 +213,11 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
             "bash_timeout_ms": agent.bash_timeout_ms.unwrap_or(120_000),
             "auto_title": agent.auto_title.unwrap_or(true),
         }),
-        features: json!({"browser": browser, "safe_mode": shared.opts.safe_mode}),
+        features: json!({
+            "browser": browser,
+            "safe_mode": shared.opts.safe_mode,
+            "user_question": crate::session::questions::enabled(shared),
+        }),
     }
 }
 
@@ -263,6 +267,12 @@ pub fn handle_inline(shared: &Arc<Shared>, req: ClientRequest, reply: Responder)
                     ),
                 },
             }
+        }
+        q @ (ClientRequest::UserQuestionList(_)
+        | ClientRequest::UserQuestionRespond(_)
+        | ClientRequest::UserQuestionCancel(_)
+        | ClientRequest::UserQuestionHold(_)) => {
+            crate::session::questions::handle(shared, q, reply)
         }
         other => reply.err(
             ErrorCode::InternalError,

@@ -76,6 +76,10 @@ pub struct Shared {
     pub model_catalog: Mutex<Vec<wuu_protocol::CatalogProvider>>,
     /// Outstanding requests to the client.
     pub reverse: crate::session::reverse::Pending,
+    /// Open user questions (`user-question/*`).
+    pub questions: crate::session::questions::Questions,
+    /// Browser tab ownership and executions.
+    pub browser: crate::session::browser::Browser,
     /// Provider instances by id (built on first use; a replay provider's position in its
     /// cassette lives in its instance).
     pub providers: Mutex<std::collections::HashMap<String, Arc<dyn crate::provider::Provider>>>,
@@ -125,6 +129,13 @@ impl Shared {
         }
         *done = true;
         self.closing.store(true, Ordering::SeqCst);
+        // Outstanding requests to the client fail at once (their tool calls end) and open
+        // questions are revoked: nothing waits on a client that is going away.
+        self.reverse.close_all();
+        self.questions.revoke_all(
+            self,
+            "the client disconnected or the server is shutting down",
+        );
         self.registry.shutdown_all(Duration::from_secs(60));
         self.catalog.stop();
         if let Some(r) = reply {
@@ -259,6 +270,8 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         capabilities: RwLock::new(ClientCapabilities::default()),
         model_catalog: Mutex::new(catalog_entries),
         reverse: Default::default(),
+        questions: Default::default(),
+        browser: Default::default(),
         providers: Mutex::new(Default::default()),
         live_runs: Mutex::new(Default::default()),
         ephemeral_runs: Mutex::new(Default::default()),

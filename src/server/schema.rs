@@ -3,7 +3,9 @@
 //! Files: `wuu-app-server.schema.json` (the bundle of `wuu_protocol::schema::bundle`),
 //! and one standalone file per method params/result and per notification
 //! (`methods/<name>.params.json`, `methods/<name>.result.json`,
-//! `notifications/<name>.json`, with `/` in names replaced by `.`).
+//! `notifications/<name>.json`, `reverse/<name>.params.json`,
+//! `reverse/<name>.result.json` for server → client requests, with `/` in names
+//! replaced by `.`).
 
 use std::path::Path;
 
@@ -40,6 +42,17 @@ pub fn write_schemas(out: &Path) -> Result<usize, String> {
             &s,
         )?;
         n += 1;
+    }
+    for r in wuu_protocol::browser::REVERSE_METHODS {
+        for kind in ["params", "result"] {
+            let s = wuu_protocol::schema::standalone(&bundle, "reverse_methods", r.name, kind)
+                .ok_or("schema bundle is missing a reverse method")?;
+            write(
+                format!("reverse/{}.{kind}.json", r.name.replace('/', ".")),
+                &s,
+            )?;
+            n += 1;
+        }
     }
     Ok(n)
 }

@@ -1,5 +1,12 @@
-//! Tools served by the client through reverse requests (user questions, browser
-//! control). Issue 7 fills this in; until then no such tool is offered.
+//! Tools served by the client through reverse requests and notifications: `ask_user`
+//! ([`super::questions`]) and the browser tools ([`super::browser`]).
+//!
+//! Offered to the model only when the client negotiated them in `initialize`:
+//! `ask_user` when `capabilities.notifications` contains `"user-question"`; the browser
+//! tools when `capabilities.reverse_rpc.methods` lists the six base browser methods
+//! (`browser_finalize` also needs `browser/finalize`). Each call runs on its own helper
+//! thread and reports one [`ToolEvent::Done`]; [`ToolHandle::cancel`] (an interrupt)
+//! revokes its question or stops waiting for its reverse request.
 
 use crate::provider::ToolSpec;
 use crate::server::Shared;
@@ -7,32 +14,83 @@ use crate::tools::{ToolEvent, ToolHandle, ToolOutcome};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use super::{browser, questions};
+
 /// Tool specs to offer, given what the client negotiated in `initialize`.
-pub fn specs(_shared: &Shared) -> Vec<ToolSpec> {
-    vec![]
+pub fn specs(shared: &Shared) -> Vec<ToolSpec> {
+    let mut out = vec![];
+    if questions::enabled(shared) {
+        out.push(questions::spec());
+    }
+    out.extend(browser::specs(shared));
+    out
 }
 
 /// Whether `name` is a client-served tool.
-pub fn handles(_name: &str) -> bool {
-    false
+pub fn handles(name: &str) -> bool {
+    name == questions::TOOL || browser::is_tool(name)
 }
 
-/// Starts a client-served tool call.
+/// Starts a client-served tool call on a helper thread. `call_id` is the model's tool
+/// call id (carried by `user-question/requested` as `call_id`).
 pub fn spawn(
-    _shared: &Arc<Shared>,
-    _thread_id: &str,
-    _turn_id: &str,
+    shared: &Arc<Shared>,
+    thread_id: &str,
+    turn_id: &str,
+    call_id: &str,
     name: &str,
-    _args: &str,
+    args: &str,
 ) -> ToolHandle {
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let _ = tx.send(ToolEvent::Done(ToolOutcome {
-        output: format!("unknown tool {name:?}"),
-        is_error: true,
-        ..Default::default()
-    }));
-    ToolHandle::from_parts(rx, Arc::new(AtomicBool::new(false)))
+    let cancel = Arc::new(AtomicBool::new(false));
+    let handle = ToolHandle::from_parts(rx, cancel.clone());
+    let (shared, thread_id, turn_id, call_id, name_owned, args) = (
+        shared.clone(),
+        thread_id.to_owned(),
+        turn_id.to_owned(),
+        call_id.to_owned(),
+        name.to_owned(),
+        args.to_owned(),
+    );
+    let tx2 = tx.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("client-tool-{name}"))
+        .spawn(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if name_owned == questions::TOOL {
+                    questions::run_ask_user(&shared, &thread_id, &turn_id, &call_id, &args, &cancel)
+                } else {
+                    let ctx = browser::CallCtx {
+                        shared: &shared,
+                        thread_id: &thread_id,
+                        turn_id: &turn_id,
+                        cancel: &cancel,
+                    };
+                    browser::run_tool(&ctx, &name_owned, &args)
+                }
+            }))
+            .unwrap_or_else(|_| ToolOutcome {
+                output: format!("internal error in {name_owned}"),
+                is_error: true,
+                ..Default::default()
+            });
+            let _ = tx2.send(ToolEvent::Done(outcome));
+        });
+    if let Err(e) = spawned {
+        let _ = tx.send(ToolEvent::Done(ToolOutcome {
+            output: format!("internal error: cannot start tool thread: {e}"),
+            is_error: true,
+            ..Default::default()
+        }));
+    }
+    handle
 }
 
-/// The turn ended (completed, failed, interrupted): revoke its open requests.
-pub fn turn_ended(_shared: &Arc<Shared>, _thread_id: &str, _turn_id: &str) {}
+/// The turn ended (completed, failed, interrupted): revokes its open questions and ends
+/// its browser execution (`browser/turn_ended`, sent from a helper thread).
+pub fn turn_ended(shared: &Arc<Shared>, thread_id: &str, turn_id: &str) {
+    shared
+        .questions
+        .revoke_turn(shared, thread_id, turn_id, "the turn ended");
+    browser::turn_ended(shared, thread_id, turn_id);
+}

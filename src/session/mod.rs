@@ -7,10 +7,12 @@
 //! Idle persisted sessions park (the thread ends; the state lives in the store).
 //! Ephemeral conversations never touch the database and never park.
 
+pub mod browser;
 pub mod client_tools;
 pub mod convert;
 pub mod inputs;
 pub mod lifecycle;
+pub mod questions;
 pub mod reverse;
 
 use crate::server::registry::{SessionEntry, MAILBOX_CAPACITY};

@@ -2,4 +2,6 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod fake_browser;
 pub mod fake_provider;
+pub mod peer;
