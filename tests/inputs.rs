@@ -472,7 +472,7 @@ fn restart_turns_pending_input_into_held_and_settles_running_turns() {
     // Held input is never run automatically.
     assert!(app
         .next_within(Duration::from_millis(300))
-        .map_or(true, |v| v["method"] != "turn/started"));
+        .is_none_or(|v| v["method"] != "turn/started"));
 }
 
 #[test]

@@ -31,7 +31,7 @@ pub enum TurnEnd {
         content: String,
     },
     /// The turn failed.
-    Failed(TurnError),
+    Failed(Box<TurnError>),
     /// The turn was interrupted (reason: `interrupted`, `timeout`, `shutdown`, `archived`).
     Interrupted(String),
 }
@@ -313,7 +313,7 @@ impl<'a> Driver<'a> {
         (end, std::mem::take(&mut self.deferred))
     }
 
-    fn provider(&mut self) -> Result<Arc<dyn Provider>, TurnError> {
+    fn provider(&mut self) -> Result<Arc<dyn Provider>, Box<TurnError>> {
         if let Some(p) = &self.provider {
             return Ok(p.clone());
         }
@@ -323,13 +323,13 @@ impl<'a> Driver<'a> {
                 self.provider = Some(p.clone());
                 Ok(p)
             }
-            Err(message) => Err(TurnError {
+            Err(message) => Err(Box::new(TurnError {
                 message,
                 code: Some("provider_unavailable".into()),
                 category: Some("provider".into()),
                 provider: Some(id),
                 ..Default::default()
-            }),
+            })),
         }
     }
 
@@ -361,14 +361,14 @@ impl<'a> Driver<'a> {
             self.consume_steers();
             self.step += 1;
             if self.step > max_steps {
-                return TurnEnd::Failed(TurnError {
+                return TurnEnd::Failed(Box::new(TurnError {
                     message: format!(
                         "the turn reached the step limit ({max_steps} model requests)"
                     ),
                     code: Some("max_steps_exceeded".into()),
                     category: Some("local".into()),
                     ..Default::default()
-                });
+                }));
             }
             let messages = history::to_messages(&self.s.turns, &provider_id, &model);
             let turn_start_index =
@@ -452,12 +452,12 @@ impl<'a> Driver<'a> {
         self.check_deadline();
         match &self.stop {
             Some(Stop::Interrupt(r)) => Some(TurnEnd::Interrupted(r.clone())),
-            Some(Stop::Overflow) => Some(TurnEnd::Failed(TurnError {
+            Some(Stop::Overflow) => Some(TurnEnd::Failed(Box::new(TurnError {
                 message: "subscription overflow: the client stopped reading notifications".into(),
                 code: Some("subscription_overflow".into()),
                 category: Some("local".into()),
                 ..Default::default()
-            })),
+            }))),
             None => None,
         }
     }
@@ -497,7 +497,7 @@ impl<'a> Driver<'a> {
             };
             let Ok(ev) = ev else {
                 self.settle_open_items();
-                return Err(TurnEnd::Failed(provider_failure(
+                return Err(TurnEnd::Failed(Box::new(provider_failure(
                     &self.s.turns[self.turn_idx].row.provider,
                     ProviderError {
                         kind: FailureKind::IncompleteStream,
@@ -507,7 +507,7 @@ impl<'a> Driver<'a> {
                         max_attempts: 1,
                         stop_reason: "recovery_unavailable".into(),
                     },
-                )));
+                ))));
             };
             if !matches!(ev, StreamEvent::Retrying { .. }) {
                 if let Some(i) = self.reconnect_item.take() {
@@ -682,10 +682,10 @@ impl<'a> Driver<'a> {
                 }
                 StreamEvent::Failed { error } => {
                     self.settle_open_items();
-                    return Err(TurnEnd::Failed(provider_failure(
+                    return Err(TurnEnd::Failed(Box::new(provider_failure(
                         &self.s.turns[self.turn_idx].row.provider,
                         error,
-                    )));
+                    ))));
                 }
             }
         }
@@ -989,7 +989,7 @@ impl<'a> Driver<'a> {
                 TurnEnd::Completed { .. } => row.status = "completed".into(),
                 TurnEnd::Failed(e) => {
                     row.status = "failed".into();
-                    row.error = serde_json::to_value(e).ok();
+                    row.error = serde_json::to_value(&**e).ok();
                 }
                 TurnEnd::Interrupted(reason) => {
                     row.status = "interrupted".into();

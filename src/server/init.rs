@@ -8,9 +8,20 @@ use serde_json::json;
 use std::sync::Arc;
 use wuu_protocol::*;
 
-/// Connectable services shipped with wuu: `(id, name, type, base_url, api_key_env,
+/// One connectable service shipped with wuu: `(id, name, type, base_url, api_key_env,
 /// default_model, models)`.
-const EMBEDDED: &[(&str, &str, &str, &str, &str, &str, &[&str])] = &[
+type EmbeddedService = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [&'static str],
+);
+
+/// Connectable services shipped with wuu.
+const EMBEDDED: &[EmbeddedService] = &[
     (
         "openai",
         "OpenAI",

@@ -25,7 +25,7 @@ pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
                 return;
             }
             Ok(LineRead::TooLong(n)) => {
-                let _ = shared.outbox.send(
+                shared.outbox.send(
                     serde_json::to_vec(&Response::err(
                         None,
                         ErrorObject::new(

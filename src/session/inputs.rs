@@ -9,6 +9,7 @@
 //! - a consumed id is refused by every input method;
 //! - a cancel blocks retries in the same mode; an explicit switch between queue and
 //!   steer supersedes the earlier mode's cancel record.
+//!
 //! `pending` inputs are managed by this process; `held` inputs never dispatch by
 //! themselves (what pending inputs become after a restart or an interrupt).
 

@@ -25,6 +25,9 @@ use wuu_protocol::{ClientRequest, ErrorCode};
 use wuu_store::{Store, ThreadRow};
 
 /// A message to a session thread.
+// Requests are the common message; boxing them would add an allocation per request for
+// the sake of the rare small variants.
+#[allow(clippy::large_enum_variant)]
 pub enum SessionMsg {
     /// A client request routed to this conversation.
     Request {
