@@ -681,6 +681,39 @@ fn stall_on_every_attempt_fails_the_turn_after_the_retry_budget() {
     });
 }
 
+#[test]
+fn rate_limited_on_every_attempt_freezes_the_reconnect_row_as_failed() {
+    each_proto(|proto| {
+        let mut e = Env::new(proto);
+        for _ in 0..3 {
+            e.fp.push(Script::rate_limited("0"));
+        }
+        let t = e.turn("hi");
+        let err = t.error();
+        assert_eq!(err["turn"]["status"], "failed");
+        assert_eq!(err["status_code"], 429, "{err}");
+        let rec = &err["turn"]["error"]["recovery"];
+        assert_eq!(
+            (&rec["attempt_count"], &rec["retry_count"]),
+            (&json!(3), &json!(2)),
+            "{err}"
+        );
+        assert_eq!(rec["stop_reason"], "retry_limit", "{err}");
+        assert_eq!(e.fp.requests().len(), 3);
+        let started = t.started_of_type("stream_reconnect");
+        assert_eq!(started.len(), 2, "announced once per retry: {}", t.dump());
+        assert_eq!(started[0]["id"], started[1]["id"]);
+        assert_eq!(
+            (&started[0]["retry_count"], &started[1]["retry_count"]),
+            (&json!(1), &json!(2))
+        );
+        let rec_items = items_of_type(t.items(), "stream_reconnect");
+        assert_eq!(rec_items.len(), 1, "{}", t.dump());
+        assert_eq!(rec_items[0]["status"], "failed");
+        assert!(t.removed_ids().is_empty());
+    });
+}
+
 /// A non-retryable HTTP status ends the turn at once with `category`.
 fn non_retryable(error: HttpError, category: &str, status: u16) {
     each_proto(|proto| {
