@@ -304,6 +304,8 @@ impl<'a> Driver<'a> {
         (end, std::mem::take(&mut self.deferred))
     }
 
+    // Once per turn: the size of the error is irrelevant.
+    #[allow(clippy::result_large_err)]
     fn provider(&mut self) -> Result<Arc<dyn Provider>, TurnError> {
         if let Some(p) = &self.provider {
             return Ok(p.clone());
@@ -444,6 +446,8 @@ impl<'a> Driver<'a> {
 
     /// Streams one provider step. Returns the complete tool calls of the step (empty =
     /// final answer) or how the turn ended.
+    // Once per step: the size of the turn end is irrelevant.
+    #[allow(clippy::result_large_err)]
     fn stream_step(
         &mut self,
         provider: Arc<dyn Provider>,

@@ -21,6 +21,9 @@ use wuu_protocol::{ClientRequest, ErrorCode};
 use wuu_store::{Store, ThreadRow};
 
 /// A message to a session thread.
+// Requests dominate the traffic and are the large variant; boxing would only add an
+// allocation per request.
+#[allow(clippy::large_enum_variant)]
 pub enum SessionMsg {
     /// A client request routed to this conversation.
     Request {
