@@ -509,7 +509,12 @@ impl<'a> Driver<'a> {
                     },
                 ))));
             };
-            if !matches!(ev, StreamEvent::Retrying { .. }) {
+            // Output of a new attempt = a successful reconnect: drop the row. A final
+            // failure leaves it to be frozen as `failed` (spec §4.9 rules 8, 10).
+            if !matches!(
+                ev,
+                StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
+            ) {
                 if let Some(i) = self.reconnect_item.take() {
                     self.remove_item(i);
                 }
