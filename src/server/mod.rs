@@ -97,8 +97,15 @@ impl Shared {
     }
 
     /// Sends a notification, waiting at most [`transport::NOTIFY_DEADLINE`] for room.
+    /// The params are serialized once, straight into the frame.
     pub fn notify<N: ServerNotification>(&self, n: &N) -> Result<(), Overflow> {
-        self.notify_raw(N::METHOD, serde_json::to_value(n).unwrap_or_default())
+        let mut frame = Vec::with_capacity(256);
+        frame.extend_from_slice(b"{\"method\":");
+        serde_json::to_writer(&mut frame, N::METHOD).expect("serialize method");
+        frame.extend_from_slice(b",\"params\":");
+        serde_json::to_writer(&mut frame, n).expect("serialize notification");
+        frame.push(b'}');
+        self.outbox.send_within(frame, transport::NOTIFY_DEADLINE)
     }
 
     /// Sends a notification given as a method and params.
@@ -252,6 +259,12 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
     let loaded = config::load(&opts.home, &opts.workdir, opts.config_file.as_deref());
     let owner = LeaseOwner::current();
+    if !opts.home.join(wuu_store::DB_FILE).exists() {
+        // A fresh home: create and migrate the database once, before several threads
+        // open it at the same time. (An existing database is opened lazily.)
+        wuu_store::Store::open_home(&opts.home)
+            .map_err(|e| format!("cannot create the store under {}: {e}", opts.home.display()))?;
+    }
     let closed = Arc::new(AtomicBool::new(false));
     let closed2 = closed.clone();
     let (outbox, _writer) = transport::start_writer(

@@ -65,6 +65,29 @@ impl Store {
         }
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
+        // Switching a fresh file to WAL and migrating it can meet another connection
+        // doing the same (SQLite then answers "locked" at once, without waiting on the
+        // busy handler): retry with a short backoff for up to the busy timeout.
+        let deadline = std::time::Instant::now() + DEFAULT_BUSY_TIMEOUT;
+        let mut wait = Duration::from_millis(2);
+        loop {
+            match Self::init_connection(&mut conn, path) {
+                Ok(()) => break,
+                Err(e) if e.is_busy() && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(100));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
+        })
+    }
+
+    fn init_connection(conn: &mut Connection, path: &Path) -> Result<()> {
         let mode: String =
             conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
         if !mode.eq_ignore_ascii_case("wal") {
@@ -72,12 +95,7 @@ impl Store {
         }
         conn.pragma_update(None, "foreign_keys", true)?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
-        schema::migrate(&mut conn)?;
-        Ok(Store {
-            conn,
-            path: path.to_path_buf(),
-            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
-        })
+        schema::migrate(conn)
     }
 
     /// Opens `home/wuu.db` (see [`Store::open`]). `home` is the wuu home
