@@ -316,12 +316,10 @@ impl WireParser for Parser {
                 let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
                 let block = self.blocks.get_mut(&index);
                 match (d.get("type").and_then(Value::as_str), block) {
-                    (Some("text_delta"), _) => {
-                        if !s("text").is_empty() {
-                            out.push(StreamEvent::TextDelta {
-                                text: s("text").to_string(),
-                            });
-                        }
+                    (Some("text_delta"), _) if !s("text").is_empty() => {
+                        out.push(StreamEvent::TextDelta {
+                            text: s("text").to_string(),
+                        });
                     }
                     (Some("input_json_delta"), Some(Block::Tool { id, json, .. })) => {
                         let piece = s("partial_json");

@@ -416,7 +416,7 @@ impl WireParser for Parser {
             .get("choices")
             .and_then(Value::as_array)
             .and_then(|c| c.first());
-        let Some(choice) = choice else { return None };
+        let choice = choice?;
         if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
             let reasoning = delta
                 .get("reasoning_content")

@@ -614,9 +614,9 @@ mod tests {
                 ..
             }
         ));
-        let (_, d) = events(concat!(
+        let (_, d) = events(
             "data: {\"type\":\"error\",\"sequence_number\":2,\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"slow\"}}\n\n",
-        ));
+        );
         assert_eq!(d.unwrap_err().kind, crate::provider::FailureKind::RateLimit);
         let (_, d) = events("data: {\"type\":\"response.failed\",\"response\":{\"id\":\"resp_f\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"boom\"}}}\n\n");
         let e = d.unwrap_err();

@@ -53,6 +53,7 @@ pub struct ReplayProvider {
     responses: Vec<CassetteResponse>,
     served: AtomicUsize,
     policy: RetryPolicy,
+    models: Vec<String>,
 }
 
 impl ReplayProvider {
@@ -71,6 +72,11 @@ impl ReplayProvider {
             )
         })?;
         let mut p = Self::from_json(id, &path, &text)?;
+        p.models = match &cfg.models {
+            Some(m) => m.clone(),
+            None if !cfg.model.is_empty() => vec![cfg.model.clone()],
+            None => vec![],
+        };
         p.policy = RetryPolicy {
             sleep: false,
             ..RetryPolicy::from_config(cfg)
@@ -139,6 +145,7 @@ impl ReplayProvider {
                 max_retries: retry::DEFAULT_MAX_RETRIES,
                 sleep: false,
             },
+            models: Vec::new(),
         })
     }
 
@@ -220,8 +227,9 @@ impl Provider for ReplayProvider {
         });
     }
 
+    /// The config's `models`, else its `model` (no request is made).
     fn list_models(&self) -> Result<Vec<String>, ProviderError> {
-        Ok(Vec::new())
+        Ok(self.models.clone())
     }
 }
 
@@ -369,9 +377,11 @@ mod tests {
         let cfg = ProviderConfig {
             provider_type: "replay".into(),
             cassette: Some("c.json".into()),
+            model: "m".into(),
             ..Default::default()
         };
         let p = crate::provider::build("rep", &cfg, &dir).unwrap();
+        assert_eq!(p.list_models().unwrap(), ["m"]);
         let evs = collect(&*p);
         assert_eq!(evs[0], StreamEvent::TextDelta { text: "hi".into() });
         assert!(

@@ -171,7 +171,6 @@ fn is_quota_text(text: &str) -> bool {
     let t = text.to_ascii_lowercase();
     t.contains("insufficient_quota")
         || t.contains("exceeded your current quota")
-        || t.contains("billing")
         || t.contains("credit balance")
 }
 
@@ -228,9 +227,8 @@ pub fn classify_http(
         404 => FailureKind::NotFound,
         408 | 409 | 425 => FailureKind::Server,
         413 => FailureKind::RequestTooLarge,
-        429 if code_s == "insufficient_quota" || type_s == "insufficient_quota" => {
-            FailureKind::Quota
-        }
+        // Not plain "billing": OpenAI's ordinary rate-limit text links the billing page.
+        429 if is_quota_text(&all_text) => FailureKind::Quota,
         429 => FailureKind::RateLimit,
         529 => FailureKind::Overloaded,
         _ if type_s == "overloaded_error" => FailureKind::Overloaded,
@@ -466,6 +464,11 @@ mod tests {
             r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
         );
         assert_eq!((e.kind, e.retryable), (FailureKind::Quota, false));
+        let e = c(
+            429,
+            r#"{"error":{"message":"Rate limit reached. Add a payment method at https://platform.openai.com/account/billing.","type":"requests","code":"rate_limit_exceeded"}}"#,
+        );
+        assert_eq!((e.kind, e.retryable), (FailureKind::RateLimit, true));
         let e = c(
             400,
             r#"{"error":{"message":"This model's maximum context length is 128000 tokens","code":"context_length_exceeded"}}"#,

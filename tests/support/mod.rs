@@ -2,3 +2,4 @@
 #![allow(dead_code)]
 
 pub mod app;
+pub mod fake_provider;
