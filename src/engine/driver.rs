@@ -718,6 +718,9 @@ impl<'a> Driver<'a> {
             default_timeout_ms: agent.bash_timeout_ms.unwrap_or(120_000),
             output_cap_bytes: agent.output_cap_bytes.unwrap_or(64 * 1024),
         };
+        // Re-announce the item (upsert, spec §4.3) now that its arguments are complete:
+        // the first `item/started` went out before the arguments streamed.
+        self.announce_started(idx);
         let started = now_ms();
         let handle = tools::spawn(&call.name, &call.arguments, ctx);
         let mailbox = self.s.rx.clone();
