@@ -410,10 +410,13 @@ pub fn load_attachment(
             full.display()
         )));
     }
-    let bytes =
-        std::fs::read(&full).map_err(|e| InvalidInput(format!("{flag} {}: {e}", full.display())))?;
+    let bytes = std::fs::read(&full)
+        .map_err(|e| InvalidInput(format!("{flag} {}: {e}", full.display())))?;
     if bytes.is_empty() {
-        return Err(InvalidInput(format!("{flag} {}: file is empty", full.display())));
+        return Err(InvalidInput(format!(
+            "{flag} {}: file is empty",
+            full.display()
+        )));
     }
     let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
     if image {
@@ -429,7 +432,9 @@ pub fn load_attachment(
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        Ok(serde_json::json!({"media_type": file_media_type(&full), "data": data, "filename": name}))
+        Ok(
+            serde_json::json!({"media_type": file_media_type(&full), "data": data, "filename": name}),
+        )
     }
 }
 
@@ -527,17 +532,17 @@ mod tests {
         assert!(run(&["--max-turns", "-1", "x"]).is_err());
         assert!(run(&["--json=maybe", "x"]).is_err());
         assert!(!run(&["--json=false", "x"]).unwrap().json);
-        assert!(matches!(
-            parse(vec!["-h".into()]).unwrap(),
-            Command::Help
-        ));
+        assert!(matches!(parse(vec!["-h".into()]).unwrap(), Command::Help));
     }
 
     #[test]
     fn prompts() {
         let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(combine_prompt(&s(&["a", "b"]), None, false).unwrap(), "a b");
-        assert_eq!(combine_prompt(&s(&["-"]), Some(" x \n"), false).unwrap(), "x");
+        assert_eq!(
+            combine_prompt(&s(&["-"]), Some(" x \n"), false).unwrap(),
+            "x"
+        );
         assert!(combine_prompt(&s(&["-"]), Some(""), true).is_err());
         assert!(combine_prompt(&[], Some("  "), false).is_err());
         assert_eq!(combine_prompt(&[], Some(""), true).unwrap(), "");

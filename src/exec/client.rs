@@ -154,8 +154,9 @@ impl Connection {
     /// within 5 s, or is gone.
     pub fn send(&self, method: &str, params: Value) -> Result<String, String> {
         let id = format!("exec-{}", self.next_id.fetch_add(1, Ordering::SeqCst));
-        let line = serde_json::to_vec(&serde_json::json!({"id": id, "method": method, "params": params}))
-            .map_err(|e| e.to_string())?;
+        let line =
+            serde_json::to_vec(&serde_json::json!({"id": id, "method": method, "params": params}))
+                .map_err(|e| e.to_string())?;
         self.tx
             .send_timeout(line, Duration::from_secs(5))
             .map_err(|_| format!("the app-server is not accepting requests ({method})"))?;

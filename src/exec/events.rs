@@ -546,7 +546,17 @@ mod tests {
             error: String::new(),
         };
         let v: Value = serde_json::from_slice(&e.to_line()).unwrap();
-        for k in ["thread_id", "turn_id", "item_id", "name", "arguments", "command", "process_id", "status", "error"] {
+        for k in [
+            "thread_id",
+            "turn_id",
+            "item_id",
+            "name",
+            "arguments",
+            "command",
+            "process_id",
+            "status",
+            "error",
+        ] {
             assert!(v.get(k).is_some(), "{k} missing in {v}");
         }
         assert_eq!(v["type"], "command_completed");
@@ -566,7 +576,10 @@ mod tests {
         assert_eq!(v["step_index"], 2);
         assert_eq!(v["fallback_active"], false);
         assert!(v.get("extra").is_none());
-        assert_eq!(v.as_object().unwrap().len(), PROVIDER_STATE_FIELDS.len() + 3);
+        assert_eq!(
+            v.as_object().unwrap().len(),
+            PROVIDER_STATE_FIELDS.len() + 3
+        );
     }
 
     #[test]

@@ -265,13 +265,20 @@ fn run(opts: Options) -> i32 {
         return code::INVALID_INPUT;
     }
     let has_attachments = !opts.images.is_empty() || !opts.files.is_empty();
-    let stdin_text = if cli::wants_stdin(&opts.prompt_args, std::io::IsTerminal::is_terminal(&std::io::stdin())) {
+    let stdin_text = if cli::wants_stdin(
+        &opts.prompt_args,
+        std::io::IsTerminal::is_terminal(&std::io::stdin()),
+    ) {
         match read_stdin(&mut ctl) {
             Ok(t) => Some(t),
             Err(c) => {
                 eprintln!(
                     "error: {} while reading the prompt from stdin",
-                    if c == Cancel::Timeout { "timed out" } else { "interrupted" }
+                    if c == Cancel::Timeout {
+                        "timed out"
+                    } else {
+                        "interrupted"
+                    }
                 );
                 return c.code();
             }
@@ -279,13 +286,14 @@ fn run(opts: Options) -> i32 {
     } else {
         None
     };
-    let prompt = match cli::combine_prompt(&opts.prompt_args, stdin_text.as_deref(), has_attachments) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return code::INVALID_INPUT;
-        }
-    };
+    let prompt =
+        match cli::combine_prompt(&opts.prompt_args, stdin_text.as_deref(), has_attachments) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return code::INVALID_INPUT;
+            }
+        };
     let human = if opts.json {
         None
     } else {
@@ -316,7 +324,8 @@ fn run(opts: Options) -> i32 {
 }
 
 fn resolve_workdir(opts: &Options) -> Result<PathBuf, InvalidInput> {
-    let cwd = std::env::current_dir().map_err(|e| InvalidInput(format!("current directory: {e}")))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| InvalidInput(format!("current directory: {e}")))?;
     let w = match &opts.workdir {
         Some(w) => cwd.join(w),
         None => cwd,
@@ -325,7 +334,10 @@ fn resolve_workdir(opts: &Options) -> Result<PathBuf, InvalidInput> {
         .canonicalize()
         .map_err(|e| InvalidInput(format!("--cd {}: {e}", w.display())))?;
     if !w.is_dir() {
-        return Err(InvalidInput(format!("--cd {}: not a directory", w.display())));
+        return Err(InvalidInput(format!(
+            "--cd {}: not a directory",
+            w.display()
+        )));
     }
     Ok(w)
 }
@@ -351,7 +363,7 @@ fn read_stdin(ctl: &mut Ctl) -> Result<String, Cancel> {
 
 /// How the wait for the run ended.
 enum End {
-    Settled(wuu_protocol::Run),
+    Settled(Box<wuu_protocol::Run>),
     Cancel(Cancel),
     Fail(Fail),
 }
@@ -484,7 +496,10 @@ impl Runner {
             model: str_of(&init, "model"),
             effort: str_of(&init, "effort"),
             variant: str_of(&init, "variant"),
-            max_parallel: init.get("max_parallel").and_then(Value::as_u64).unwrap_or(0),
+            max_parallel: init
+                .get("max_parallel")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
             workspace_root: str_of(&init, "workspace_root"),
             permissions: if mode.is_empty() {
                 json!({})
@@ -517,8 +532,10 @@ impl Runner {
             params["request"]["max_turns"] = json!(self.opts.max_turns);
         }
         let started = self.rpc("run/start", params)?;
-        let run: wuu_protocol::Run = serde_json::from_value(started.get("run").cloned().unwrap_or_default())
-            .map_err(|e| Fail::new(code::PROTOCOL, format!("run/start: undecodable run: {e}")))?;
+        let run: wuu_protocol::Run = serde_json::from_value(
+            started.get("run").cloned().unwrap_or_default(),
+        )
+        .map_err(|e| Fail::new(code::PROTOCOL, format!("run/start: undecodable run: {e}")))?;
         self.proj.run_id = run.id.clone();
         if let Some(t) = run.turns.last() {
             self.proj.turn_id = t.id.clone();
@@ -527,7 +544,7 @@ impl Runner {
             return self.settle(run);
         }
         match self.wait() {
-            End::Settled(run) => self.settle(run),
+            End::Settled(run) => self.settle(*run),
             End::Cancel(c) => Ok(self.cancel(c, None)),
             End::Fail(f) => Ok(self.cancel_failed(f)),
         }
@@ -539,17 +556,27 @@ impl Runner {
         if init.get("status").and_then(Value::as_str) != Some("needs_setup") {
             return Ok(());
         }
-        let selected = self
-            .opts
-            .provider
-            .clone()
-            .unwrap_or_else(|| init.get("provider").and_then(Value::as_str).unwrap_or("").to_owned());
+        let selected = self.opts.provider.clone().unwrap_or_else(|| {
+            init.get("provider")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        });
         let mut fatal = vec![];
         let mut provider_problem = false;
-        for i in init.get("issues").and_then(Value::as_array).into_iter().flatten() {
+        for i in init
+            .get("issues")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let c = i.get("code").and_then(Value::as_str).unwrap_or("");
             let p = i.get("provider").and_then(Value::as_str).unwrap_or("");
-            let m = i.get("message").and_then(Value::as_str).unwrap_or("").to_owned();
+            let m = i
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned();
             match c {
                 "missing_user_config" | "invalid_config" => fatal.push(m),
                 "unknown_provider" if self.opts.provider.is_none() => {
@@ -571,7 +598,10 @@ impl Runner {
         } else {
             code::INVALID_INPUT
         };
-        Err(Fail::new(exit, format!("configuration: {}", fatal.join("; "))))
+        Err(Fail::new(
+            exit,
+            format!("configuration: {}", fatal.join("; ")),
+        ))
     }
 
     /// `thread/start|resume|fork`; emits the thread event; returns the thread object.
@@ -593,7 +623,10 @@ impl Runner {
                     p["ephemeral"] = json!(true);
                 }
                 let r = self.rpc("thread/start", p)?;
-                (r.get("thread").cloned().unwrap_or_default(), Event::ThreadStarted)
+                (
+                    r.get("thread").cloned().unwrap_or_default(),
+                    Event::ThreadStarted,
+                )
             }
             Mode::Resume(id) => {
                 let mut p = json!({"response_only": true});
@@ -601,14 +634,26 @@ impl Runner {
                     p["session_id"] = json!(id);
                 }
                 let r = self.rpc("thread/resume", p)?;
-                (r.get("thread").cloned().unwrap_or_default(), Event::ThreadResumed)
+                (
+                    r.get("thread").cloned().unwrap_or_default(),
+                    Event::ThreadResumed,
+                )
             }
             Mode::Fork(id) => {
                 let r = self.rpc("thread/fork", json!({"thread_id": id}))?;
-                (r.get("thread").cloned().unwrap_or_default(), Event::ThreadForked)
+                (
+                    r.get("thread").cloned().unwrap_or_default(),
+                    Event::ThreadForked,
+                )
             }
         };
-        let s = |k: &str| thread.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        let s = |k: &str| {
+            thread
+                .get(k)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
         let info = ThreadInfo {
             thread_id: s("id"),
             provider: s("model_provider"),
@@ -617,7 +662,10 @@ impl Runner {
             permission_mode: s("permission_mode"),
         };
         if info.thread_id.is_empty() {
-            return Err(Fail::new(code::PROTOCOL, "the app-server returned a thread without id"));
+            return Err(Fail::new(
+                code::PROTOCOL,
+                "the app-server returned a thread without id",
+            ));
         }
         self.proj.thread_id = info.thread_id.clone();
         if o.mode != Mode::Start {
@@ -658,7 +706,7 @@ impl Runner {
         let timer = self.ctl.timer();
         loop {
             if let Some(run) = self.proj.settled.take() {
-                return End::Settled(run);
+                return End::Settled(Box::new(run));
             }
             let Some(conn) = self.conn.as_ref() else {
                 return End::Fail(Fail::new(code::PROTOCOL, "not connected"));
@@ -759,10 +807,11 @@ impl Runner {
         }
     }
 
-    /// Asks the server to interrupt the run and waits (bounded) for it to settle,
-    /// still projecting notifications (except the interrupted turn's `turn/error`,
-    /// replaced by exec's own `turn_interrupted` with the reason it knows).
-    fn interrupt_and_settle(&mut self, reason: &str) -> Option<wuu_protocol::Run> {
+    /// Asks the server to interrupt the run and waits (bounded) for it to settle. With
+    /// `project`, notifications are still projected (except the interrupted turn's
+    /// `turn/error`, replaced by exec's own `turn_interrupted` with the reason it
+    /// knows); without (after a subscription failure), pending ones are discarded.
+    fn interrupt_and_settle(&mut self, reason: &str, project: bool) -> Option<wuu_protocol::Run> {
         let limit = Instant::now() + INTERRUPT_GRACE;
         self.proj.suppress_interrupted = true;
         let id = match &self.conn {
@@ -800,8 +849,10 @@ impl Runner {
                 recv(conn.sub.failure) -> _ => return None,
                 recv(timer) -> _ => return None,
             };
-            for ev in self.proj.on_notification(&n.method, &n.params) {
-                self.emit_bounded(ev, limit);
+            if project {
+                for ev in self.proj.on_notification(&n.method, &n.params) {
+                    self.emit_bounded(ev, limit);
+                }
             }
         }
     }
@@ -810,7 +861,7 @@ impl Runner {
     /// `turn_interrupted` + `result`. Returns the exit code (4 or 5).
     fn cancel(&mut self, c: Cancel, _why: Option<&str>) -> i32 {
         self.ctl.cancelled = Some(c);
-        let settled = self.interrupt_and_settle(c.reason());
+        let settled = self.interrupt_and_settle(c.reason(), true);
         if let Some(run) = &settled {
             if let Some(t) = run.result.as_ref().and_then(|r| r.trace_path.clone()) {
                 if !t.is_empty() {
@@ -835,7 +886,14 @@ impl Runner {
     /// A protocol failure while the run is live: interrupt it (`exec_failed`), then
     /// `result` failed with the failure's code.
     fn cancel_failed(&mut self, f: Fail) -> i32 {
-        let _ = self.interrupt_and_settle("exec_failed");
+        let settled = self.interrupt_and_settle("exec_failed", false);
+        if let Some(t) = settled
+            .as_ref()
+            .and_then(|r| r.result.as_ref())
+            .and_then(|r| r.trace_path.clone())
+        {
+            self.proj.trace_path = t;
+        }
         let limit = Instant::now() + OUTPUT_GRACE;
         let result = self.result_base(f.code, f.msg, self.proj.message.clone());
         self.emit_bounded(Event::Result(result), limit);
@@ -976,9 +1034,8 @@ fn setup_code(msg: &str) -> i32 {
 pub fn load_schema(path: &std::path::Path) -> Result<Value, InvalidInput> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| InvalidInput(format!("--output-schema {}: {e}", path.display())))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| {
-        InvalidInput(format!("--output-schema {}: not JSON: {e}", path.display()))
-    })?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| InvalidInput(format!("--output-schema {}: not JSON: {e}", path.display())))?;
     if !(v.is_object() || v.is_boolean()) {
         return Err(InvalidInput(format!(
             "--output-schema {}: a schema must be an object or a boolean",
@@ -986,10 +1043,16 @@ pub fn load_schema(path: &std::path::Path) -> Result<Value, InvalidInput> {
         )));
     }
     jsonschema::meta::validate(&v).map_err(|e| {
-        InvalidInput(format!("--output-schema {}: invalid schema: {e}", path.display()))
+        InvalidInput(format!(
+            "--output-schema {}: invalid schema: {e}",
+            path.display()
+        ))
     })?;
     jsonschema::validator_for(&v).map_err(|e| {
-        InvalidInput(format!("--output-schema {}: invalid schema: {e}", path.display()))
+        InvalidInput(format!(
+            "--output-schema {}: invalid schema: {e}",
+            path.display()
+        ))
     })?;
     Ok(v)
 }

@@ -97,27 +97,23 @@ impl Projector {
                     });
                 }
             }
-            "item/agentMessage/delta" => {
-                if self.is_current(&thread, &turn) {
-                    let delta = s(p, "delta");
-                    self.message.push_str(&delta);
-                    out.push(Event::AgentMessageDelta {
-                        thread_id: thread,
-                        turn_id: turn,
-                        delta,
-                    });
-                }
+            "item/agentMessage/delta" if self.is_current(&thread, &turn) => {
+                let delta = s(p, "delta");
+                self.message.push_str(&delta);
+                out.push(Event::AgentMessageDelta {
+                    thread_id: thread,
+                    turn_id: turn,
+                    delta,
+                });
             }
-            "item/agentMessage/replace" => {
-                if self.is_current(&thread, &turn) {
-                    let text = s(p, "text");
-                    self.message = text.clone();
-                    out.push(Event::AgentMessageFinal {
-                        thread_id: thread,
-                        turn_id: turn,
-                        message: text,
-                    });
-                }
+            "item/agentMessage/replace" if self.is_current(&thread, &turn) => {
+                let text = s(p, "text");
+                self.message = text.clone();
+                out.push(Event::AgentMessageFinal {
+                    thread_id: thread,
+                    turn_id: turn,
+                    message: text,
+                });
             }
             "turn/usage" => out.push(Event::UsageUpdated {
                 thread_id: thread,
@@ -353,7 +349,14 @@ impl Projector {
         entry.name = name.clone();
         if !entry.announced {
             entry.announced = true;
-            self.started(out, thread.clone(), turn.clone(), id.clone(), name.clone(), &args);
+            self.started(
+                out,
+                thread.clone(),
+                turn.clone(),
+                id.clone(),
+                name.clone(),
+                &args,
+            );
         }
         let status = s(item, "status");
         let error = s(item, "error");
@@ -383,7 +386,11 @@ impl Projector {
     fn subagent(&mut self, p: &Value) -> Option<Event> {
         let a = p.get("agent").unwrap_or(p);
         let agent_id = s(a, "agent_id");
-        let agent_id = if agent_id.is_empty() { s(a, "id") } else { agent_id };
+        let agent_id = if agent_id.is_empty() {
+            s(a, "id")
+        } else {
+            agent_id
+        };
         if agent_id.trim().is_empty() {
             return None;
         }
@@ -419,13 +426,11 @@ impl Projector {
             cache_read_tokens: u(a, "cache_read_tokens"),
         };
         let first = self.agents.insert(agent_id);
-        Some(
-            match status.trim() {
-                "completed" | "failed" | "cancelled" | "canceled" => Event::SubagentCompleted,
-                _ if first => Event::SubagentStarted,
-                _ => Event::SubagentUpdated,
-            }(ev),
-        )
+        Some(match status.trim() {
+            "completed" | "failed" | "cancelled" | "canceled" => Event::SubagentCompleted,
+            _ if first => Event::SubagentStarted,
+            _ => Event::SubagentUpdated,
+        }(ev))
     }
 }
 
@@ -554,7 +559,9 @@ mod tests {
         let again = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash","arguments":args}});
         let evs = p.on_notification("item/started", &again);
         assert_eq!(kinds(&evs), ["tool_started", "command_started"]);
-        let Event::CommandStarted(info) = &evs[1] else { panic!() };
+        let Event::CommandStarted(info) = &evs[1] else {
+            panic!()
+        };
         assert!(info.command.contains("[REDACTED]"), "{}", info.command);
         assert!(!info.arguments.contains("abcdefghijklmnop"));
         assert!(p.on_notification("item/started", &again).is_empty());
@@ -563,12 +570,16 @@ mod tests {
             &json!({"thread_id":"T","turn_id":"U","item_id":"I","delta":"out"}),
         );
         assert_eq!(kinds(&evs), ["tool_output_delta", "command_output_delta"]);
-        let Event::CommandOutputDelta { info, .. } = &evs[1] else { panic!() };
+        let Event::CommandOutputDelta { info, .. } = &evs[1] else {
+            panic!()
+        };
         assert!(info.arguments.contains("[REDACTED]"), "{}", info.arguments);
         let done = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash","arguments":args,"status":"completed"}});
         let evs = p.on_notification("item/completed", &done);
         assert_eq!(kinds(&evs), ["tool_completed", "command_completed"]);
-        let Event::CommandCompleted { info, .. } = &evs[1] else { panic!() };
+        let Event::CommandCompleted { info, .. } = &evs[1] else {
+            panic!()
+        };
         assert!(!info.arguments.contains("abcdefghijklmnop"));
     }
 
@@ -578,10 +589,30 @@ mod tests {
         let item = json!({"id":"I","type":"tool_call","name":"apply_patch","arguments":"{}","status":"completed",
             "result_detail":{"is_error":false,"structured_content":{"workspace_revision":"r2",
             "files":[{"path":"a.txt","action":"modified","old_file_sha":"o","new_file_sha":"n"},{"path":"b.txt","action":"created","new_file_sha":"m"}]}}});
-        let evs = p.on_notification("item/completed", &json!({"thread_id":"T","turn_id":"U","item":item}));
-        assert_eq!(kinds(&evs), ["tool_started", "tool_completed", "file_changed", "file_changed"]);
-        let Event::FileChanged(fc) = &evs[3] else { panic!() };
-        assert_eq!((fc.path.as_str(), fc.action.as_str(), fc.workspace_revision.as_str()), ("b.txt", "created", "r2"));
+        let evs = p.on_notification(
+            "item/completed",
+            &json!({"thread_id":"T","turn_id":"U","item":item}),
+        );
+        assert_eq!(
+            kinds(&evs),
+            [
+                "tool_started",
+                "tool_completed",
+                "file_changed",
+                "file_changed"
+            ]
+        );
+        let Event::FileChanged(fc) = &evs[3] else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                fc.path.as_str(),
+                fc.action.as_str(),
+                fc.workspace_revision.as_str()
+            ),
+            ("b.txt", "created", "r2")
+        );
         assert_eq!(fc.old_file_sha, "");
     }
 
@@ -589,15 +620,30 @@ mod tests {
     fn message_buffer_follows_turns() {
         let mut p = Projector::new("T");
         p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U1"}}));
-        p.on_notification("item/agentMessage/delta", &json!({"thread_id":"T","turn_id":"U1","item_id":"x","delta":"ab"}));
-        p.on_notification("item/agentMessage/delta", &json!({"thread_id":"T","turn_id":"OTHER","item_id":"x","delta":"zz"}));
+        p.on_notification(
+            "item/agentMessage/delta",
+            &json!({"thread_id":"T","turn_id":"U1","item_id":"x","delta":"ab"}),
+        );
+        p.on_notification(
+            "item/agentMessage/delta",
+            &json!({"thread_id":"T","turn_id":"OTHER","item_id":"x","delta":"zz"}),
+        );
         assert_eq!(p.message, "ab");
-        p.on_notification("turn/completed", &json!({"thread_id":"T","turn":{"id":"U1"},"content":"final","trace_path":"/t.jsonl"}));
-        assert_eq!((p.message.as_str(), p.trace_path.as_str()), ("final", "/t.jsonl"));
+        p.on_notification(
+            "turn/completed",
+            &json!({"thread_id":"T","turn":{"id":"U1"},"content":"final","trace_path":"/t.jsonl"}),
+        );
+        assert_eq!(
+            (p.message.as_str(), p.trace_path.as_str()),
+            ("final", "/t.jsonl")
+        );
         p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U2"}}));
         assert_eq!(p.message, "");
         p.suppress_interrupted = true;
-        let evs = p.on_notification("turn/error", &json!({"thread_id":"T","turn_id":"U2","error":"x","turn":{"status":"interrupted"}}));
+        let evs = p.on_notification(
+            "turn/error",
+            &json!({"thread_id":"T","turn_id":"U2","error":"x","turn":{"status":"interrupted"}}),
+        );
         assert!(evs.is_empty());
         let evs = p.on_notification("turn/error", &json!({"thread_id":"T","turn_id":"U2","error":"boom","category":"auth","turn":{"status":"failed"}}));
         assert_eq!(kinds(&evs), ["turn_failed"]);

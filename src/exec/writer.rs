@@ -107,7 +107,11 @@ impl Writer {
 
     /// Closes the queue and waits until everything queued was written, or until `limit`
     /// or `cancel`. Returns whether the writer finished, and the first write error.
-    pub fn finish(mut self, cancel: &Receiver<i32>, limit: Option<Instant>) -> (bool, Option<String>) {
+    pub fn finish(
+        mut self,
+        cancel: &Receiver<i32>,
+        limit: Option<Instant>,
+    ) -> (bool, Option<String>) {
         self.tx.take();
         let timer = match limit {
             Some(t) => crossbeam_channel::at(t),
@@ -163,7 +167,10 @@ mod tests {
         }
         assert!(blocked);
         let t = Instant::now();
-        assert!(!w.finish(&never, Some(Instant::now() + Duration::from_millis(100))).0);
+        assert!(
+            !w.finish(&never, Some(Instant::now() + Duration::from_millis(100)))
+                .0
+        );
         assert!(t.elapsed() < Duration::from_secs(2));
     }
 
