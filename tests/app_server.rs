@@ -346,3 +346,25 @@ fn generate_json_schema_writes_files() {
         .is_file());
     assert!(out.path().join("notifications/turn.started.json").is_file());
 }
+
+#[test]
+fn damaged_row_does_not_hide_other_conversations() {
+    let mut app = App::start(None);
+    let a = thread_id(&app.call("thread/start", json!({})));
+    let b = thread_id(&app.call("thread/start", json!({})));
+    let db = app.home.join("wuu.db");
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.execute("UPDATE threads SET extra = '{not json' WHERE id = ?1", [&a])
+        .unwrap();
+    drop(conn);
+    let listed = app.call("thread/list", json!({}));
+    let ids: Vec<&str> = listed["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![b.as_str()], "{listed}");
+    let all = app.call("thread/listAll", json!({}));
+    assert_eq!(all["threads"].as_array().unwrap().len(), 1);
+}

@@ -145,6 +145,11 @@ client_methods! {
     ThreadDelete => "thread/delete", ThreadDeleteParams, ThreadDeleteResult, |p| Route::Session(p.thread_id.clone());
     TurnStart => "turn/start", TurnStartParams, TurnResult, |p| Route::Session(p.thread_id.clone());
     TurnInterrupt => "turn/interrupt", TurnInterruptParams, OkResult, |p| Route::Session(p.thread_id.clone());
+    TurnQueue => "turn/queue", TurnQueueParams, TurnQueueResult, |p| Route::Session(p.thread_id.clone());
+    TurnUpdateQueued => "turn/update-queued", TurnUpdateQueuedParams, TurnUpdateQueuedResult, |p| Route::Session(p.thread_id.clone());
+    TurnDequeue => "turn/dequeue", TurnDequeueParams, OkResult, |p| Route::Session(p.thread_id.clone());
+    TurnSteer => "turn/steer", TurnSteerParams, TurnSteerResult, |p| Route::Session(p.thread_id.clone());
+    TurnUnsteer => "turn/unsteer", TurnUnsteerParams, OkResult, |p| Route::Session(p.thread_id.clone());
     RunStart => "run/start", RunStartParams, RunEnvelope, |p| Route::Session(p.thread_id.clone());
     RunInterrupt => "run/interrupt", RunInterruptParams, RunEnvelope, |_| Route::Catalog;
 }

@@ -48,6 +48,11 @@ notifications! {
     "turn/error" => TurnErrorNotification;
     "turn/usage" => TurnUsage;
     "turn/event" => TurnEvent;
+    "turn/queued" => TurnQueued;
+    "turn/dequeued" => TurnDequeued;
+    "turn/steered" => TurnSteered;
+    "turn/unsteered" => TurnUnsteered;
+    "turn/held" => TurnHeld;
     "item/started" => ItemStarted;
     "item/completed" => ItemCompleted;
     "item/removed" => ItemRemoved;
@@ -291,4 +296,51 @@ pub struct ProtocolError {
     pub code: String,
     /// Detail.
     pub message: String,
+}
+
+/// `turn/queued {queued, message}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnQueued {
+    /// The entry.
+    pub queued: crate::input::QueuedTurn,
+    /// The message.
+    pub message: crate::input::HeldUserMessage,
+}
+
+/// `turn/dequeued {thread_id, queue_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnDequeued {
+    /// The conversation.
+    pub thread_id: String,
+    /// The entry.
+    pub queue_id: String,
+}
+
+/// `turn/steered {message}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnSteered {
+    /// The steer (origin `steer`).
+    pub message: crate::input::HeldUserMessage,
+}
+
+/// `turn/unsteered {thread_id, steer_id}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnUnsteered {
+    /// The conversation.
+    pub thread_id: String,
+    /// The steer.
+    pub steer_id: String,
+}
+
+/// `turn/held {thread_id, messages, error?}`: the complete current list of held
+/// messages (replace, don't append).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TurnHeld {
+    /// The conversation.
+    pub thread_id: String,
+    /// Every held message.
+    pub messages: Vec<crate::input::HeldUserMessage>,
+    /// Why an entry was moved to held.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }

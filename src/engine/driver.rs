@@ -225,6 +225,12 @@ impl<'a> Driver<'a> {
     /// answered here; conversation reads are served normally; archive and shutdown
     /// interrupt the turn and wait for its settlement.
     fn on_mailbox(&mut self, msg: SessionMsg) {
+        // Once a request waits for the settlement (forced archive, shutdown), later
+        // requests of this conversation wait behind it, in order.
+        if !self.deferred.is_empty() {
+            self.deferred.push(msg);
+            return;
+        }
         match msg {
             SessionMsg::Request { req, reply } => match req {
                 ClientRequest::TurnInterrupt(p) => {
@@ -236,6 +242,8 @@ impl<'a> Driver<'a> {
                         );
                     }
                     self.stop.get_or_insert(Stop::Interrupt("interrupted".into()));
+                    // Pending steers and queued input become durable held work.
+                    self.s.hold_all_pending();
                     reply.ok(&OkResult { ok: true });
                 }
                 ClientRequest::RunInterrupt(p)
@@ -267,6 +275,7 @@ impl<'a> Driver<'a> {
                     ),
                 ClientRequest::ThreadArchive(p) if p.archived => {
                     self.stop.get_or_insert(Stop::Interrupt("archived".into()));
+                    self.s.hold_all_pending();
                     self.deferred.push(SessionMsg::Request {
                         req: ClientRequest::ThreadArchive(p),
                         reply,
@@ -337,7 +346,8 @@ impl<'a> Driver<'a> {
             cfg.config.instructions.as_deref(),
         );
         let system = context::system_prompt(&sections);
-        let tool_specs = tools::specs(mode);
+        let mut tool_specs = tools::specs(mode);
+        tool_specs.extend(crate::session::client_tools::specs(&self.s.shared));
         let provider = match self.provider() {
             Ok(p) => p,
             Err(e) => return TurnEnd::Failed(e),
@@ -348,6 +358,7 @@ impl<'a> Driver<'a> {
             if let Some(end) = self.stopped() {
                 return end;
             }
+            self.consume_steers();
             self.step += 1;
             if self.step > max_steps {
                 return TurnEnd::Failed(TurnError {
@@ -401,7 +412,9 @@ impl<'a> Driver<'a> {
             ));
             let started = now_ms();
             let calls = match self.stream_step(provider.clone(), req) {
-                Ok(calls) => calls,
+                Ok(Some(calls)) => calls,
+                // A steer ended the stream at the visible text: next step.
+                Ok(None) => continue,
                 Err(end) => return end,
             };
             self.trace.write(json!({
@@ -410,6 +423,13 @@ impl<'a> Driver<'a> {
                 "tool_calls": calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
                 "usage": self.usage,
             }));
+            if calls.is_empty() && self.s.has_pending_steers() {
+                // The user added input before the answer settled: continue the turn.
+                if let Some(i) = self.agent_item.take() {
+                    self.complete_item(i, "completed");
+                }
+                continue;
+            }
             if calls.is_empty() {
                 let content = self
                     .agent_item
@@ -448,7 +468,8 @@ impl<'a> Driver<'a> {
         &mut self,
         provider: Arc<dyn Provider>,
         req: ChatRequest,
-    ) -> Result<Vec<ToolCall>, TurnEnd> {
+    ) -> Result<Option<Vec<ToolCall>>, TurnEnd> {
+        self.s.steer_signal = false;
         let handle = provider::start_stream(provider, req);
         let mut calls: Vec<ToolCall> = vec![];
         let mailbox = self.s.rx.clone();
@@ -465,6 +486,11 @@ impl<'a> Driver<'a> {
                 recv(handle.events) -> ev => ev,
                 recv(mailbox) -> msg => {
                     if let Ok(msg) = msg { self.on_mailbox(msg); }
+                    if self.s.steer_signal && self.stop.is_none() {
+                        handle.cancel();
+                        self.end_at_visible_text();
+                        return Ok(None);
+                    }
                     continue;
                 }
                 default(wait) => { continue; }
@@ -652,7 +678,7 @@ impl<'a> Driver<'a> {
                             self.complete_item(i, "completed");
                         }
                     }
-                    return Ok(calls);
+                    return Ok(Some(calls));
                 }
                 StreamEvent::Failed { error } => {
                     self.settle_open_items();
@@ -660,6 +686,112 @@ impl<'a> Driver<'a> {
                         &self.s.turns[self.turn_idx].row.provider,
                         error,
                     )));
+                }
+            }
+        }
+    }
+
+    /// A steer arrived while the model was streaming: the assistant item ends at the text
+    /// already visible and is kept as an incomplete steered fragment (never sent to the
+    /// model again); unfinished tool calls of the stream are withdrawn.
+    fn end_at_visible_text(&mut self) {
+        let step = self.step;
+        let mut i = 0;
+        while i < self.s.turns[self.turn_idx].items.len() {
+            let it = &self.s.turns[self.turn_idx].items[i];
+            if it.step == Some(step) && it.status.as_deref() == Some("in_progress") {
+                match it.item_type.as_str() {
+                    "tool_call" | "stream_reconnect" => {
+                        self.remove_item(i);
+                        continue;
+                    }
+                    _ => {
+                        self.item(i).cause = Some("incomplete_stream_fragment".into());
+                        self.complete_item(i, "completed");
+                    }
+                }
+            }
+            i += 1;
+        }
+        self.agent_item = None;
+        self.reasoning_item = None;
+    }
+
+    /// Takes pending steers into the turn (before the next model request): each becomes
+    /// a user item, committed in the same transaction that marks the input consumed.
+    fn consume_steers(&mut self) {
+        let steers: Vec<_> = self
+            .s
+            .inputs_in(&[wuu_store::input_state::PENDING])
+            .into_iter()
+            .filter(|r| r.mode == wuu_store::input_mode::STEER)
+            .collect();
+        for row in steers {
+            let input = crate::session::inputs::input_of(&row);
+            let i = self.new_item("user_message");
+            {
+                let it = self.item(i);
+                it.step = None;
+                it.role = Some("user".into());
+                it.text = Some(input.prompt.clone());
+                it.source_id = Some(row.id.clone());
+                it.origin = Some("steer".into());
+                it.content_parts = input.content_parts.clone();
+                if !input.images.is_empty() {
+                    it.images = Some(
+                        input
+                            .images
+                            .iter()
+                            .filter_map(|a| serde_json::to_value(a).ok())
+                            .collect(),
+                    );
+                }
+                it.status = Some("completed".into());
+            }
+            let item = self.s.turns[self.turn_idx].items[i].clone();
+            let item_row = ItemRow {
+                thread_id: self.s.id.clone(),
+                turn_id: self.turn_id(),
+                id: item.id.clone(),
+                item_type: item.item_type.clone(),
+                status: item.status.clone(),
+                seq: 0,
+                body: serde_json::to_value(&item).unwrap_or_default(),
+            };
+            let mut done = row.clone();
+            done.state = wuu_store::input_state::CONSUMED.into();
+            done.updated_at_ms = now_ms();
+            let committed = if self.s.store.is_some() {
+                self.s.persist(|st| {
+                    st.transaction(|tx| {
+                        let fresh = tx.get_input(&row.thread_id, &row.id)?;
+                        if fresh.as_ref().map(|f| f.state.as_str())
+                            != Some(wuu_store::input_state::PENDING)
+                        {
+                            return Ok(false);
+                        }
+                        tx.upsert_input(&done)?;
+                        tx.upsert_item(&item_row)?;
+                        Ok(true)
+                    })
+                })
+            } else {
+                self.s.input_put(done).map(|_| true)
+            };
+            match committed {
+                Ok(true) => {
+                    self.announce_started(i);
+                    let n = ItemCompleted {
+                        thread_id: self.thread_id(),
+                        turn_id: self.turn_id(),
+                        item,
+                        completed_at_ms: now_ms() as u64,
+                    };
+                    self.notify(&n);
+                }
+                Ok(false) | Err(_) => {
+                    // Cancelled or edited meanwhile: a stale input never enters history.
+                    self.s.turns[self.turn_idx].items.remove(i);
                 }
             }
         }
@@ -718,11 +850,25 @@ impl<'a> Driver<'a> {
             default_timeout_ms: agent.bash_timeout_ms.unwrap_or(120_000),
             output_cap_bytes: agent.output_cap_bytes.unwrap_or(64 * 1024),
         };
+        // The call is durable before its effect: after a crash its outcome is known to
+        // be unknown (an at-most-once tool is then never repeated automatically).
+        let item = self.s.turns[self.turn_idx].items[idx].clone();
+        self.persist_item(&item);
         // Re-announce the item (upsert, spec §4.3) now that its arguments are complete:
         // the first `item/started` went out before the arguments streamed.
         self.announce_started(idx);
         let started = now_ms();
-        let handle = tools::spawn(&call.name, &call.arguments, ctx);
+        let handle = if crate::session::client_tools::handles(&call.name) {
+            crate::session::client_tools::spawn(
+                &self.s.shared,
+                &self.s.id,
+                &self.turn_id(),
+                &call.name,
+                &call.arguments,
+            )
+        } else {
+            tools::spawn(&call.name, &call.arguments, ctx)
+        };
         let mailbox = self.s.rx.clone();
         let item_id = self.s.turns[self.turn_idx].items[idx].id.clone();
         let mut cancelled = false;
@@ -919,6 +1065,7 @@ impl<'a> Driver<'a> {
                 let _ = self.s.shared.notify(&n);
             }
         }
+        crate::session::client_tools::turn_ended(&self.s.shared, &self.s.id, &row.id);
         super::release(self.s);
     }
 }

@@ -53,6 +53,9 @@ pub struct TurnInput {
     pub client_id: Option<String>,
     /// `queue` | `steer` | `schema_correction` … for host-made inputs.
     pub origin: Option<String>,
+    /// The stored pending/held input this turn consumes: marked consumed in the same
+    /// transaction that puts the user message into history.
+    pub consume: Option<wuu_store::InputRow>,
 }
 
 type Refusal = (ErrorCode, String);
@@ -212,8 +215,34 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
         body: serde_json::to_value(&user).unwrap_or_default(),
     };
     let row2 = row.clone();
+    let consume = input.consume.clone();
+    if s.store.is_none() {
+        if let Some(c) = &consume {
+            let mut done = c.clone();
+            done.state = wuu_store::input_state::CONSUMED.into();
+            s.input_put(done)?;
+        }
+    }
     let seq = s.persist(|st| {
         st.transaction(|tx| {
+            if let Some(c) = &consume {
+                // A concurrent edit or cancel keeps a stale input out of history.
+                let fresh = tx.get_input(&c.thread_id, &c.id)?;
+                let live = fresh.as_ref().is_some_and(|f| {
+                    f.state == wuu_store::input_state::PENDING
+                        || f.state == wuu_store::input_state::HELD
+                });
+                if !live {
+                    return Err(wuu_store::StoreError::Invalid(format!(
+                        "input {:?} was cancelled or already consumed",
+                        c.id
+                    )));
+                }
+                let mut done = fresh.expect("checked");
+                done.state = wuu_store::input_state::CONSUMED.into();
+                done.updated_at_ms = now;
+                tx.upsert_input(&done)?;
+            }
             tx.insert_turn(&row2)?;
             let seq = tx.upsert_item(&item_row)?;
             tx.update_thread(&thread)?;
@@ -292,19 +321,42 @@ pub fn input_from(
         content_parts,
         client_id: client_id.filter(|c| !c.trim().is_empty()),
         origin: None,
+        consume: None,
     })
 }
 
 /// `turn/start`: admit, answer `{turn}`, announce `turn/started`, run the turn.
 pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
-    if p.resume_after_turn_id
+    if let Some(source) = p
+        .resume_after_turn_id
         .as_deref()
-        .is_some_and(|t| !t.is_empty())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
     {
-        return reply.err(
-            ErrorCode::Error,
-            "explicit continue (resume_after_turn_id) is not supported by this server yet",
-        );
+        let has_input = p.prompt.as_deref().is_some_and(|t| !t.trim().is_empty())
+            || p.images.as_ref().is_some_and(|v| !v.is_empty())
+            || p.files.as_ref().is_some_and(|v| !v.is_empty())
+            || p.content_parts.as_ref().is_some_and(|v| !v.is_empty());
+        if has_input {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                "invalid params: resume_after_turn_id takes no prompt or attachments",
+            );
+        }
+        return match continue_turn(s, source) {
+            Err((c, m)) => reply.err(c, m),
+            Ok(()) => {
+                let turn = current_turn(s);
+                reply.ok(&TurnResult { turn: turn.clone() });
+                let _ = s.shared.notify(&TurnStarted {
+                    thread_id: s.id.clone(),
+                    turn,
+                    queue_id: None,
+                    run_id: None,
+                });
+                run_admitted(s);
+            }
+        };
     }
     let input = match input_from(
         s,
@@ -329,8 +381,131 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
         queue_id: None,
         run_id: None,
     });
+    run_admitted(s);
+}
+
+/// Runs the admitted (current) turn, then the messages that waited for it, then any
+/// queued input.
+pub fn run_admitted(s: &mut Session) {
     let (_end, deferred) = driver::Driver::new(s, Default::default()).run();
     process_deferred(s, deferred);
+    s.drain_queue();
+}
+
+/// Explicit continue without a user message (seed: 不增加用户消息的显式继续): on an
+/// idle built-in-engine conversation, take the lease, reload history from the store and
+/// compare the source turn. Refused when the id is not the latest turn, the conversation
+/// is running, read-only, empty, bound to another engine, or an at-most-once tool of the
+/// source turn has an unknown outcome; a source id is accepted once, forever (restarts
+/// included). Success is a new turn whose only item is a `meta/turn_continue` marker
+/// (never sent to the model).
+pub fn continue_turn(s: &mut Session, source: &str) -> Result<(), Refusal> {
+    if s.running.load(Ordering::SeqCst) {
+        return Err((
+            ErrorCode::ThreadBusy,
+            format!("thread {:?} already has a running turn", s.id),
+        ));
+    }
+    if s.thread.engine_id != "wuu" {
+        return Err((
+            ErrorCode::Error,
+            format!(
+                "explicit continue needs the built-in engine (thread uses {:?})",
+                s.thread.engine_id
+            ),
+        ));
+    }
+    if s.thread.permission_mode == "read_only" {
+        return Err((
+            ErrorCode::Error,
+            "cannot continue a read-only conversation".into(),
+        ));
+    }
+    // Reload persisted history (another process may have moved on).
+    if s.store.is_some() {
+        if let Ok(Some((_, thread, turns))) = crate::session::lifecycle::load(&s.shared, &s.id) {
+            s.thread = thread;
+            s.turns = turns;
+        }
+    }
+    let Some(latest) = s.turns.last() else {
+        return Err((
+            ErrorCode::Error,
+            "the conversation has no history to continue".into(),
+        ));
+    };
+    if latest.row.id != source {
+        return Err((
+            ErrorCode::Error,
+            format!(
+                "turn {source:?} is not the latest turn (latest is {:?}); reread the conversation",
+                latest.row.id
+            ),
+        ));
+    }
+    if latest.row.status == "in_progress" {
+        return Err((
+            ErrorCode::ThreadBusy,
+            format!("turn {source:?} is still running"),
+        ));
+    }
+    let unknown = latest.items.iter().any(|i| {
+        i.item_type == "tool_call"
+            && crate::tools::is_at_most_once(i.name.as_deref().unwrap_or(""))
+            && i.result.is_none()
+    });
+    if unknown {
+        return Err((
+            ErrorCode::Error,
+            "an at-most-once tool call of that turn has an unknown outcome; check the workspace and send a new message instead".into(),
+        ));
+    }
+    let id = s.id.clone();
+    let claimed = match s.store.as_mut() {
+        Some(st) => st
+            .claim_continue_source(&id, source)
+            .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?,
+        None => {
+            let key = format!("continued:{source}");
+            if s.thread.extra.get(&key).is_some() {
+                false
+            } else {
+                s.thread.extra[&key] = serde_json::json!(true);
+                true
+            }
+        }
+    };
+    if !claimed {
+        return Err((
+            ErrorCode::Error,
+            format!("turn {source:?} was already continued"),
+        ));
+    }
+    admit(
+        s,
+        TurnInput {
+            origin: Some("continue".into()),
+            ..Default::default()
+        },
+        "continue",
+    )?;
+    // The admitted turn's first item is the display marker, not a user message.
+    let turn = s.turns.last_mut().expect("admitted");
+    let marker = &mut turn.items[0];
+    marker.item_type = "meta".into();
+    marker.role = None;
+    marker.cause = Some("meta/turn_continue".into());
+    marker.text = Some(source.to_owned());
+    let row = ItemRow {
+        thread_id: s.id.clone(),
+        turn_id: turn.row.id.clone(),
+        id: marker.id.clone(),
+        item_type: marker.item_type.clone(),
+        status: marker.status.clone(),
+        seq: 0,
+        body: serde_json::to_value(&*marker).unwrap_or_default(),
+    };
+    s.persist(|st| st.upsert_item(&row)).map(|_| ())
 }
 
 /// Handles messages that waited for the turn to settle.

@@ -407,6 +407,7 @@ fn drive(
             r.ok(&RunEnvelope { run: run.clone() });
         }
         process_deferred(s, later);
+        s.drain_queue();
         return;
     }
 }

@@ -222,8 +222,8 @@ pub fn serve(
     0
 }
 
-/// Builds the shared state: loads config, opens the store (migrations + crash
-/// recovery), starts the writer and the catalog pool.
+/// Builds the shared state: loads config, starts the writer, the catalog pool and the
+/// lease thread (which opens the store, migrates, and recovers in the background).
 pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared>, String> {
     std::fs::create_dir_all(&opts.home)
         .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
@@ -234,14 +234,6 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         opts.ignore_user_config,
     );
     let owner = LeaseOwner::current();
-    {
-        let mut store = wuu_store::Store::open_home(&opts.home)
-            .map_err(|e| format!("cannot open the store under {}: {e}", opts.home.display()))?;
-        match store.recover(&owner, 15_000) {
-            Ok(r) => log::info!("recovery: {r:?}"),
-            Err(e) => log::warn!("recovery failed: {e}"),
-        }
-    }
     let closed = Arc::new(AtomicBool::new(false));
     let closed2 = closed.clone();
     let (outbox, _writer) = transport::start_writer(
@@ -273,6 +265,10 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     Ok(shared)
 }
 
+/// Registers this process in the store, settles what dead processes left running
+/// (crash recovery), then heartbeats this process's leases. Runs off the startup path:
+/// a conversation whose lease belonged to a dead owner is also settled when a session
+/// takes its lease, so requests never depend on this having finished.
 fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let Some(s) = shared.upgrade() else { return };
     let home = s.opts.home.clone();
@@ -281,10 +277,18 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let mut store = match wuu_store::Store::open_home(&home) {
         Ok(s) => s,
         Err(e) => {
-            log::warn!("lease heartbeat disabled: {e}");
+            log::error!("cannot open the store under {}: {e}", home.display());
             return;
         }
     };
+    if let Err(e) = store.heartbeat(&owner) {
+        log::warn!("lease heartbeat: {e}");
+    }
+    match store.recover(&owner, wuu_store::DEFAULT_LEASE_STALE_MS) {
+        Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
+        Ok(_) => {}
+        Err(e) => log::warn!("recovery failed: {e}"),
+    }
     loop {
         std::thread::sleep(Duration::from_secs(3));
         match shared.upgrade() {

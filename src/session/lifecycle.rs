@@ -25,17 +25,39 @@ pub fn load(
     if id.starts_with("ephemeral-") {
         return Ok(None);
     }
-    let store = Store::open_home(&shared.opts.home).map_err(|e| format!("store: {e}"))?;
+    let mut store = Store::open_home(&shared.opts.home).map_err(|e| format!("store: {e}"))?;
     let Some(thread) = store.get_thread(id).map_err(|e| format!("store: {e}"))? else {
         return Ok(None);
     };
-    let turns = store
-        .load_history(id)
-        .map_err(|e| format!("store: {e}"))?
+    let mut history = store.load_history(id).map_err(|e| format!("store: {e}"))?;
+    if history.iter().any(|t| t.turn.status == "in_progress") {
+        // No turn is reported running without a live lease: taking the lease settles a
+        // dead owner's turn as interrupted; a live owner elsewhere keeps it.
+        if let Ok(LeaseOutcome::Acquired { .. }) = store.acquire_lease(id, &shared.owner) {
+            let _ = store.release_lease(id, &shared.owner);
+            history = store.load_history(id).map_err(|e| format!("store: {e}"))?;
+        }
+    }
+    let turns = history
         .into_iter()
-        .map(|t| TurnState {
-            items: t.items.iter().map(item_wire).collect(),
-            row: t.turn,
+        .map(|t| {
+            let settled = t.turn.status != "in_progress";
+            let mut items: Vec<ThreadItem> = t.items.iter().map(item_wire).collect();
+            if settled {
+                for it in &mut items {
+                    if it.status.as_deref() == Some("in_progress") {
+                        if it.item_type == "tool_call" {
+                            it.status = Some("failed".into());
+                            it.error.get_or_insert_with(|| {
+                                "interrupted: the outcome is unknown".into()
+                            });
+                        } else {
+                            it.status = Some("completed".into());
+                        }
+                    }
+                }
+            }
+            TurnState { items, row: t.turn }
         })
         .collect();
     Ok(Some((store, thread, turns)))
@@ -326,8 +348,8 @@ impl Session {
     pub(super) fn resume(&mut self, p: ThreadResumeParams, reply: Responder) {
         let result = ThreadResumeResult {
             thread: self.thread_wire(),
-            held_user_messages: vec![],
-            pending_user_messages: vec![],
+            held_user_messages: self.held_messages(),
+            pending_user_messages: self.pending_messages(),
         };
         let quiet = p.response_only.unwrap_or(false) || p.history_page.unwrap_or(false);
         reply.ok(&result);

@@ -7,7 +7,9 @@
 //! Idle persisted sessions park (the thread ends; the state lives in the store).
 //! Ephemeral conversations never touch the database and never park.
 
+pub mod client_tools;
 pub mod convert;
+pub mod inputs;
 pub mod lifecycle;
 pub mod reverse;
 
@@ -68,12 +70,24 @@ pub struct Session {
     pub running: Arc<AtomicBool>,
     /// Set when the session must end after the current message (deleted, shut down).
     pub exit: bool,
+    /// Pending inputs of an ephemeral conversation (persisted ones live in the store).
+    pub mem_inputs: Vec<wuu_store::InputRow>,
+    /// Set when a steer arrived; the turn driver takes it at the next model step (and
+    /// ends a streaming answer at the visible text).
+    pub steer_signal: bool,
 }
 
 impl Session {
     /// Whether this conversation lives in memory only.
     pub fn ephemeral(&self) -> bool {
         self.store.is_none()
+    }
+
+    /// A session loaded from the store: inputs a previous process left pending come back
+    /// held (never auto-run), then the mailbox is served.
+    fn revived(mut self) {
+        self.hold_leftover_pending();
+        self.run();
     }
 
     /// Main loop: serve the mailbox; park after `park_after` of idleness.
@@ -144,6 +158,11 @@ impl Session {
             ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
             ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
             ClientRequest::RunStart(p) => crate::engine::run::run_start(self, p, reply),
+            ClientRequest::TurnQueue(p) => self.queue(p, reply),
+            ClientRequest::TurnUpdateQueued(p) => self.update_queued(p, reply),
+            ClientRequest::TurnDequeue(p) => self.dequeue(p, reply),
+            ClientRequest::TurnSteer(p) => self.steer(p, reply),
+            ClientRequest::TurnUnsteer(p) => self.unsteer(p, reply),
             ClientRequest::RunInterrupt(p) => {
                 crate::engine::run::run_interrupt_idle(self, p, reply)
             }
@@ -180,8 +199,10 @@ pub fn spawn_existing(shared: &Arc<Shared>, thread_id: &str) -> SessionEntry {
                 turns,
                 running,
                 exit: false,
+                mem_inputs: vec![],
+                steer_signal: false,
             }
-            .run(),
+            .revived(),
             Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
             Err(e) => refuse_all(&shared, &id, &rx, ErrorCode::InternalError, Some(e)),
         });
@@ -244,6 +265,8 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         turns,
                         running,
                         exit: false,
+                        mem_inputs: vec![],
+                        steer_signal: false,
                     };
                     session.announce_created(reply);
                     session.run();

@@ -18,6 +18,41 @@ pub(crate) const READ_MAX_BYTES: usize = 256 * 1024;
 /// Bytes sniffed for a NUL byte to decide that a file is binary.
 pub(crate) const BINARY_SNIFF_BYTES: usize = 8192;
 
+/// Bytes of one line kept in memory by `read_file` and `grep` (the rest of a longer
+/// line is skipped).
+pub(crate) const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// Reads one line (through `\n`) into `buf`, keeping at most `max` bytes of it and
+/// skipping the rest. Returns the bytes consumed (0 at end of file).
+pub(crate) fn read_line_capped<R: BufRead>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    max: usize,
+) -> io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(consumed);
+        }
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = max.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..take.min(room)]);
+        r.consume(take);
+        consumed += take;
+        if done {
+            return Ok(consumed);
+        }
+    }
+}
+
 /// Whether the first bytes of a file look binary (contain a NUL byte).
 pub(crate) fn looks_binary(head: &[u8]) -> bool {
     head.contains(&0)
@@ -71,8 +106,7 @@ pub(crate) fn read_file(a: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcom
     let mut buf = Vec::new();
     loop {
         buf.clear();
-        let n = reader
-            .read_until(b'\n', &mut buf)
+        let n = read_line_capped(&mut reader, &mut buf, MAX_LINE_BYTES)
             .map_err(|e| io_err("read", &a.path, &e))?;
         if n == 0 {
             break;
@@ -87,7 +121,11 @@ pub(crate) fn read_file(a: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcom
                 buf.pop();
             }
         }
-        let text = String::from_utf8_lossy(&buf);
+        let text = if buf.len() >= MAX_LINE_BYTES {
+            String::from_utf8_lossy(super::shell::trim_incomplete_end(&buf))
+        } else {
+            String::from_utf8_lossy(&buf)
+        };
         if matches!(text, std::borrow::Cow::Owned(_)) {
             lossy = true;
         }
@@ -278,4 +316,26 @@ pub(crate) fn edit_file(a: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcom
         ),
         detail,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_line_capped_skips_the_rest_of_long_lines() {
+        let data = b"abcdefgh\nxy\nlast";
+        let mut r = BufReader::with_capacity(3, &data[..]);
+        let mut buf = Vec::new();
+        assert_eq!(read_line_capped(&mut r, &mut buf, 4).unwrap(), 9);
+        assert_eq!(buf, b"abcd");
+        buf.clear();
+        assert_eq!(read_line_capped(&mut r, &mut buf, 4).unwrap(), 3);
+        assert_eq!(buf, b"xy\n");
+        buf.clear();
+        assert_eq!(read_line_capped(&mut r, &mut buf, 4).unwrap(), 4);
+        assert_eq!(buf, b"last");
+        buf.clear();
+        assert_eq!(read_line_capped(&mut r, &mut buf, 4).unwrap(), 0);
+    }
 }

@@ -5,6 +5,48 @@
 //! channel ([`ToolEvent`]), so the session thread can `select!` over tool output and its
 //! mailbox: an interrupt is seen while a command runs, and [`ToolHandle::cancel`] kills
 //! the command's whole process group (TERM, then KILL after a grace period).
+//!
+//! # Results
+//!
+//! Every call ends with one [`ToolOutcome`]: `output` is what the model sees (short
+//! human text), `detail` is structured:
+//!
+//! | tool | `detail` |
+//! | --- | --- |
+//! | `bash` | `{exit_code: int\|null, signal?: int, timed_out, interrupted, stdout_bytes, stderr_bytes, spill_path?, lossy_utf8, duration_ms}` |
+//! | `read_file` | `{path, total_lines, first_line, last_line, lossy_utf8}` |
+//! | `write_file`, `edit_file` | `{path, action: "created"\|"modified", old_file_sha, new_file_sha, workspace_revision}` |
+//! | `apply_patch` | `{files: [{path, move_path?, action: "created"\|"modified"\|"deleted"\|"moved", old_file_sha, new_file_sha}], workspace_revision}` |
+//! | `list_files` | `{entries, truncated, depth}` |
+//! | `grep` | `{matches, files, truncated}` |
+//! | `glob` | `{count, truncated}` |
+//! | `todo_write` | `{todos: [{content, status}]}` |
+//!
+//! Errors have `is_error` and `detail: null`. Hashes are lowercase hex SHA-256 of the
+//! file bytes (`""` when the file is absent). `path`/`move_path` are relative to the
+//! workspace root when inside it, else absolute. `workspace_revision` is described in
+//! `revision.rs`: hex SHA-256 over a per-workspace write counter and the sorted
+//! `(path, current sha)` set of files the tools changed in this process; it changes with
+//! every successful file-tool write.
+//!
+//! `bash` is `is_error` when the exit code is not 0, the command was killed by a signal,
+//! timed out, or was interrupted. Each stream keeps at most
+//! [`ToolContext::output_cap_bytes`] bytes inline (first half and last half of the cap,
+//! with an omission marker between); once a stream exceeds the cap, the complete output
+//! of both streams (in arrival order) goes to `<spill_dir>/bash-<uuid>.log`, named in
+//! the output and in `detail.spill_path`.
+//!
+//! # Permission modes
+//!
+//! * `read_only`: `bash`, `write_file`, `edit_file`, `apply_patch` are refused; reads
+//!   (`read_file`, `list_files`, `grep`, `glob`) only inside the workspace.
+//! * `standard`: file paths (read and write) and `bash`'s `workdir` must resolve inside
+//!   the canonical workspace root (`..` and symlinks, including dangling ones, are
+//!   resolved first). The command run by `bash` itself is not sandboxed.
+//! * `unconfined`: anything.
+//!
+//! A refusal is `ToolOutcome{is_error: true, permission_denied: true, output:
+//! "permission denied: …"}`. [`specs`] lists all tools in every mode.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -84,8 +126,8 @@ pub struct ToolOutcome {
     /// The call was refused by the permission mode (recorded on the turn).
     pub permission_denied: bool,
     /// Structured result (file tools: `{path, action, old_file_sha, new_file_sha,
-    /// workspace_revision}`; apply_patch: `{files: [...]}`; bash: `{exit_code, …}`;
-    /// todo_write: `{todos}`).
+    /// workspace_revision}`; apply_patch: `{files: [...], workspace_revision}`; bash:
+    /// `{exit_code, …}`; todo_write: `{todos}`; see the module docs). `null` on errors.
     pub detail: Value,
 }
 
@@ -179,6 +221,12 @@ impl ToolHandle {
     /// Whether [`ToolHandle::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
         self.cancel.load(Ordering::SeqCst)
+    }
+
+    /// A handle over an event channel fed by another executor (tools served by the
+    /// client through reverse requests); `cancel` is set by [`ToolHandle::cancel`].
+    pub fn from_parts(events: Receiver<ToolEvent>, cancel: Arc<AtomicBool>) -> ToolHandle {
+        ToolHandle { events, cancel }
     }
 }
 

@@ -2,7 +2,7 @@
 //! repositories), include hidden files, and never descend into `.git`.
 
 use super::args::{GlobArgs, GrepArgs, ListFilesArgs};
-use super::files::{looks_binary, BINARY_SNIFF_BYTES};
+use super::files::{looks_binary, read_line_capped, BINARY_SNIFF_BYTES, MAX_LINE_BYTES};
 use super::paths::{self, Access};
 use super::{Cancel, Fail, ToolContext, ToolOutcome};
 use globset::{GlobBuilder, GlobMatcher};
@@ -179,7 +179,7 @@ pub(crate) fn grep(a: GrepArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<To
         let mut any = false;
         loop {
             buf.clear();
-            match r.read_until(b'\n', &mut buf) {
+            match read_line_capped(&mut r, &mut buf, MAX_LINE_BYTES) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }

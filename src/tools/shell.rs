@@ -118,7 +118,7 @@ impl Utf8Stream {
 }
 
 /// Drops an incomplete UTF-8 sequence at the end of `b`.
-fn trim_incomplete_end(b: &[u8]) -> &[u8] {
+pub(crate) fn trim_incomplete_end(b: &[u8]) -> &[u8] {
     for back in 1..=b.len().min(4) {
         let i = b.len() - back;
         let byte = b[i];
@@ -273,12 +273,43 @@ fn signal_group(pgid: Pid, sig: Signal) {
     }
 }
 
+/// Whether the process group still has a member that is not a zombie. Orphaned zombies
+/// are reaped by init on its own schedule (which can take a second or more), so on Linux
+/// the members are looked up in `/proc` (`stat`: state and pgrp) to avoid waiting for
+/// them; elsewhere any member counts.
 fn group_alive(pgid: Pid) -> bool {
     match test_kill_process_group(pgid) {
-        Ok(()) => true,
-        Err(rustix::io::Errno::SRCH) => false,
-        Err(_) => false,
+        Ok(()) => {}
+        Err(_) => return false,
     }
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return true;
+    };
+    let want = pgid.as_raw_nonzero().get();
+    let mut saw_any = false;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        saw_any = true;
+        // `pid (comm) state ppid pgrp …`; comm may contain spaces and parentheses.
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+        if pgrp == Some(want) && state != "Z" && state != "X" {
+            return true;
+        }
+    }
+    // No readable /proc: trust kill(2).
+    !saw_any
 }
 
 fn spawn_reader<R: Read + Send + 'static>(
