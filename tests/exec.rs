@@ -676,3 +676,87 @@ fn help_and_bad_flags() {
     }
     assert_eq!(env.fake.requests().len(), 0);
 }
+
+#[test]
+fn broken_stdout_pipe_exits_6() {
+    let env = Env::new();
+    env.fake.push(Script::many_deltas(60_000, "abcdefghij"));
+    let mut child = env.spawn(&["--json", "stream a lot"]);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert!(first.contains("session_configured"));
+    drop(out);
+    let code = wait_timeout(&mut child, Duration::from_secs(30)).expect("exit after EPIPE");
+    assert_eq!(code, 6);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(err.contains("write exec output"), "{err}");
+}
+
+#[test]
+fn second_process_on_a_busy_thread_exits_9() {
+    let env = Env::new();
+    env.fake.push(Script::text(&["seeded"]));
+    let seed = env.run(&["--json", "seed"]);
+    assert_eq!(seed.code, 0, "{}", seed.stderr);
+    let thread = seed.result()["thread_id"].as_str().unwrap().to_owned();
+    env.fake
+        .push(Script::stall(&["thinking"], Duration::from_secs(60)));
+    let mut first = env.spawn(&["resume", "--json", "--timeout", "20s", &thread, "long task"]);
+    let rx = line_reader(&mut first);
+    assert!(env.fake.wait_requests(2, Duration::from_secs(20)));
+    let o = env.run(&["resume", "--json", &thread, "another task"]);
+    assert_eq!(o.code, 9, "{}", o.stderr);
+    assert_eq!(o.result()["thread_id"], thread);
+    assert_eq!(o.result()["run_id"], "");
+    assert!(o.result()["error"]
+        .as_str()
+        .unwrap()
+        .contains("thread_busy"));
+    Command::new("kill")
+        .args(["-INT", &first.id().to_string()])
+        .status()
+        .unwrap();
+    let code = wait_timeout(&mut first, Duration::from_secs(20)).unwrap();
+    let stdout = rx.iter().collect::<Vec<_>>().join("\n") + "\n";
+    check_stream(&stdout, code);
+    assert_eq!(code, 5);
+}
+
+#[test]
+fn ephemeral_run_with_attachments() {
+    let env = Env::new();
+    // A 1×1 PNG.
+    let png: &[u8] = &[
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44,
+        0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f,
+        0x15, 0xc4, 0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8,
+        0xcf, 0xc0, 0xf0, 0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00,
+        0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    ];
+    std::fs::write(env.ws().join("pixel.png"), png).unwrap();
+    env.fake.push(Script::text(&["a pixel"]));
+    let o = env.run(&["--json", "--ephemeral", "--image", "pixel.png", "describe"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.result()["final_message"], "a pixel");
+    let body = env.fake.requests()[0].body.to_string();
+    assert!(
+        body.contains("iVBORw0KGgo"),
+        "the image reached the provider"
+    );
+    // Nothing durable: resume --last finds no conversation.
+    let o = env.run(&["resume", "--last", "--json", "again"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    // A missing attachment is invalid input, reported as a result, nothing sent.
+    let before = env.fake.requests().len();
+    let o = env.run(&["--json", "--file", "missing.pdf", "read it"]);
+    assert_eq!(o.code, 2);
+    assert_eq!(o.types(), ["result"]);
+    assert_eq!(env.fake.requests().len(), before);
+}

@@ -382,11 +382,13 @@ impl Runner {
     /// Emits an event, mapping a blocked output queue to the cancellation it met.
     fn emit(&mut self, ev: Event) -> Result<(), Cancel> {
         let timer_limit = self.ctl.deadline;
-        match self.out.emit(&ev, &self.ctl.signals, timer_limit) {
-            Ok(()) => Ok(()),
-            Err(Blocked::Cancelled) => Err(Cancel::Signal),
-            Err(Blocked::TimedOut) => Err(Cancel::Timeout),
-        }
+        let c = match self.out.emit(&ev, &self.ctl.signals, timer_limit) {
+            Ok(()) => return Ok(()),
+            Err(Blocked::Cancelled) => Cancel::Signal,
+            Err(Blocked::TimedOut) => Cancel::Timeout,
+        };
+        self.ctl.cancelled.get_or_insert(c);
+        Err(c)
     }
 
     /// Emits during the cancellation grace: never waits past `limit`.
@@ -946,23 +948,34 @@ impl Runner {
         } else {
             writer.finish(&ctl.signals, limit)
         };
+        let mut printed = false;
         if let Some(e) = write_error {
             if ctl.cancelled.is_none() {
                 exit = code::PROTOCOL;
             }
             eprintln!("error: {e}");
+            printed = true;
         } else if !flushed && ctl.cancelled.is_none() && exit == code::OK {
-            exit = code::TIMEOUT;
-            eprintln!("error: timeout while writing output");
+            let timed_out = ctl.deadline.is_some_and(|d| Instant::now() >= d);
+            exit = if timed_out {
+                code::TIMEOUT
+            } else {
+                code::INTERRUPTED
+            };
+            eprintln!("error: output was not consumed before the run ended");
+            printed = true;
         }
-        if exit != code::OK {
-            if let Some(r) = &result {
-                if !r.error.is_empty() {
-                    eprintln!("error: {}", r.error);
-                } else {
-                    eprintln!("error: run ended with status {}", r.status);
-                }
-            }
+        if exit != code::OK && !printed {
+            let msg = result
+                .as_ref()
+                .filter(|r| r.exit_code == exit && !r.error.is_empty())
+                .map(|r| r.error.clone())
+                .unwrap_or_else(|| match exit {
+                    code::TIMEOUT => "timeout".to_owned(),
+                    code::INTERRUPTED => "interrupted".to_owned(),
+                    _ => format!("run ended with exit code {exit}"),
+                });
+            eprintln!("error: {msg}");
         }
         exit
     }

@@ -217,13 +217,15 @@ impl Projector {
                 }
             }
             "item/removed" => {
+                // Only tool items are withdrawn in this stream (the Go runner also
+                // reported removed message and reconnect rows as `tool_removed`, §11.2).
                 let id = s(p, "item_id");
-                out.push(Event::ToolRemoved {
-                    thread_id: thread.clone(),
-                    turn_id: turn.clone(),
-                    item_id: id.clone(),
-                });
                 if let Some(t) = self.tools.remove(&id) {
+                    out.push(Event::ToolRemoved {
+                        thread_id: thread.clone(),
+                        turn_id: turn.clone(),
+                        item_id: id.clone(),
+                    });
                     if t.name.trim() == "bash" {
                         out.push(Event::CommandRemoved {
                             thread_id: thread,
