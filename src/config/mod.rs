@@ -232,6 +232,18 @@ pub fn wuu_home() -> PathBuf {
 /// Objects merge recursively; arrays and scalars replace. Unknown fields make the layer
 /// invalid (`invalid_config`, naming file and field path); an invalid layer is skipped.
 pub fn load(home: &Path, workdir: &Path, explicit: Option<&Path>) -> LoadedConfig {
+    load_with(home, workdir, explicit, false)
+}
+
+/// [`load`], optionally skipping the user file (`skip_user`, `wuu exec
+/// --ignore-user-config`): then only the embedded defaults and the project layers apply
+/// (no `missing_user_config` issue). Ignored when `explicit` is given.
+pub fn load_with(
+    home: &Path,
+    workdir: &Path,
+    explicit: Option<&Path>,
+    skip_user: bool,
+) -> LoadedConfig {
     let mut out = LoadedConfig::default();
     let mut merged = Value::Object(Map::new());
     let user_path = explicit
@@ -242,7 +254,12 @@ pub fn load(home: &Path, workdir: &Path, explicit: Option<&Path>) -> LoadedConfi
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
     out.config_path = user_path.clone();
-    match read_layer(&user_path) {
+    let user_layer = if skip_user && explicit.is_none() {
+        Ok(Some(Value::Object(Map::new())))
+    } else {
+        read_layer(&user_path)
+    };
+    match user_layer {
         Ok(Some(v)) => merge(&mut merged, v),
         Ok(None) => {
             if explicit.is_some() {

@@ -859,6 +859,9 @@ impl<'a> Driver<'a> {
         // be unknown (an at-most-once tool is then never repeated automatically).
         let item = self.s.turns[self.turn_idx].items[idx].clone();
         self.persist_item(&item);
+        // Re-announce the item (upsert, spec §4.3) now that its arguments are complete:
+        // the first `item/started` went out before the arguments streamed.
+        self.announce_started(idx);
         let started = now_ms();
         let handle = if crate::session::client_tools::handles(&call.name) {
             crate::session::client_tools::spawn(

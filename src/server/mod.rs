@@ -39,6 +39,9 @@ pub struct ServerOptions {
     pub safe_mode: bool,
     /// Park idle session threads after this long.
     pub park_after: Duration,
+    /// `wuu exec --ignore-user-config`: skip `$WUU_HOME/config.json` (embedded defaults
+    /// plus project layers only).
+    pub ignore_user_config: bool,
 }
 
 impl ServerOptions {
@@ -50,6 +53,7 @@ impl ServerOptions {
             config_file: None,
             safe_mode: false,
             park_after: Duration::from_secs(60),
+            ignore_user_config: false,
         }
     }
 }
@@ -257,7 +261,12 @@ pub fn serve(
 pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared>, String> {
     std::fs::create_dir_all(&opts.home)
         .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
-    let loaded = config::load(&opts.home, &opts.workdir, opts.config_file.as_deref());
+    let loaded = config::load_with(
+        &opts.home,
+        &opts.workdir,
+        opts.config_file.as_deref(),
+        opts.ignore_user_config,
+    );
     let owner = LeaseOwner::current();
     if !opts.home.join(wuu_store::DB_FILE).exists() {
         // A fresh home: create and migrate the database once, before several threads

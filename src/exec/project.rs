@@ -1,0 +1,653 @@
+//! The projection of app-server notifications onto exec events (spec `exec.md` §4.3–§4.5,
+//! §5.2–§5.3), plus the run state the `result` needs (current turn, message buffer,
+//! trace path).
+//!
+//! Pure and synchronous: [`Projector::on_notification`] takes one notification and
+//! returns the events it yields, in the fixed per-notification order of §4.5 rule 1.
+//!
+//! Differences from the Go runner (spec §11), on purpose:
+//! - arguments are redacted in every event that carries them (`command_completed` and
+//!   `command_output_delta` too), and so is the `command` field;
+//! - a `tool_call` item announced with empty arguments (the model is still streaming
+//!   them) is held back until the server re-announces it with its arguments, or until it
+//!   completes, so `tool_started.arguments` is never an empty placeholder;
+//! - `turn_completed` also carries the cache token counts.
+
+use super::events::*;
+use crate::util::redact;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+
+/// A tool item the projector has seen start.
+#[derive(Debug, Clone, Default)]
+struct ToolItem {
+    name: String,
+    /// Whether `tool_started` was emitted.
+    announced: bool,
+    /// Command facts of a bash item (computed once, at its start).
+    cmd: Option<CommandInfo>,
+}
+
+/// The state of one run's projection.
+#[derive(Debug, Default)]
+pub struct Projector {
+    /// The run's conversation (root thread).
+    pub thread_id: String,
+    /// The latest tracked turn of the root thread.
+    pub turn_id: String,
+    /// The run (once `run/start` answered).
+    pub run_id: String,
+    /// The current turn's message buffer (§5.2).
+    pub message: String,
+    /// The latest root `turn_completed.trace_path` (§5.3).
+    pub trace_path: String,
+    /// Set by a terminal `run/updated` for our run.
+    pub settled: Option<wuu_protocol::Run>,
+    /// While true, `turn/error` of interrupted root turns is swallowed (exec synthesises
+    /// its own `turn_interrupted` with the reason it knows: `timeout` or `interrupted`).
+    pub suppress_interrupted: bool,
+    tools: HashMap<String, ToolItem>,
+    agents: HashSet<String>,
+}
+
+fn s(v: &Value, k: &str) -> String {
+    v.get(k).and_then(Value::as_str).unwrap_or("").to_owned()
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+impl Projector {
+    /// A projector for conversation `thread_id`.
+    pub fn new(thread_id: &str) -> Self {
+        Projector {
+            thread_id: thread_id.to_owned(),
+            ..Default::default()
+        }
+    }
+
+    fn is_root(&self, thread: &str) -> bool {
+        self.thread_id.is_empty() || thread == self.thread_id
+    }
+
+    fn is_current(&self, thread: &str, turn: &str) -> bool {
+        self.is_root(thread) && (self.turn_id.is_empty() || turn == self.turn_id)
+    }
+
+    /// Handles one notification (`method`, `params`); returns the events to emit.
+    /// Unknown methods and malformed params yield nothing.
+    pub fn on_notification(&mut self, method: &str, p: &Value) -> Vec<Event> {
+        let thread = s(p, "thread_id");
+        let turn = s(p, "turn_id");
+        let mut out = vec![];
+        match method {
+            "turn/started" => {
+                let turn_id = p
+                    .pointer("/turn/id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                if self.is_root(&thread) {
+                    self.turn_id = turn_id.clone();
+                    self.message.clear();
+                    out.push(Event::TurnStarted {
+                        thread_id: thread,
+                        turn_id,
+                    });
+                }
+            }
+            "item/agentMessage/delta" if self.is_current(&thread, &turn) => {
+                let delta = s(p, "delta");
+                self.message.push_str(&delta);
+                out.push(Event::AgentMessageDelta {
+                    thread_id: thread,
+                    turn_id: turn,
+                    delta,
+                });
+            }
+            "item/agentMessage/replace" if self.is_current(&thread, &turn) => {
+                let text = s(p, "text");
+                self.message = text.clone();
+                out.push(Event::AgentMessageFinal {
+                    thread_id: thread,
+                    turn_id: turn,
+                    message: text,
+                });
+            }
+            "turn/usage" => out.push(Event::UsageUpdated {
+                thread_id: thread,
+                turn_id: turn,
+                input_tokens: u(p, "input_tokens"),
+                output_tokens: u(p, "output_tokens"),
+                cache_creation_tokens: u(p, "cache_creation_tokens"),
+                cache_read_tokens: u(p, "cache_read_tokens"),
+            }),
+            "turn/completed" => {
+                let turn_id = p
+                    .pointer("/turn/id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned();
+                let trace = s(p, "trace_path");
+                if self.is_root(&thread) {
+                    self.turn_id = turn_id.clone();
+                    let content = s(p, "content");
+                    if !content.is_empty() {
+                        self.message = content;
+                    }
+                    if !trace.is_empty() {
+                        self.trace_path = trace.clone();
+                    }
+                }
+                out.push(Event::TurnCompleted {
+                    thread_id: thread,
+                    turn_id,
+                    input_tokens: u(p, "input_tokens"),
+                    output_tokens: u(p, "output_tokens"),
+                    cache_creation_tokens: u(p, "cache_creation_tokens"),
+                    cache_read_tokens: u(p, "cache_read_tokens"),
+                    trace_path: trace,
+                    awaiting_auto_continuation: p
+                        .get("awaiting_auto_continuation")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(false),
+                });
+            }
+            "turn/error" => {
+                let root = self.is_root(&thread);
+                if root && !turn.is_empty() {
+                    self.turn_id = turn.clone();
+                }
+                let status = p
+                    .pointer("/turn/status")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if status == "interrupted" {
+                    if !(root && self.suppress_interrupted) {
+                        out.push(Event::TurnInterrupted {
+                            thread_id: thread,
+                            turn_id: turn,
+                            reason: "interrupted".into(),
+                        });
+                    }
+                } else {
+                    out.push(Event::TurnFailed {
+                        thread_id: thread,
+                        turn_id: turn,
+                        error: s(p, "error"),
+                        category: s(p, "category"),
+                    });
+                }
+            }
+            "item/started" => {
+                let item = p.get("item").cloned().unwrap_or(Value::Null);
+                if s(&item, "type") == "tool_call" {
+                    let id = s(&item, "id");
+                    let name = s(&item, "name");
+                    let args = s(&item, "arguments");
+                    let entry = self.tools.entry(id.clone()).or_default();
+                    if !name.is_empty() {
+                        entry.name = name.clone();
+                    }
+                    if !entry.announced && !args.trim().is_empty() {
+                        entry.announced = true;
+                        let name = entry.name.clone();
+                        self.started(&mut out, thread, turn, id, name, &args);
+                    }
+                }
+            }
+            "item/toolCall/outputDelta" => {
+                let id = s(p, "item_id");
+                let delta = s(p, "delta");
+                out.push(Event::ToolOutputDelta {
+                    thread_id: thread.clone(),
+                    turn_id: turn.clone(),
+                    item_id: id.clone(),
+                    delta: delta.clone(),
+                });
+                if let Some(info) = self.tools.get(&id).and_then(|t| t.cmd.clone()) {
+                    out.push(Event::CommandOutputDelta { info, delta });
+                }
+            }
+            "item/completed" => {
+                let item = p.get("item").cloned().unwrap_or(Value::Null);
+                if s(&item, "type") == "tool_call" {
+                    self.completed(&mut out, thread, turn, &item);
+                }
+            }
+            "item/removed" => {
+                // Only tool items are withdrawn in this stream (the Go runner also
+                // reported removed message and reconnect rows as `tool_removed`, §11.2).
+                let id = s(p, "item_id");
+                if let Some(t) = self.tools.remove(&id) {
+                    out.push(Event::ToolRemoved {
+                        thread_id: thread.clone(),
+                        turn_id: turn.clone(),
+                        item_id: id.clone(),
+                    });
+                    if t.name.trim() == "bash" {
+                        out.push(Event::CommandRemoved {
+                            thread_id: thread,
+                            turn_id: turn,
+                            item_id: id,
+                            name: t.name,
+                        });
+                    }
+                }
+            }
+            "turn/event" => {
+                let ev = p.get("event").cloned().unwrap_or(Value::Null);
+                match ev.get("type").and_then(Value::as_str).unwrap_or("") {
+                    "todo_update" => out.push(Event::TodoUpdated {
+                        thread_id: thread,
+                        turn_id: turn,
+                        todo: ev.get("todo").cloned().unwrap_or(Value::Null),
+                    }),
+                    "request_context" => {
+                        let mut m = diagnostic(REQUEST_CONTEXT_FIELDS, &ev, &thread, &turn);
+                        if let Some(Value::Array(secs)) = ev.get("system_sections") {
+                            if !secs.is_empty() {
+                                m.insert("system_sections".into(), Value::Array(secs.clone()));
+                            }
+                        }
+                        out.push(Event::RequestContext(m));
+                    }
+                    "provider_state" => out.push(Event::ProviderState(diagnostic(
+                        PROVIDER_STATE_FIELDS,
+                        &ev,
+                        &thread,
+                        &turn,
+                    ))),
+                    _ => {}
+                }
+            }
+            "agent/updated" => {
+                if let Some(e) = self.subagent(p) {
+                    out.push(e);
+                }
+            }
+            "run/updated" => {
+                if let Some(run) = p
+                    .get("run")
+                    .and_then(|r| serde_json::from_value::<wuu_protocol::Run>(r.clone()).ok())
+                {
+                    if run.id == self.run_id && run.is_terminal() {
+                        if let Some(t) = run.result.as_ref().and_then(|r| r.trace_path.clone()) {
+                            if !t.is_empty() {
+                                self.trace_path = t;
+                            }
+                        }
+                        if self.turn_id.is_empty() {
+                            if let Some(r) = &run.result {
+                                self.turn_id = r.final_turn_id.clone();
+                            }
+                        }
+                        self.settled = Some(run);
+                    }
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    fn started(
+        &mut self,
+        out: &mut Vec<Event>,
+        thread: String,
+        turn: String,
+        id: String,
+        name: String,
+        args: &str,
+    ) {
+        let arguments = redact(args);
+        out.push(Event::ToolStarted {
+            thread_id: thread.clone(),
+            turn_id: turn.clone(),
+            item_id: id.clone(),
+            name: name.clone(),
+            arguments,
+        });
+        if name.trim() == "bash" {
+            let info = self.command_info(&thread, &turn, &id, &name, Some(args));
+            if let Some(t) = self.tools.get_mut(&id) {
+                t.cmd = Some(info.clone());
+            }
+            out.push(Event::CommandStarted(info));
+        }
+    }
+
+    /// Command facts of a bash item. `args` overrides the remembered arguments.
+    fn command_info(
+        &self,
+        thread: &str,
+        turn: &str,
+        id: &str,
+        name: &str,
+        args: Option<&str>,
+    ) -> CommandInfo {
+        let raw = args.unwrap_or("");
+        let parsed: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+        CommandInfo {
+            thread_id: thread.to_owned(),
+            turn_id: turn.to_owned(),
+            item_id: id.to_owned(),
+            name: name.to_owned(),
+            arguments: redact(raw),
+            command: redact(&s(&parsed, "command")),
+            process_id: s(&parsed, "process_id"),
+        }
+    }
+
+    fn completed(&mut self, out: &mut Vec<Event>, thread: String, turn: String, item: &Value) {
+        let id = s(item, "id");
+        let mut name = s(item, "name");
+        let args = s(item, "arguments");
+        let entry = self.tools.entry(id.clone()).or_default();
+        if name.is_empty() {
+            name = entry.name.clone();
+        }
+        entry.name = name.clone();
+        if !entry.announced {
+            entry.announced = true;
+            self.started(
+                out,
+                thread.clone(),
+                turn.clone(),
+                id.clone(),
+                name.clone(),
+                &args,
+            );
+        }
+        let status = s(item, "status");
+        let error = s(item, "error");
+        out.push(Event::ToolCompleted {
+            thread_id: thread.clone(),
+            turn_id: turn.clone(),
+            item_id: id.clone(),
+            name: name.clone(),
+            status: status.clone(),
+            error: error.clone(),
+        });
+        if name.trim() == "bash" {
+            let info = self.command_info(&thread, &turn, &id, &name, Some(&args));
+            out.push(Event::CommandCompleted {
+                info,
+                status: status.clone(),
+                error,
+            });
+        }
+        if status == "completed" {
+            for fc in file_changes(&thread, &turn, &id, &name, item) {
+                out.push(Event::FileChanged(fc));
+            }
+        }
+    }
+
+    fn subagent(&mut self, p: &Value) -> Option<Event> {
+        let a = p.get("agent").unwrap_or(p);
+        let agent_id = s(a, "agent_id");
+        let agent_id = if agent_id.is_empty() {
+            s(a, "id")
+        } else {
+            agent_id
+        };
+        if agent_id.trim().is_empty() {
+            return None;
+        }
+        let status = s(a, "status");
+        let ev = Subagent {
+            thread_id: {
+                let t = s(a, "thread_id");
+                if t.is_empty() {
+                    s(p, "thread_id")
+                } else {
+                    t
+                }
+            },
+            agent_id: agent_id.clone(),
+            agent_type: s(a, "agent_type"),
+            status: status.clone(),
+            task_name: s(a, "task_name"),
+            agent_profile: s(a, "agent_profile"),
+            agent_path: s(a, "agent_path"),
+            parent_id: s(a, "parent_id"),
+            description: s(a, "description"),
+            result: s(a, "result"),
+            result_path: s(a, "result_path"),
+            result_bytes: u(a, "result_bytes"),
+            result_truncated: a
+                .get("result_truncated")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            error: s(a, "error"),
+            input_tokens: u(a, "input_tokens"),
+            output_tokens: u(a, "output_tokens"),
+            cache_creation_tokens: u(a, "cache_creation_tokens"),
+            cache_read_tokens: u(a, "cache_read_tokens"),
+        };
+        let first = self.agents.insert(agent_id);
+        Some(match status.trim() {
+            "completed" | "failed" | "cancelled" | "canceled" => Event::SubagentCompleted,
+            _ if first => Event::SubagentStarted,
+            _ => Event::SubagentUpdated,
+        }(ev))
+    }
+}
+
+/// `file_changed` events of a completed tool item (§4.4): from
+/// `result_detail.structured_content` (this server), else from `result` parsed as a JSON
+/// object (the Go server's shape).
+pub fn file_changes(
+    thread: &str,
+    turn: &str,
+    item_id: &str,
+    tool: &str,
+    item: &Value,
+) -> Vec<FileChange> {
+    let detail = item
+        .pointer("/result_detail/structured_content")
+        .filter(|v| v.is_object())
+        .cloned()
+        .or_else(|| {
+            item.get("result")
+                .and_then(Value::as_str)
+                .and_then(|r| serde_json::from_str::<Value>(r).ok())
+                .filter(Value::is_object)
+        });
+    let Some(d) = detail else { return vec![] };
+    if item
+        .pointer("/result_detail/is_error")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+    {
+        return vec![];
+    }
+    let t = |v: &Value, k: &str| s(v, k).trim().to_owned();
+    let base = FileChange {
+        thread_id: thread.to_owned(),
+        turn_id: turn.to_owned(),
+        item_id: item_id.to_owned(),
+        tool_name: tool.to_owned(),
+        path: t(&d, "path"),
+        action: t(&d, "action"),
+        old_file_sha: t(&d, "old_file_sha"),
+        new_file_sha: t(&d, "new_file_sha"),
+        workspace_revision: t(&d, "workspace_revision"),
+        patch_journal_path: t(&d, "patch_journal_path"),
+        manifest_path: t(&d, "manifest_path"),
+        move_path: t(&d, "move_path"),
+    };
+    let over = |f: &Value| {
+        let pick = |k: &str, dflt: &str| {
+            let v = t(f, k);
+            if v.is_empty() {
+                dflt.to_owned()
+            } else {
+                v
+            }
+        };
+        FileChange {
+            path: t(f, "path"),
+            move_path: pick("move_path", &base.move_path),
+            action: pick("action", &base.action),
+            old_file_sha: pick("old_file_sha", &base.old_file_sha),
+            new_file_sha: pick("new_file_sha", &base.new_file_sha),
+            ..base.clone()
+        }
+    };
+    match tool.trim() {
+        "write_file" | "edit_file" => {
+            if base.path.is_empty() {
+                vec![]
+            } else {
+                vec![base]
+            }
+        }
+        "apply_patch" => {
+            if let Some(files) = d.get("files").and_then(Value::as_array) {
+                files
+                    .iter()
+                    .filter(|f| f.is_object())
+                    .map(over)
+                    .filter(|fc| !fc.path.is_empty())
+                    .collect()
+            } else if let Some(paths) = d.get("changed_files").and_then(Value::as_array) {
+                paths
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|p| !p.trim().is_empty())
+                    .map(|p| FileChange {
+                        path: p.trim().to_owned(),
+                        ..base.clone()
+                    })
+                    .collect()
+            } else {
+                vec![]
+            }
+        }
+        "checkpoint" => d
+            .get("restored_files")
+            .and_then(Value::as_array)
+            .map(|files| {
+                files
+                    .iter()
+                    .map(over)
+                    .filter(|fc| !fc.path.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => vec![],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn kinds(evs: &[Event]) -> Vec<&'static str> {
+        evs.iter().map(Event::kind).collect()
+    }
+
+    #[test]
+    fn bash_item_pairs_tool_and_command_events() {
+        let mut p = Projector::new("T");
+        p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U"}}));
+        let started = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash","arguments":""}});
+        assert!(p.on_notification("item/started", &started).is_empty());
+        let args = r#"{"command":"curl -H 'Authorization: Bearer abcdefghijklmnop' x"}"#;
+        let again = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash","arguments":args}});
+        let evs = p.on_notification("item/started", &again);
+        assert_eq!(kinds(&evs), ["tool_started", "command_started"]);
+        let Event::CommandStarted(info) = &evs[1] else {
+            panic!()
+        };
+        assert!(info.command.contains("[REDACTED]"), "{}", info.command);
+        assert!(!info.arguments.contains("abcdefghijklmnop"));
+        assert!(p.on_notification("item/started", &again).is_empty());
+        let evs = p.on_notification(
+            "item/toolCall/outputDelta",
+            &json!({"thread_id":"T","turn_id":"U","item_id":"I","delta":"out"}),
+        );
+        assert_eq!(kinds(&evs), ["tool_output_delta", "command_output_delta"]);
+        let Event::CommandOutputDelta { info, .. } = &evs[1] else {
+            panic!()
+        };
+        assert!(info.arguments.contains("[REDACTED]"), "{}", info.arguments);
+        let done = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash","arguments":args,"status":"completed"}});
+        let evs = p.on_notification("item/completed", &done);
+        assert_eq!(kinds(&evs), ["tool_completed", "command_completed"]);
+        let Event::CommandCompleted { info, .. } = &evs[1] else {
+            panic!()
+        };
+        assert!(!info.arguments.contains("abcdefghijklmnop"));
+    }
+
+    #[test]
+    fn file_changes_from_structured_content() {
+        let mut p = Projector::new("T");
+        let item = json!({"id":"I","type":"tool_call","name":"apply_patch","arguments":"{}","status":"completed",
+            "result_detail":{"is_error":false,"structured_content":{"workspace_revision":"r2",
+            "files":[{"path":"a.txt","action":"modified","old_file_sha":"o","new_file_sha":"n"},{"path":"b.txt","action":"created","new_file_sha":"m"}]}}});
+        let evs = p.on_notification(
+            "item/completed",
+            &json!({"thread_id":"T","turn_id":"U","item":item}),
+        );
+        assert_eq!(
+            kinds(&evs),
+            [
+                "tool_started",
+                "tool_completed",
+                "file_changed",
+                "file_changed"
+            ]
+        );
+        let Event::FileChanged(fc) = &evs[3] else {
+            panic!()
+        };
+        assert_eq!(
+            (
+                fc.path.as_str(),
+                fc.action.as_str(),
+                fc.workspace_revision.as_str()
+            ),
+            ("b.txt", "created", "r2")
+        );
+        assert_eq!(fc.old_file_sha, "");
+    }
+
+    #[test]
+    fn message_buffer_follows_turns() {
+        let mut p = Projector::new("T");
+        p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U1"}}));
+        p.on_notification(
+            "item/agentMessage/delta",
+            &json!({"thread_id":"T","turn_id":"U1","item_id":"x","delta":"ab"}),
+        );
+        p.on_notification(
+            "item/agentMessage/delta",
+            &json!({"thread_id":"T","turn_id":"OTHER","item_id":"x","delta":"zz"}),
+        );
+        assert_eq!(p.message, "ab");
+        p.on_notification(
+            "turn/completed",
+            &json!({"thread_id":"T","turn":{"id":"U1"},"content":"final","trace_path":"/t.jsonl"}),
+        );
+        assert_eq!(
+            (p.message.as_str(), p.trace_path.as_str()),
+            ("final", "/t.jsonl")
+        );
+        p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U2"}}));
+        assert_eq!(p.message, "");
+        p.suppress_interrupted = true;
+        let evs = p.on_notification(
+            "turn/error",
+            &json!({"thread_id":"T","turn_id":"U2","error":"x","turn":{"status":"interrupted"}}),
+        );
+        assert!(evs.is_empty());
+        let evs = p.on_notification("turn/error", &json!({"thread_id":"T","turn_id":"U2","error":"boom","category":"auth","turn":{"status":"failed"}}));
+        assert_eq!(kinds(&evs), ["turn_failed"]);
+    }
+}
