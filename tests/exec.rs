@@ -606,7 +606,8 @@ fn timeout_bounds_a_consumer_that_stops_reading() {
     let code =
         wait_timeout(&mut child, Duration::from_secs(30)).expect("exit despite stalled stdout");
     assert!(t0.elapsed() < Duration::from_secs(12), "{:?}", t0.elapsed());
-    assert_eq!(code, 4);
+    // The deadline (4) or, on a slow machine, the subscription overflow (6) ends it first.
+    assert!(code == 4 || code == 6, "exit code {code}");
 }
 
 #[test]
