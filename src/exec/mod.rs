@@ -89,7 +89,10 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 pub fn main(args: Vec<OsString>) -> ExitCode {
     let opts = match cli::parse(args) {
         Ok(Command::Help) => {
-            print!("{}", cli::HELP);
+            // Help is the command's whole output: nothing else is on stdout yet.
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(cli::HELP.as_bytes()).and_then(|_| out.flush());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(o)) => *o,
