@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod envelope;
+pub mod history;
 pub mod input;
 pub mod methods;
 pub mod notifications;
@@ -15,6 +16,7 @@ pub mod thread;
 
 pub use config::*;
 pub use envelope::*;
+pub use history::*;
 pub use input::*;
 pub use methods::*;
 pub use notifications::*;

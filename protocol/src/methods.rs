@@ -11,6 +11,7 @@
 //! Adding a method is one row.
 
 use crate::config::*;
+use crate::history::*;
 use crate::input::*;
 use crate::run::*;
 use crate::thread::*;
@@ -143,6 +144,13 @@ client_methods! {
     ThreadRename => "thread/rename", ThreadRenameParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
     ThreadArchive => "thread/archive", ThreadArchiveParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
     ThreadDelete => "thread/delete", ThreadDeleteParams, ThreadDeleteResult, |p| Route::Session(p.thread_id.clone());
+    ThreadHistoryRead => "thread/history/read", HistoryReadParams, HistoryReadResult, |_| Route::Catalog;
+    ThreadActivityRead => "thread/activity/read", ActivityReadParams, ActivityReadResult, |_| Route::Catalog;
+    ThreadContentRead => "thread/content/read", ContentReadParams, ContentReadResult, |_| Route::Catalog;
+    ConfigModelUpdate => "config/model/update", ConfigModelUpdateParams, ConfigModelUpdateResult, |p| match p.thread_id.as_deref().map(str::trim) {
+        Some(t) if !t.is_empty() => Route::Session(t.to_owned()),
+        _ => Route::Catalog,
+    };
     TurnStart => "turn/start", TurnStartParams, TurnResult, |p| Route::Session(p.thread_id.clone());
     TurnInterrupt => "turn/interrupt", TurnInterruptParams, OkResult, |p| Route::Session(p.thread_id.clone());
     RunStart => "run/start", RunStartParams, RunEnvelope, |p| Route::Session(p.thread_id.clone());

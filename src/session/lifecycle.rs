@@ -324,12 +324,22 @@ impl Session {
     }
 
     pub(super) fn resume(&mut self, p: ThreadResumeParams, reply: Responder) {
+        // Compact paged history (seed: paged history; see history_page.rs).
+        let paged = p.conversation_history.unwrap_or(false) || p.history_page.unwrap_or(false);
+        let thread = if paged {
+            match self.paged_thread_wire() {
+                Ok(t) => t,
+                Err((c, m)) => return reply.err(c, m),
+            }
+        } else {
+            self.thread_wire()
+        };
         let result = ThreadResumeResult {
-            thread: self.thread_wire(),
+            thread,
             held_user_messages: vec![],
             pending_user_messages: vec![],
         };
-        let quiet = p.response_only.unwrap_or(false) || p.history_page.unwrap_or(false);
+        let quiet = p.response_only.unwrap_or(false) || paged;
         reply.ok(&result);
         if !quiet {
             let _ = self.shared.notify(&ThreadResumed(result));

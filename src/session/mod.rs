@@ -8,8 +8,10 @@
 //! Ephemeral conversations never touch the database and never park.
 
 pub mod convert;
+pub mod history_page;
 pub mod lifecycle;
 pub mod reverse;
+pub mod selection;
 
 use crate::server::registry::{SessionEntry, MAILBOX_CAPACITY};
 use crate::server::{Responder, Shared};
@@ -141,6 +143,11 @@ impl Session {
             ClientRequest::ThreadRename(p) => self.rename(p, reply),
             ClientRequest::ThreadArchive(p) => self.archive(p, reply),
             ClientRequest::ThreadDelete(p) => self.delete(p, reply),
+            // Issue 6 (history, selection): see history_page.rs and selection.rs.
+            req @ (ClientRequest::ThreadHistoryRead(_)
+            | ClientRequest::ThreadActivityRead(_)
+            | ClientRequest::ThreadContentRead(_)) => history_page::serve_session(self, req, reply),
+            ClientRequest::ConfigModelUpdate(p) => self.update_selection(p, reply),
             ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
             ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
             ClientRequest::RunStart(p) => crate::engine::run::run_start(self, p, reply),
