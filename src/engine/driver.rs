@@ -917,6 +917,8 @@ impl<'a> Driver<'a> {
             }
         }
         super::release(self.s);
+        // Issue 6: automatic title after a successful turn (logic in engine/title.rs).
+        super::title::after_turn(self.s, matches!(end, TurnEnd::Completed { .. }));
     }
 }
 

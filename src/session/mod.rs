@@ -36,6 +36,13 @@ pub enum SessionMsg {
         /// Acknowledged once settled.
         done: Sender<()>,
     },
+    /// The answer of an automatic title request (`engine::title`; issue 6).
+    Title {
+        /// `title_revision` when the request started (a rename since then wins).
+        expected_revision: u64,
+        /// The title, or why there is none.
+        title: Result<String, String>,
+    },
     /// A copy of the conversation (for `thread/fork`).
     Snapshot {
         /// Receives the copy, or why there is none.
@@ -128,6 +135,10 @@ impl Session {
                 let _ = done.send(());
                 self.exit = true;
             }
+            SessionMsg::Title {
+                expected_revision,
+                title,
+            } => crate::engine::title::apply(self, expected_revision, title),
             SessionMsg::Snapshot { reply } => {
                 let _ = reply.send(Ok(Snapshot {
                     thread: self.thread.clone(),
@@ -216,6 +227,7 @@ fn refuse_all(
             SessionMsg::Snapshot { reply } => {
                 let _ = reply.send(Err((code, message.clone())));
             }
+            SessionMsg::Title { .. } => {}
         }
     }
 }
