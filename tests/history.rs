@@ -738,6 +738,11 @@ fn rename_keeps_updated_at_and_the_higher_revision_wins() {
     );
     assert_eq!(r["thread"]["title"], "Newer");
     assert_eq!(r["thread"]["title_revision"], 5);
+    let r = app.call(
+        "thread/rename",
+        json!({"thread_id": tid, "title": "Same revision", "title_revision": 5}),
+    );
+    assert_eq!(r["thread"]["title"], "Newer", "revisions only grow");
     // Listing and resume carry the same title and revision.
     let l = app.call("thread/list", json!({}));
     let row = l["threads"]

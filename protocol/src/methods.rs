@@ -234,7 +234,10 @@ pub struct ThreadResumeParams {
     /// Return only the newest history page (legacy name of `conversation_history`).
     #[serde(default)]
     pub history_page: Option<bool>,
-    /// Compact history with `process_summary` items and a `history_cursor` (seed).
+    /// Compact history (seed: paged history): finished tool activity folded into
+    /// `process_summary` items, `turns` = the newest page (≤ 100 turns, ≤ 1 MiB of
+    /// items), `history_paged: true`, `history_cursor` for `thread/history/read`. Like
+    /// `history_page`, it answers the requester only (no `thread/resumed` broadcast).
     #[serde(default)]
     pub conversation_history: Option<bool>,
 }

@@ -608,10 +608,14 @@ pub fn read_page(
             first_taken = Some(i);
         }
         taken.reverse();
-        page_turns.push(TurnState {
-            row: row.clone(),
-            items: taken,
-        });
+        // A turn with no elements (e.g. an empty continue turn) is shown as such; a
+        // boundary at the first element of a turn contributes nothing.
+        if !taken.is_empty() || els.is_empty() {
+            page_turns.push(TurnState {
+                row: row.clone(),
+                items: taken,
+            });
+        }
         cur = match src.turn_before(Some(ord))? {
             Some((o, r)) => {
                 let e = fold(&r, src.heads(&r.id)?);
@@ -712,15 +716,9 @@ pub fn serve_session(s: &Session, req: ClientRequest, reply: Responder) {
 
 fn serve(src: &Source<'_>, req: ClientRequest, reply: Responder) {
     let result = match req {
-        ClientRequest::ThreadHistoryRead(p) => {
-            history_read(src, p).map(|r| serde_json::to_value(r))
-        }
-        ClientRequest::ThreadActivityRead(p) => {
-            activity_read(src, p).map(|r| serde_json::to_value(r))
-        }
-        ClientRequest::ThreadContentRead(p) => {
-            content_read(src, p).map(|r| serde_json::to_value(r))
-        }
+        ClientRequest::ThreadHistoryRead(p) => history_read(src, p).map(serde_json::to_value),
+        ClientRequest::ThreadActivityRead(p) => activity_read(src, p).map(serde_json::to_value),
+        ClientRequest::ThreadContentRead(p) => content_read(src, p).map(serde_json::to_value),
         other => Err((
             ErrorCode::InternalError,
             format!("{} is not a history method", other.method()),

@@ -349,7 +349,12 @@ impl Session {
     pub(super) fn rename(&mut self, p: ThreadRenameParams, reply: Responder) {
         let title = p.title.trim().to_owned();
         let revision = p.title_revision.unwrap_or(self.thread.title_revision + 1);
-        if revision < self.thread.title_revision {
+        // Revisions only grow: an explicit revision at or below the stored one is stale.
+        if revision < self.thread.title_revision
+            || (p.title_revision.is_some()
+                && revision == self.thread.title_revision
+                && revision > 0)
+        {
             // A stale snapshot never overwrites a newer title.
             return reply.ok(&ThreadResult {
                 thread: self.thread_wire(),
