@@ -162,15 +162,20 @@ impl Tx<'_> {
 
     /// Turn and size of an item. `None` when missing.
     pub fn item_locator(&self, thread_id: &str, item_id: &str) -> Result<Option<(String, u64)>> {
-        Ok(self
+        let found: Option<(String, i64)> = self
             .conn
             .query_row(
-                "SELECT turn_id, octet_length(body) FROM items WHERE thread_id = ?1 AND id = ?2",
+                "SELECT turn_id, rowid FROM items WHERE thread_id = ?1 AND id = ?2",
                 [thread_id, item_id],
-                |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
-            .optional()?
-            .map(|(t, n)| (t, n.max(0) as u64)))
+            .optional()?;
+        let Some((turn, rowid)) = found else {
+            return Ok(None);
+        };
+        // The blob handle knows the size from the record header: the body is not read.
+        let blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        Ok(Some((turn, blob.len() as u64)))
     }
 
     fn item_rowid(&self, thread_id: &str, item_id: &str) -> Result<Option<i64>> {
