@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod config;
 pub mod envelope;
+pub mod history;
 pub mod input;
 pub mod methods;
 pub mod notifications;
@@ -17,6 +18,7 @@ pub mod thread;
 
 pub use config::*;
 pub use envelope::*;
+pub use history::*;
 pub use input::*;
 pub use methods::*;
 pub use notifications::*;

@@ -11,6 +11,7 @@
 //! Adding a method is one row.
 
 use crate::config::*;
+use crate::history::*;
 use crate::input::*;
 use crate::questions::*;
 use crate::run::*;
@@ -144,6 +145,13 @@ client_methods! {
     ThreadRename => "thread/rename", ThreadRenameParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
     ThreadArchive => "thread/archive", ThreadArchiveParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
     ThreadDelete => "thread/delete", ThreadDeleteParams, ThreadDeleteResult, |p| Route::Session(p.thread_id.clone());
+    ThreadHistoryRead => "thread/history/read", HistoryReadParams, HistoryReadResult, |_| Route::Catalog;
+    ThreadActivityRead => "thread/activity/read", ActivityReadParams, ActivityReadResult, |_| Route::Catalog;
+    ThreadContentRead => "thread/content/read", ContentReadParams, ContentReadResult, |_| Route::Catalog;
+    ConfigModelUpdate => "config/model/update", ConfigModelUpdateParams, ConfigModelUpdateResult, |p| match p.thread_id.as_deref().map(str::trim) {
+        Some(t) if !t.is_empty() => Route::Session(t.to_owned()),
+        _ => Route::Catalog,
+    };
     TurnStart => "turn/start", TurnStartParams, TurnResult, |p| Route::Session(p.thread_id.clone());
     TurnInterrupt => "turn/interrupt", TurnInterruptParams, OkResult, |p| Route::Session(p.thread_id.clone());
     TurnQueue => "turn/queue", TurnQueueParams, TurnQueueResult, |p| Route::Session(p.thread_id.clone());
@@ -236,7 +244,10 @@ pub struct ThreadResumeParams {
     /// Return only the newest history page (legacy name of `conversation_history`).
     #[serde(default)]
     pub history_page: Option<bool>,
-    /// Compact history with `process_summary` items and a `history_cursor` (seed).
+    /// Compact history (seed: paged history): finished tool activity folded into
+    /// `process_summary` items, `turns` = the newest page (≤ 100 turns, ≤ 1 MiB of
+    /// items), `history_paged: true`, `history_cursor` for `thread/history/read`. Like
+    /// `history_page`, it answers the requester only (no `thread/resumed` broadcast).
     #[serde(default)]
     pub conversation_history: Option<bool>,
 }

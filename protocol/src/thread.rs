@@ -279,6 +279,10 @@ pub struct ThreadItem {
     /// `content:` reference to the full item when the inline copy was cut (§5.9).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_content_ref: Option<String>,
+    /// `process_summary` only: the folded range to pass to `thread/activity/read`
+    /// (`{last_item_id}`, see [`crate::ItemActivity`]; seed: paged history).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activity: Option<crate::history::ItemActivity>,
 }
 
 impl ThreadItem {

@@ -1073,6 +1073,8 @@ impl<'a> Driver<'a> {
         }
         crate::session::client_tools::turn_ended(&self.s.shared, &self.s.id, &row.id);
         super::release(self.s);
+        // Issue 6: automatic title after a successful turn (logic in engine/title.rs).
+        super::title::after_turn(self.s, matches!(end, TurnEnd::Completed { .. }));
     }
 }
 

@@ -2,10 +2,12 @@
 //! history normalization ([`history`]), request context ([`context`]) and traces
 //! ([`trace`]). Spec `app-server.md` §3.2–§3.3, §4.3–§4.9; `providers.md`.
 
+pub mod content_parts;
 pub mod context;
 pub mod driver;
 pub mod history;
 pub mod run;
+pub mod title;
 pub mod trace;
 
 use crate::provider::Provider;
@@ -109,26 +111,10 @@ pub fn check_attachments(images: &[Attachment], files: &[Attachment]) -> Result<
     Ok(())
 }
 
-/// Keeps content parts only when their concatenated text equals the prompt after
-/// trimming (seed: content parts); unknown part types are dropped.
+/// Validates content parts against the prompt (seed: content parts; spec §6 rule 17).
+/// See [`content_parts::normalize_content_parts`].
 pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<Vec<Value>> {
-    let parts: Vec<Value> = parts?
-        .into_iter()
-        .filter(|p| {
-            matches!(
-                p.get("type").and_then(Value::as_str),
-                Some("text" | "pasted_text" | "file_selection" | "response_selection")
-            ) && p
-                .get("text")
-                .and_then(Value::as_str)
-                .is_some_and(|t| !t.is_empty())
-        })
-        .collect();
-    let joined: String = parts
-        .iter()
-        .filter_map(|p| p.get("text").and_then(Value::as_str))
-        .collect();
-    (!parts.is_empty() && joined.trim() == prompt.trim()).then_some(parts)
+    content_parts::normalize_content_parts(parts, prompt)
 }
 
 /// Admits a new turn: refuses when busy (here or under another process's lease),

@@ -212,6 +212,14 @@ fn handle(
             ),
             Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
         },
+        req @ (ClientRequest::ThreadHistoryRead(_)
+        | ClientRequest::ThreadActivityRead(_)
+        | ClientRequest::ThreadContentRead(_)) => {
+            session::history_page::serve_catalog(shared, store, req, reply)
+        }
+        ClientRequest::ConfigModelUpdate(p) => {
+            session::selection::update_defaults(shared, p, reply)
+        }
         ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(shared, reply),
         ClientRequest::RunInterrupt(p) => {
             crate::engine::run::run_interrupt_catalog(shared, store, p, reply)

@@ -346,12 +346,22 @@ impl Session {
     }
 
     pub(super) fn resume(&mut self, p: ThreadResumeParams, reply: Responder) {
+        // Compact paged history (seed: paged history; see history_page.rs).
+        let paged = p.conversation_history.unwrap_or(false) || p.history_page.unwrap_or(false);
+        let thread = if paged {
+            match self.paged_thread_wire() {
+                Ok(t) => t,
+                Err((c, m)) => return reply.err(c, m),
+            }
+        } else {
+            self.thread_wire()
+        };
         let result = ThreadResumeResult {
-            thread: self.thread_wire(),
+            thread,
             held_user_messages: self.held_messages(),
             pending_user_messages: self.pending_messages(),
         };
-        let quiet = p.response_only.unwrap_or(false) || p.history_page.unwrap_or(false);
+        let quiet = p.response_only.unwrap_or(false) || paged;
         reply.ok(&result);
         if !quiet {
             let _ = self.shared.notify(&ThreadResumed(result));
@@ -361,7 +371,12 @@ impl Session {
     pub(super) fn rename(&mut self, p: ThreadRenameParams, reply: Responder) {
         let title = p.title.trim().to_owned();
         let revision = p.title_revision.unwrap_or(self.thread.title_revision + 1);
-        if revision < self.thread.title_revision {
+        // Revisions only grow: an explicit revision at or below the stored one is stale.
+        if revision < self.thread.title_revision
+            || (p.title_revision.is_some()
+                && revision == self.thread.title_revision
+                && revision > 0)
+        {
             // A stale snapshot never overwrites a newer title.
             return reply.ok(&ThreadResult {
                 thread: self.thread_wire(),

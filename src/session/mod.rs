@@ -10,10 +10,12 @@
 pub mod browser;
 pub mod client_tools;
 pub mod convert;
+pub mod history_page;
 pub mod inputs;
 pub mod lifecycle;
 pub mod questions;
 pub mod reverse;
+pub mod selection;
 
 use crate::server::registry::{SessionEntry, MAILBOX_CAPACITY};
 use crate::server::{Responder, Shared};
@@ -40,6 +42,13 @@ pub enum SessionMsg {
     Shutdown {
         /// Acknowledged once settled.
         done: Sender<()>,
+    },
+    /// The answer of an automatic title request (`engine::title`; issue 6).
+    Title {
+        /// `title_revision` when the request started (a rename since then wins).
+        expected_revision: u64,
+        /// The title, or why there is none.
+        title: Result<String, String>,
     },
     /// A copy of the conversation (for `thread/fork`).
     Snapshot {
@@ -145,6 +154,10 @@ impl Session {
                 let _ = done.send(());
                 self.exit = true;
             }
+            SessionMsg::Title {
+                expected_revision,
+                title,
+            } => crate::engine::title::apply(self, expected_revision, title),
             SessionMsg::Snapshot { reply } => {
                 let _ = reply.send(Ok(Snapshot {
                     thread: self.thread.clone(),
@@ -160,6 +173,11 @@ impl Session {
             ClientRequest::ThreadRename(p) => self.rename(p, reply),
             ClientRequest::ThreadArchive(p) => self.archive(p, reply),
             ClientRequest::ThreadDelete(p) => self.delete(p, reply),
+            // Issue 6 (history, selection): see history_page.rs and selection.rs.
+            req @ (ClientRequest::ThreadHistoryRead(_)
+            | ClientRequest::ThreadActivityRead(_)
+            | ClientRequest::ThreadContentRead(_)) => history_page::serve_session(self, req, reply),
+            ClientRequest::ConfigModelUpdate(p) => self.update_selection(p, reply),
             ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
             ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
             ClientRequest::RunStart(p) => crate::engine::run::run_start(self, p, reply),
@@ -235,6 +253,7 @@ fn refuse_all(
             SessionMsg::Snapshot { reply } => {
                 let _ = reply.send(Err((code, message.clone())));
             }
+            SessionMsg::Title { .. } => {}
         }
     }
 }

@@ -15,6 +15,10 @@ const TURN_COLS: &str = "thread_id, id, kind, status, provider, model, error, \
 
 const ITEM_COLS: &str = "thread_id, turn_id, id, item_type, status, seq, body";
 
+pub(crate) fn turn_from_row_pub(row: &Row<'_>) -> Result<TurnRow> {
+    turn_from_row(row)
+}
+
 fn turn_from_row(row: &Row<'_>) -> Result<TurnRow> {
     let thread_id: String = get(row, 0, "turns", "?")?;
     let id: String = get(row, 1, "turns", &thread_id)?;

@@ -22,6 +22,7 @@
 mod error;
 mod history;
 mod lease;
+mod pages;
 mod records;
 mod rows;
 mod schema;
@@ -31,6 +32,7 @@ mod util;
 
 pub use error::{Result, StoreError};
 pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE};
+pub use pages::{ItemHead, SMALL_BODY_BYTES};
 pub use rows::{
     input_mode, input_state, turn_status, DeleteOutcome, InputRow, ItemRow, LeaseOutcome,
     LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter, ThreadRow, TurnRow,

@@ -159,7 +159,7 @@ impl Store {
     }
 
     /// Runs read-only `f` in one deferred transaction (a consistent snapshot).
-    fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let tx = self.conn.unchecked_transaction()?;
         let value = f(&Tx {
             conn: &tx,

@@ -309,9 +309,12 @@ impl Drop for App {
     }
 }
 
-/// A user config with one openai-compatible provider at `base_url`.
+/// A user config with one openai-compatible provider at `base_url`. Automatic titles
+/// are off (they add a model request after each successful turn); tests of titles turn
+/// them on.
 pub fn config_for(base_url: &str) -> Value {
     json!({
+        "agent": {"auto_title": false},
         "default_provider": "fake",
         "providers": {"fake": {"type": "openai-compatible", "base_url": base_url, "model": "fake-model",
             "max_retries": 2, "initial_backoff_ms": 1, "max_backoff_ms": 5}}

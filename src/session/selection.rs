@@ -1,0 +1,345 @@
+//! `config/model/update` (spec `app-server.md` §3.4, §6 rule 15; seed 003
+//! "每个对话保留自己的模型和权限选择"):
+//!
+//! - with `thread_id`: changes that conversation's provider/model/effort/variant/
+//!   permission selection only (omitted fields inherit the conversation's values;
+//!   `updated_at` is not touched), refused with `thread_busy` while it executes here or
+//!   under another process's lease, answered with the new selection and followed by
+//!   `thread/updated`. Provider connection fields may not be combined with it.
+//! - without `thread_id`: changes the defaults of future conversations (`model`
+//!   required) in the user config file (`$WUU_HOME/config.json`, or the `--config`
+//!   file), and reloads the configuration. `keep_selection: true` saves only the
+//!   provider connection (`provider`, `base_url`, `api_key_env`, `type`,
+//!   `create_provider`) without making it the default. Existing conversations keep
+//!   their selection.
+
+use super::Session;
+use crate::config::Config;
+use crate::server::{Responder, Shared};
+use crate::tools::PermissionMode;
+use serde_json::{json, Map, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use wuu_protocol::*;
+
+type Refusal = (ErrorCode, String);
+
+fn invalid(m: impl Into<String>) -> Refusal {
+    (
+        ErrorCode::InvalidParams,
+        format!("invalid params: {}", m.into()),
+    )
+}
+
+fn clean(s: &Option<String>) -> Option<String> {
+    s.as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// True when the request edits a provider connection.
+fn touches_connection(p: &ConfigModelUpdateParams) -> bool {
+    clean(&p.base_url).is_some()
+        || clean(&p.api_key_env).is_some()
+        || p.api_key.is_some()
+        || clean(&p.provider_type).is_some()
+        || p.create_provider.unwrap_or(false)
+        || p.keep_selection.unwrap_or(false)
+}
+
+fn check_mode(m: &Option<String>) -> Result<Option<String>, Refusal> {
+    match clean(m) {
+        Some(m) if PermissionMode::parse(&m).is_none() => Err(invalid(format!(
+            "permission_mode: {m:?} is not one of standard, read_only, unconfined"
+        ))),
+        other => Ok(other),
+    }
+}
+
+fn result_for(
+    shared: &Shared,
+    provider: String,
+    model: String,
+    effort: String,
+    variant: String,
+    mode: String,
+) -> ConfigModelUpdateResult {
+    let init = crate::server::init::initialize_result(shared);
+    ConfigModelUpdateResult {
+        provider,
+        model,
+        effort: Some(effort).filter(|e| !e.is_empty()),
+        variant: Some(variant).filter(|v| !v.is_empty()),
+        max_parallel: init.max_parallel,
+        permissions: Permissions { mode },
+        providers: init.providers,
+        advanced_settings: init.advanced_settings,
+    }
+}
+
+impl Session {
+    /// `config/model/update` with `thread_id`: this conversation's selection.
+    pub fn update_selection(&mut self, p: ConfigModelUpdateParams, reply: Responder) {
+        match self.try_update_selection(p) {
+            Ok(r) => {
+                reply.ok(&r);
+                self.notify_updated();
+            }
+            Err((c, m)) => reply.err(c, m),
+        }
+    }
+
+    fn try_update_selection(
+        &mut self,
+        p: ConfigModelUpdateParams,
+    ) -> Result<ConfigModelUpdateResult, Refusal> {
+        if touches_connection(&p) {
+            return Err(invalid(
+                "a provider connection change (base_url, api_key_env, api_key, type, create_provider, keep_selection) cannot be combined with thread_id",
+            ));
+        }
+        if self.running.load(Ordering::SeqCst) {
+            return Err((
+                ErrorCode::ThreadBusy,
+                format!(
+                    "thread {:?} is running; change its selection when it is idle",
+                    self.id
+                ),
+            ));
+        }
+        if let Some(store) = self.store.as_ref() {
+            if let Ok(Some((owner, _))) = store.lease_of(&self.id) {
+                if owner.instance != self.shared.owner.instance && wuu_store::pid_alive(owner.pid) {
+                    return Err((
+                        ErrorCode::ThreadBusy,
+                        format!(
+                            "thread {:?} is executing in another wuu process (pid {})",
+                            self.id, owner.pid
+                        ),
+                    ));
+                }
+            }
+        }
+        let cfg = self.shared.config();
+        let mode = check_mode(&p.permission_mode)?;
+        let provider = clean(&p.provider);
+        let mut row = self.thread.clone();
+        if let Some(pv) = &provider {
+            let Some(pc) = cfg.provider(pv) else {
+                return Err(invalid(format!("provider: {pv:?} is not configured")));
+            };
+            if *pv != row.provider && clean(&p.model).is_none() {
+                row.model = pc.model.clone();
+            }
+            row.provider = pv.clone();
+        }
+        if let Some(m) = clean(&p.model) {
+            row.model = m;
+        }
+        if let Some(e) = clean(&p.effort) {
+            row.effort = e.clone();
+            if clean(&p.variant).is_none() {
+                row.variant = e;
+            }
+        }
+        if let Some(v) = clean(&p.variant) {
+            row.variant = v;
+        }
+        if let Some(m) = mode {
+            row.permission_mode = m;
+        }
+        let r2 = row.clone();
+        self.persist(|s| s.update_thread(&r2))?;
+        self.thread = row;
+        let t = &self.thread;
+        Ok(result_for(
+            &self.shared,
+            t.provider.clone(),
+            t.model.clone(),
+            t.effort.clone(),
+            t.variant.clone(),
+            t.permission_mode.clone(),
+        ))
+    }
+}
+
+/// `config/model/update` without `thread_id` (answered by the catalog pool): edits the
+/// user config file and reloads the configuration.
+pub fn update_defaults(shared: &Arc<Shared>, p: ConfigModelUpdateParams, reply: Responder) {
+    match try_update_defaults(shared, p) {
+        Ok(r) => reply.ok(&r),
+        Err((c, m)) => reply.err(c, m),
+    }
+}
+
+fn try_update_defaults(
+    shared: &Arc<Shared>,
+    p: ConfigModelUpdateParams,
+) -> Result<ConfigModelUpdateResult, Refusal> {
+    if p.api_key.is_some() {
+        return Err(invalid(
+            "api_key: keys are never stored; set api_key_env to the environment variable that holds it",
+        ));
+    }
+    let keep = p.keep_selection.unwrap_or(false);
+    let mode = check_mode(&p.permission_mode)?;
+    let model = clean(&p.model);
+    if keep {
+        if clean(&p.effort).is_some() || clean(&p.variant).is_some() || mode.is_some() {
+            return Err(invalid(
+                "keep_selection cannot be combined with effort, variant or permission_mode",
+            ));
+        }
+        if clean(&p.provider).is_none() {
+            return Err(invalid("keep_selection requires provider"));
+        }
+    } else if model.is_none() {
+        return Err(invalid("model is required without thread_id"));
+    }
+    let _guard = CONFIG_WRITE.lock();
+    let cfg = shared.config();
+    let path = cfg.config_path.clone();
+    let mut doc: Value = match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| {
+            (
+                ErrorCode::Error,
+                format!(
+                    "the config file {} is not valid JSON ({e}); fix it first",
+                    path.display()
+                ),
+            )
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
+        Err(e) => {
+            return Err((
+                ErrorCode::Error,
+                format!("cannot read {}: {e}", path.display()),
+            ))
+        }
+    };
+    if !doc.is_object() {
+        return Err((
+            ErrorCode::Error,
+            format!("the config file {} is not a JSON object", path.display()),
+        ));
+    }
+    let provider = clean(&p.provider).unwrap_or_else(|| cfg.default_provider());
+    let exists = cfg.provider(&provider).is_some()
+        || doc
+            .pointer(&format!(
+                "/providers/{}",
+                provider.replace('~', "~0").replace('/', "~1")
+            ))
+            .is_some();
+    let connection = clean(&p.base_url).is_some()
+        || clean(&p.api_key_env).is_some()
+        || clean(&p.provider_type).is_some()
+        || p.create_provider.unwrap_or(false);
+    if !exists && !p.create_provider.unwrap_or(false) {
+        return Err(invalid(format!(
+            "provider: {provider:?} is not configured (send create_provider: true with type and base_url to add it)"
+        )));
+    }
+    if connection {
+        let providers = doc
+            .as_object_mut()
+            .expect("object")
+            .entry("providers")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !providers.is_object() {
+            *providers = Value::Object(Map::new());
+        }
+        let entry = providers
+            .as_object_mut()
+            .expect("object")
+            .entry(provider.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !exists {
+            if clean(&p.provider_type).is_none() {
+                return Err(invalid("type is required to create a provider"));
+            }
+            if clean(&p.base_url).is_none() {
+                return Err(invalid("base_url is required to create a provider"));
+            }
+        }
+        let obj = entry
+            .as_object_mut()
+            .ok_or_else(|| invalid("providers entry is not an object"))?;
+        if let Some(t) = clean(&p.provider_type) {
+            obj.insert("type".into(), json!(t));
+        }
+        if let Some(u) = clean(&p.base_url) {
+            obj.insert("base_url".into(), json!(u));
+        }
+        if let Some(k) = clean(&p.api_key_env) {
+            obj.insert("api_key_env".into(), json!(k));
+        }
+        if let Some(m) = &model {
+            if keep || !obj.contains_key("model") {
+                obj.insert("model".into(), json!(m));
+            }
+        }
+    }
+    if !keep {
+        let root = doc.as_object_mut().expect("object");
+        root.insert("default_provider".into(), json!(provider));
+        let agent = root
+            .entry("agent")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !agent.is_object() {
+            *agent = Value::Object(Map::new());
+        }
+        let agent = agent.as_object_mut().expect("object");
+        if let Some(m) = &model {
+            agent.insert("model".into(), json!(m));
+        }
+        if let Some(e) = clean(&p.effort).or_else(|| clean(&p.variant)) {
+            agent.insert("effort".into(), json!(e));
+        }
+        if let Some(m) = &mode {
+            agent.insert("permission_mode".into(), json!(m));
+        }
+    }
+    if let Err(e) = serde_json::from_value::<Config>(doc.clone()) {
+        return Err(invalid(format!(
+            "the change would make the config invalid: {e}"
+        )));
+    }
+    let text = serde_json::to_string_pretty(&doc).expect("serialize") + "\n";
+    let tmp = path.with_extension("json.tmp");
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::rename(&tmp, &path))
+        .map_err(|e| {
+            (
+                ErrorCode::Error,
+                format!("cannot write {}: {e}", path.display()),
+            )
+        })?;
+    let loaded = crate::config::load(
+        &shared.opts.home,
+        &shared.opts.workdir,
+        shared.opts.config_file.as_deref(),
+    );
+    *shared.config.write() = Arc::new(loaded);
+    shared.providers.lock().remove(&provider);
+    let cfg = shared.config();
+    let agent = cfg.agent();
+    Ok(result_for(
+        shared,
+        cfg.default_provider(),
+        cfg.default_model(),
+        agent.effort.clone().unwrap_or_default(),
+        agent.effort.clone().unwrap_or_default(),
+        agent
+            .permission_mode
+            .clone()
+            .unwrap_or_else(|| "standard".into()),
+    ))
+}
+
+/// Serializes config file edits of this process.
+static CONFIG_WRITE: parking_lot::Mutex<()> = parking_lot::Mutex::new(());

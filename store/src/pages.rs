@@ -1,0 +1,259 @@
+//! Range reads of history for paged clients (seed 003 "分页读取会话历史"): turns one at
+//! a time by position, item metadata without bodies, and item bodies streamed in chunks
+//! through SQLite's incremental blob I/O, so serving a page never loads the whole
+//! history nor a whole large item.
+
+use rusqlite::{params, OptionalExtension, MAIN_DB};
+use std::io::Read;
+
+use crate::error::{Result, StoreError};
+use crate::rows::TurnRow;
+use crate::store::{Store, Tx};
+use crate::util::{get, get_u64};
+
+/// Bodies up to this many bytes are inspected with SQL (`json_extract`); larger ones
+/// are only ever streamed.
+pub const SMALL_BODY_BYTES: u64 = 64 * 1024;
+
+/// What paging needs to know of an item without reading its body.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemHead {
+    /// Item id.
+    pub id: String,
+    /// Item type (`user_message`, `tool_call`, …).
+    pub item_type: String,
+    /// Item status.
+    pub status: Option<String>,
+    /// Thread-wide sequence number.
+    pub seq: u64,
+    /// Size of the stored body JSON, in bytes.
+    pub len: u64,
+    /// `terminal` of the body (false when the body is larger than
+    /// [`SMALL_BODY_BYTES`]: read it from the stream).
+    pub terminal: bool,
+    /// `name` of the body (tool name), for small bodies.
+    pub name: Option<String>,
+    /// True when the body carries `images` or `files`, for small bodies.
+    pub attachments: bool,
+    /// True when the body is larger than [`SMALL_BODY_BYTES`] (the fields above were not
+    /// read).
+    pub large: bool,
+}
+
+const TURN_COLS: &str = "thread_id, id, kind, status, provider, model, error, \
+    started_at_ms, completed_at_ms, answer_ready_at_ms, input_tokens, output_tokens, \
+    cache_read_tokens, cache_creation_tokens, finish_reason, stop_reason, truncated, extra";
+
+impl Tx<'_> {
+    /// Position (`ordinal`, 1-based insertion order) of a turn; `None` when missing.
+    pub fn turn_ordinal(&self, thread_id: &str, turn_id: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT ordinal FROM turns WHERE thread_id = ?1 AND id = ?2",
+                [thread_id, turn_id],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// The newest turn whose ordinal is below `before` (the newest turn when `None`),
+    /// with its ordinal.
+    pub fn turn_before(
+        &self,
+        thread_id: &str,
+        before: Option<i64>,
+    ) -> Result<Option<(i64, TurnRow)>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {TURN_COLS}, ordinal FROM turns WHERE thread_id = ?1 AND ordinal < ?2 \
+             ORDER BY ordinal DESC LIMIT 1"
+        ))?;
+        let mut rows = stmt.query(params![thread_id, before.unwrap_or(i64::MAX)])?;
+        match rows.next()? {
+            Some(row) => {
+                let turn = crate::history::turn_from_row_pub(row)?;
+                let ordinal: i64 = get(row, 18, "turns", &turn.id)?;
+                Ok(Some((ordinal, turn)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Metadata of the items of one turn, in `seq` order, without their bodies.
+    pub fn item_heads(&self, thread_id: &str, turn_id: &str) -> Result<Vec<ItemHead>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, item_type, status, seq, octet_length(body) AS n, \
+             CASE WHEN octet_length(body) <= ?3 THEN coalesce(json_extract(body, '$.terminal'), 0) ELSE 0 END, \
+             CASE WHEN octet_length(body) <= ?3 THEN json_extract(body, '$.name') END, \
+             CASE WHEN octet_length(body) <= ?3 THEN \
+               json_type(body, '$.images') IS NOT NULL OR json_type(body, '$.files') IS NOT NULL \
+             ELSE 0 END \
+             FROM items WHERE thread_id = ?1 AND turn_id = ?2 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query(params![thread_id, turn_id, SMALL_BODY_BYTES as i64])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let id: String = get(row, 0, "items", turn_id)?;
+            let k = format!("{thread_id}/{id}");
+            let len = get_u64(row, 4, "items", &k)?;
+            let name: Option<String> = row.get(6).ok().flatten();
+            out.push(ItemHead {
+                item_type: get(row, 1, "items", &k)?,
+                status: get(row, 2, "items", &k)?,
+                seq: get_u64(row, 3, "items", &k)?,
+                len,
+                terminal: row.get::<_, i64>(5).unwrap_or(0) != 0,
+                name,
+                attachments: row.get::<_, i64>(7).unwrap_or(0) != 0,
+                large: len > SMALL_BODY_BYTES,
+                id,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Streams the stored body of an item in chunks of at most `chunk` bytes to `f`,
+    /// without loading it whole. `Ok(false)` when the item does not exist.
+    pub fn stream_item_body(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+        chunk: usize,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<bool> {
+        let Some(rowid) = self.item_rowid(thread_id, item_id)? else {
+            return Ok(false);
+        };
+        let mut blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        let mut buf = vec![0u8; chunk.max(1)];
+        loop {
+            let n = blob.read(&mut buf).map_err(|e| {
+                StoreError::corrupt(format!("items[{thread_id}/{item_id}].body"), e)
+            })?;
+            if n == 0 {
+                return Ok(true);
+            }
+            f(&buf[..n]);
+        }
+    }
+
+    /// Bytes `[offset, offset + len)` of an item's stored body (shorter at the end) and
+    /// the body's total size. `None` when the item does not exist.
+    pub fn item_body_range(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
+        let Some(rowid) = self.item_rowid(thread_id, item_id)? else {
+            return Ok(None);
+        };
+        let blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        let total = blob.len() as u64;
+        if offset >= total {
+            return Ok(Some((vec![], total)));
+        }
+        let n = len.min((total - offset) as usize);
+        let mut buf = vec![0u8; n];
+        blob.read_at_exact(&mut buf, offset as usize)?;
+        Ok(Some((buf, total)))
+    }
+
+    /// Turn and size of an item. `None` when missing.
+    pub fn item_locator(&self, thread_id: &str, item_id: &str) -> Result<Option<(String, u64)>> {
+        let found: Option<(String, i64)> = self
+            .conn
+            .query_row(
+                "SELECT turn_id, rowid FROM items WHERE thread_id = ?1 AND id = ?2",
+                [thread_id, item_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        let Some((turn, rowid)) = found else {
+            return Ok(None);
+        };
+        // The blob handle knows the size from the record header: the body is not read.
+        let blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        Ok(Some((turn, blob.len() as u64)))
+    }
+
+    fn item_rowid(&self, thread_id: &str, item_id: &str) -> Result<Option<i64>> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT rowid FROM items WHERE thread_id = ?1 AND id = ?2",
+                [thread_id, item_id],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+}
+
+impl Store {
+    /// See [`Tx::turn_ordinal`].
+    pub fn turn_ordinal(&self, thread_id: &str, turn_id: &str) -> Result<Option<i64>> {
+        self.read(|tx| tx.turn_ordinal(thread_id, turn_id))
+    }
+
+    /// See [`Tx::turn_before`].
+    pub fn turn_before(
+        &self,
+        thread_id: &str,
+        before: Option<i64>,
+    ) -> Result<Option<(i64, TurnRow)>> {
+        self.read(|tx| tx.turn_before(thread_id, before))
+    }
+
+    /// See [`Tx::item_heads`].
+    pub fn item_heads(&self, thread_id: &str, turn_id: &str) -> Result<Vec<ItemHead>> {
+        self.read(|tx| tx.item_heads(thread_id, turn_id))
+    }
+
+    /// See [`Tx::stream_item_body`].
+    pub fn stream_item_body(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+        chunk: usize,
+        f: impl FnMut(&[u8]),
+    ) -> Result<bool> {
+        self.read(|tx| tx.stream_item_body(thread_id, item_id, chunk, f))
+    }
+
+    /// See [`Tx::item_body_range`].
+    pub fn item_body_range(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
+        self.read(|tx| tx.item_body_range(thread_id, item_id, offset, len))
+    }
+
+    /// See [`Tx::item_locator`].
+    pub fn item_locator(&self, thread_id: &str, item_id: &str) -> Result<Option<(String, u64)>> {
+        self.read(|tx| tx.item_locator(thread_id, item_id))
+    }
+
+    /// Sets an automatic title: only when the thread has no title and its revision is
+    /// still `expected_revision` (a manual rename in between wins). The new revision is
+    /// `expected_revision + 1`; `updated_at_ms` is not touched. Returns the row after the
+    /// attempt and whether the title was written.
+    pub fn set_title_if_empty(
+        &mut self,
+        id: &str,
+        title: &str,
+        expected_revision: u64,
+    ) -> Result<(Option<crate::ThreadRow>, bool)> {
+        self.transaction(|tx| {
+            let n = tx.conn.execute(
+                "UPDATE threads SET title = ?2, title_revision = ?3 + 1 \
+                 WHERE id = ?1 AND (title IS NULL OR title = '') AND title_revision = ?3",
+                params![id, title, expected_revision as i64],
+            )?;
+            Ok((tx.get_thread(id)?, n > 0))
+        })
+    }
+}
