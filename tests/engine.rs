@@ -97,7 +97,9 @@ impl Env {
         prepare(&ws);
         let mut pc = provider_config(&fp, proto);
         tweak(&mut pc);
-        let cfg = json!({"default_provider": "fake", "providers": {"fake": pc}});
+        // Automatic titles are tested in tests/history.rs; here they would add requests.
+        let cfg = json!({"default_provider": "fake", "providers": {"fake": pc},
+            "agent": {"auto_title": false}});
         std::fs::write(home.join("config.json"), cfg.to_string()).unwrap();
         let mut app = App::spawn_in(&home, &ws, &[]);
         let r = app.call("thread/start", thread);

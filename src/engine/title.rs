@@ -54,7 +54,8 @@ pub fn after_turn(s: &Session, succeeded: bool) {
         return;
     }
     let cfg = s.shared.config();
-    if cfg.agent().auto_title == Some(false) || s.shared.is_closing() {
+    if cfg.agent().auto_title == Some(false) || !s.shared.opts.auto_titles || s.shared.is_closing()
+    {
         return;
     }
     let first_user = s
@@ -74,6 +75,10 @@ pub fn after_turn(s: &Session, succeeded: bool) {
             return;
         }
     };
+    if provider.protocol() == "replay" {
+        // A cassette is a fixed script of answers: an extra request would desync it.
+        return;
+    }
     if !in_flight().lock().insert(s.id.clone()) {
         return;
     }

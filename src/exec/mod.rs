@@ -92,7 +92,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             // Help is the command's whole output: nothing else is on stdout yet.
             use std::io::Write as _;
             let mut out = std::io::stdout().lock();
-            let _ = out.write_all(cli::HELP.as_bytes()).and_then(|_| out.flush());
+            let _ = out
+                .write_all(cli::HELP.as_bytes())
+                .and_then(|_| out.flush());
             return ExitCode::SUCCESS;
         }
         Ok(Command::Run(o)) => *o,
@@ -479,6 +481,7 @@ impl Runner {
         let mut so = ServerOptions::new(self.workdir.clone());
         so.config_file = self.opts.config.clone();
         so.ignore_user_config = self.opts.ignore_user_config;
+        so.auto_titles = false;
         let conn = Connection::start(so).map_err(|e| Fail::new(setup_code(&e), e))?;
         self.conn = Some(conn);
 

@@ -42,6 +42,10 @@ pub struct ServerOptions {
     /// `wuu exec --ignore-user-config`: skip `$WUU_HOME/config.json` (embedded defaults
     /// plus project layers only).
     pub ignore_user_config: bool,
+    /// Generate automatic titles after successful turns (when the config allows it).
+    /// `wuu exec` turns this off: a one-shot run should not spend a model request on a
+    /// title it exits before receiving.
+    pub auto_titles: bool,
 }
 
 impl ServerOptions {
@@ -54,6 +58,7 @@ impl ServerOptions {
             safe_mode: false,
             park_after: Duration::from_secs(60),
             ignore_user_config: false,
+            auto_titles: true,
         }
     }
 }
