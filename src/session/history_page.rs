@@ -652,12 +652,21 @@ impl Session {
             None => read_page(&Source::memory(&self.id, &self.turns), None)?,
         };
         let mut thread = thread_wire(&self.thread, &[], running);
-        thread.latest_completed_turn_id = self
-            .turns
-            .iter()
-            .rev()
-            .find(|t| t.row.status != "in_progress")
-            .map(|t| t.row.id.clone());
+        thread.latest_completed_turn_id = if self.history_loaded {
+            self.turns
+                .iter()
+                .rev()
+                .find(|t| t.row.status != "in_progress")
+                .map(|t| t.row.id.clone())
+        } else {
+            // Not loaded (a revived session serving a page): the newest page holds the
+            // latest turns.
+            page.turns
+                .iter()
+                .rev()
+                .find(|t| t.status != "in_progress")
+                .map(|t| t.id.clone())
+        };
         thread.turns = page.turns;
         thread.history_cursor = page.cursor;
         thread.history_paged = true;

@@ -22,23 +22,40 @@ pub fn load(
     shared: &Shared,
     id: &str,
 ) -> Result<Option<(Store, ThreadRow, Vec<TurnState>)>, String> {
+    let Some((mut store, thread)) = load_thread(shared, id)? else {
+        return Ok(None);
+    };
+    let turns = load_turns(shared, &mut store, id)?;
+    Ok(Some((store, thread, turns)))
+}
+
+/// Loads a persisted conversation's row (not its history) with a fresh connection.
+/// `Ok(None)` when it does not exist.
+pub fn load_thread(shared: &Shared, id: &str) -> Result<Option<(Store, ThreadRow)>, String> {
     if id.starts_with("ephemeral-") {
         return Ok(None);
     }
-    let mut store = Store::open_home(&shared.opts.home).map_err(|e| format!("store: {e}"))?;
+    let store = Store::open_home(&shared.opts.home).map_err(|e| format!("store: {e}"))?;
     let Some(thread) = store.get_thread(id).map_err(|e| format!("store: {e}"))? else {
         return Ok(None);
     };
+    Ok(Some((store, thread)))
+}
+
+/// Loads a conversation's whole history. A turn left running by a dead process is
+/// settled first (no turn is reported running without a live lease); items left in
+/// progress inside settled turns are shown settled.
+pub fn load_turns(shared: &Shared, store: &mut Store, id: &str) -> Result<Vec<TurnState>, String> {
     let mut history = store.load_history(id).map_err(|e| format!("store: {e}"))?;
     if history.iter().any(|t| t.turn.status == "in_progress") {
-        // No turn is reported running without a live lease: taking the lease settles a
-        // dead owner's turn as interrupted; a live owner elsewhere keeps it.
+        // Taking the lease settles a dead owner's turn as interrupted; a live owner
+        // elsewhere keeps it.
         if let Ok(LeaseOutcome::Acquired { .. }) = store.acquire_lease(id, &shared.owner) {
             let _ = store.release_lease(id, &shared.owner);
             history = store.load_history(id).map_err(|e| format!("store: {e}"))?;
         }
     }
-    let turns = history
+    Ok(history
         .into_iter()
         .map(|t| {
             let settled = t.turn.status != "in_progress";
@@ -59,8 +76,7 @@ pub fn load(
             }
             TurnState { items, row: t.turn }
         })
-        .collect();
-    Ok(Some((store, thread, turns)))
+        .collect())
 }
 
 fn invalid(msg: impl Into<String>) -> Refusal {

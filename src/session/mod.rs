@@ -78,8 +78,11 @@ pub struct Session {
     pub store: Option<Store>,
     /// The conversation row (kept in memory for ephemeral ones).
     pub thread: ThreadRow,
-    /// History, oldest turn first.
+    /// History, oldest turn first (loaded on first need after a revival: reading a page
+    /// of a long conversation does not load all of it).
     pub turns: Vec<TurnState>,
+    /// Whether `turns` holds the whole history.
+    pub history_loaded: bool,
     /// True while a turn executes (read by listings).
     pub running: Arc<AtomicBool>,
     /// Set when the session must end after the current message (deleted, shut down).
@@ -144,8 +147,36 @@ impl Session {
         }
     }
 
+    /// Loads the whole history if this revived session has not yet.
+    pub fn ensure_history(&mut self) {
+        if self.history_loaded {
+            return;
+        }
+        let id = self.id.clone();
+        let shared = self.shared.clone();
+        if let Some(store) = self.store.as_mut() {
+            match lifecycle::load_turns(&shared, store, &id) {
+                Ok(turns) => {
+                    self.turns = turns;
+                    self.history_loaded = true;
+                }
+                Err(e) => log::error!("loading the history of {id}: {e}"),
+            }
+        } else {
+            self.history_loaded = true;
+        }
+    }
+
     /// Handles one mailbox message.
     pub fn handle(&mut self, msg: SessionMsg) {
+        let paged_read = matches!(
+            &msg,
+            SessionMsg::Request { req: ClientRequest::ThreadResume(p), .. }
+                if p.conversation_history == Some(true) || p.history_page == Some(true)
+        );
+        if !paged_read && !matches!(msg, SessionMsg::Shutdown { .. }) {
+            self.ensure_history();
+        }
         match msg {
             SessionMsg::Request { req, reply } => self.handle_request(req, reply),
             SessionMsg::Shutdown { done } => {
@@ -212,14 +243,15 @@ pub fn spawn_existing(shared: &Arc<Shared>, thread_id: &str) -> SessionEntry {
     let id = thread_id.to_owned();
     let spawned = std::thread::Builder::new()
         .name(format!("wuu-session-{}", short(&id)))
-        .spawn(move || match lifecycle::load(&shared, &id) {
-            Ok(Some((store, thread, turns))) => Session {
+        .spawn(move || match lifecycle::load_thread(&shared, &id) {
+            Ok(Some((store, thread))) => Session {
                 shared,
                 id,
                 rx,
                 store: Some(store),
                 thread,
-                turns,
+                turns: vec![],
+                history_loaded: false,
                 running,
                 exit: false,
                 mem_inputs: vec![],
@@ -287,6 +319,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         store,
                         thread,
                         turns,
+                        history_loaded: true,
                         running,
                         exit: false,
                         mem_inputs: vec![],
