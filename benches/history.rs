@@ -10,9 +10,9 @@
 //! 3. after opening the big turn's summary (`thread/activity/read`) and reading the
 //!    50 MB item in full through its `remote_content_ref` (`thread/content/read`,
 //!    128 KiB chunks);
-//! 4. after `thread/resume {conversation_history: true}` — which revives the session,
-//!    and a session holds the whole history in memory (engine context), so this step
-//!    shows that cost separately from paging.
+//! 4. after `thread/resume {conversation_history: true}` — which revives the session
+//!    without loading the whole history (a revived session loads it on first need, e.g.
+//!    a new turn), so the newest page is served from the store like the others.
 //!
 //! Run: `cargo bench --bench history` (env `WUU_BENCH_TURNS` overrides 10 000,
 //! `WUU_BENCH_BIG_MB` overrides 50).

@@ -412,3 +412,19 @@ fn model_catalog_refresh_asks_providers_and_keeps_options_on_failure() {
     );
     assert_eq!(e["code"], "invalid_params");
 }
+
+#[test]
+fn requests_read_before_end_of_input_are_all_answered() {
+    for _ in 0..3 {
+        let mut app = App::start(None);
+        app.write_raw(
+            b"{\"id\":\"a\",\"method\":\"thread/start\",\"params\":{}}\n{\"id\":\"b\",\"method\":\"thread/listAll\"}\n{\"id\":\"c\",\"method\":\"thread/list\"}\n",
+        );
+        app.close_stdin();
+        for id in ["a", "b", "c"] {
+            let r = app.response(id);
+            assert!(r.get("result").is_some() || r["error"]["code"] == "server_closed", "{r}");
+        }
+        assert_eq!(app.wait_exit(Duration::from_secs(10)), Some(0));
+    }
+}

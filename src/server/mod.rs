@@ -154,6 +154,16 @@ impl Shared {
         );
         self.registry.shutdown_all(Duration::from_secs(60));
         self.catalog.stop();
+        // Every request read before the end gets its answer (a result, or
+        // `server_closed` from work that refuses to start now).
+        let own = usize::from(reply.as_ref().is_some_and(Responder::counted));
+        let unanswered = self
+            .outbox
+            .wait_answered(own, Duration::from_secs(30))
+            .saturating_sub(own);
+        if unanswered > 0 {
+            log::warn!("{unanswered} request(s) were still unanswered at shutdown");
+        }
         if let Some(r) = reply {
             r.ok(&serde_json::json!({"ok": true}));
         }
@@ -173,14 +183,23 @@ pub struct Responder {
 }
 
 impl Responder {
-    /// A responder for request `id` of `method`.
+    /// A responder for request `id` of `method`. Requests with an id are counted until
+    /// answered, so a shutdown answers everything it has read.
     pub fn new(id: Option<RequestId>, outbox: Outbox, method: &'static str) -> Self {
+        if id.is_some() {
+            outbox.begin_request();
+        }
         Responder {
             id,
             outbox,
             method,
             answered: false,
         }
+    }
+
+    /// Whether this request is counted as in flight (it has an id and no answer yet).
+    pub fn counted(&self) -> bool {
+        self.id.is_some()
     }
 
     /// The method being answered.
@@ -195,6 +214,7 @@ impl Responder {
             let value = serde_json::to_value(result).expect("serialize result");
             let frame = serde_json::to_vec(&Response::ok(id, value)).expect("serialize");
             self.outbox.send(frame);
+            self.outbox.answered();
         }
     }
 
@@ -211,6 +231,7 @@ impl Responder {
             frame.extend_from_slice(result_json);
             frame.push(b'}');
             self.outbox.send(frame);
+            self.outbox.answered();
         }
     }
 
@@ -225,6 +246,7 @@ impl Responder {
         if let Some(id) = self.id.take() {
             let frame = serde_json::to_vec(&Response::err(Some(id), e)).expect("serialize");
             self.outbox.send(frame);
+            self.outbox.answered();
         }
     }
 }

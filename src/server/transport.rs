@@ -178,6 +178,14 @@ impl std::fmt::Display for Overflow {
 #[derive(Clone)]
 pub struct Outbox {
     tx: Sender<Frame>,
+    inflight: std::sync::Arc<InFlight>,
+}
+
+/// Requests read but not yet answered (so shutdown can wait for their answers).
+#[derive(Default)]
+struct InFlight {
+    count: parking_lot::Mutex<usize>,
+    idle: parking_lot::Condvar,
 }
 
 /// How long a notification producer waits for room before declaring [`Overflow`].
@@ -197,6 +205,31 @@ impl Outbox {
     /// Enqueues a frame, waiting as long as it takes (responses: the client asked).
     pub fn send(&self, frame: Vec<u8>) {
         let _ = self.tx.send(Frame::Line(frame));
+    }
+
+    /// Counts a request that will be answered (see [`Outbox::answered`]).
+    pub fn begin_request(&self) {
+        *self.inflight.count.lock() += 1;
+    }
+
+    /// Counts the answer of a request counted by [`Outbox::begin_request`].
+    pub fn answered(&self) {
+        let mut n = self.inflight.count.lock();
+        *n = n.saturating_sub(1);
+        self.inflight.idle.notify_all();
+    }
+
+    /// Waits (at most `limit`) until at most `keep` counted requests are unanswered (the
+    /// caller's own, e.g. `shutdown`); returns how many are unanswered then.
+    pub fn wait_answered(&self, keep: usize, limit: Duration) -> usize {
+        let deadline = std::time::Instant::now() + limit;
+        let mut n = self.inflight.count.lock();
+        while *n > keep {
+            if self.inflight.idle.wait_until(&mut n, deadline).timed_out() {
+                break;
+            }
+        }
+        *n
     }
 
     /// Waits until every frame enqueued before this call has been written and flushed.
@@ -251,7 +284,13 @@ pub fn start_writer(
             }
         })
         .expect("spawn writer thread");
-    (Outbox { tx }, handle)
+    (
+        Outbox {
+            tx,
+            inflight: Default::default(),
+        },
+        handle,
+    )
 }
 
 #[cfg(test)]
