@@ -11,7 +11,7 @@ use wuu::server::{self, ServerOptions};
 const USAGE: &str = "wuu — an agent host for AI coding agents
 
 Usage:
-  wuu app-server --workdir DIR [--config FILE] [--safe-mode]
+  wuu app-server [--workdir DIR] [--config FILE] [--safe-mode]   (DIR defaults to the current directory)
   wuu app-server generate-json-schema --out DIR
   wuu exec [OPTIONS] [PROMPT]            (see `wuu exec --help`)
   wuu debug app-server initialize --workdir DIR [--config FILE]

@@ -24,6 +24,18 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
+/// `s` cut to at most `max` characters (with `…` when cut), for echoing client input
+/// in error messages without echoing megabytes.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_owned()
+    } else {
+        let mut t: String = s.chars().take(max).collect();
+        t.push('…');
+        t
+    }
+}
+
 /// First `max` characters of `s` on one line (whitespace runs folded), for previews.
 pub fn preview(s: &str, max: usize) -> String {
     let folded: String = s.split_whitespace().collect::<Vec<_>>().join(" ");

@@ -423,8 +423,52 @@ fn requests_read_before_end_of_input_are_all_answered() {
         app.close_stdin();
         for id in ["a", "b", "c"] {
             let r = app.response(id);
-            assert!(r.get("result").is_some() || r["error"]["code"] == "server_closed", "{r}");
+            assert!(
+                r.get("result").is_some() || r["error"]["code"] == "server_closed",
+                "{r}"
+            );
         }
         assert_eq!(app.wait_exit(Duration::from_secs(10)), Some(0));
     }
+}
+
+#[test]
+fn corrupt_database_is_reported_by_initialize_and_requests_fail_cleanly() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("wuu.db"), vec![b'g'; 4096]).unwrap();
+    let mut app = App::spawn_in(home.path(), &ws.path().canonicalize().unwrap(), &[]);
+    let r = app.call("initialize", json!({}));
+    assert_eq!(r["status"], "needs_setup", "{r}");
+    assert!(r["issues"].to_string().contains("store_unavailable"), "{r}");
+    let e = app.call_err("thread/start", json!({}));
+    assert_eq!(e["code"], "internal_error");
+    let e = app.call_err("thread/list", json!({}));
+    assert_eq!(e["code"], "internal_error");
+}
+
+#[test]
+fn oversized_ids_titles_and_outside_cwd_are_refused_without_echoing_megabytes() {
+    let mut app = App::start(None);
+    let long_id = "x".repeat(100_000);
+    let id = app.send("thread/rename", json!({"thread_id": long_id, "title": "t"}));
+    let r = app.response(&id);
+    assert_eq!(r["error"]["code"], "invalid_params");
+    assert!(r.to_string().len() < 1000);
+    let t = app.call("thread/start", json!({}));
+    let tid = thread_id(&t);
+    let e = app.call_err(
+        "thread/rename",
+        json!({"thread_id": tid, "title": "y".repeat(10_000)}),
+    );
+    assert_eq!(e["code"], "invalid_params");
+    let e = app.call_err("thread/start", json!({"cwd": "/"}));
+    assert_eq!(e["code"], "invalid_params");
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside the workspace"),
+        "{e}"
+    );
 }

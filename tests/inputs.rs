@@ -703,3 +703,46 @@ fn listings_follow_changes_and_running_status() {
         .clone();
     assert_eq!(row["status"], "idle");
 }
+
+#[test]
+fn a_second_process_sees_fresh_state_and_cannot_archive_a_foreign_execution() {
+    let fake = FakeProvider::start();
+    let mut cfg = config_for(&fake.base_url());
+    cfg["agent"] = json!({"auto_title": false});
+    let mut a = App::start(Some(cfg));
+    let th = a.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut b = App::spawn_in(&a.home.clone(), &a.workdir.clone(), &[]);
+    fake.push(Script::tool_call(
+        "call_1",
+        "bash",
+        r#"{"command":"echo go; sleep 1"}"#,
+    ));
+    fake.push(Script::text(&["Done."]));
+    let turn = start_turn(&mut a, &th, "work");
+    a.notification("item/toolCall/outputDelta");
+    // B loads the conversation while A runs it.
+    let r = b.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    assert_eq!(r["thread"]["turns"][0]["status"], "in_progress");
+    let e = b.call_err("thread/archive", json!({"thread_id": th, "archived": true}));
+    assert_eq!(e["code"], "thread_busy", "{e}");
+    turn_end(&mut a, &turn);
+    // After A settles, B's view is fresh.
+    let r = b.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    let t0 = &r["thread"]["turns"][0];
+    assert_eq!(t0["status"], "completed", "{r}");
+    assert_eq!(
+        t0["items"].as_array().unwrap().last().unwrap()["text"],
+        "Done."
+    );
+    let r = b.call("thread/archive", json!({"thread_id": th, "archived": true}));
+    assert_eq!(r["thread"]["archived"], true);
+}

@@ -434,7 +434,12 @@ fn validate_providers(out: &mut LoadedConfig) {
                 message: format!("default_provider `{d}` is not in providers"),
             });
         }
-    } else if providers.is_empty() && !out.issues.iter().any(|i| i.code == "missing_user_config") {
+    } else if providers.is_empty()
+        && !out
+            .issues
+            .iter()
+            .any(|i| i.code == "missing_user_config" || i.code == "invalid_config")
+    {
         out.issues.push(ConfigIssue {
             code: "invalid_config",
             provider: None,

@@ -392,7 +392,8 @@ pub fn file_media_type(path: &Path) -> &'static str {
     }
 }
 
-/// Reads one attachment (relative to `base`) into its wire shape
+/// Reads one attachment (relative paths: relative to `base`; exec passes the process
+/// working directory, like every other path option) into its wire shape
 /// `{media_type, data(base64), filename?}` (spec §2.5). Errors: missing, a directory,
 /// empty, unreadable, or (images) an unknown image extension.
 pub fn load_attachment(

@@ -464,18 +464,18 @@ impl Runner {
             .opts
             .images
             .iter()
-            .map(|p| cli::load_attachment(&self.workdir, p, true))
+            .map(|p| cli::load_attachment(std::path::Path::new(""), p, true))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
         let files = self
             .opts
             .files
             .iter()
-            .map(|p| cli::load_attachment(&self.workdir, p, false))
+            .map(|p| cli::load_attachment(std::path::Path::new(""), p, false))
             .collect::<Result<Vec<_>, _>>()
             .map_err(invalid)?;
         if let Some(p) = self.opts.output_schema.clone() {
-            self.schema = Some(load_schema(&self.workdir.join(p)).map_err(invalid)?);
+            self.schema = Some(load_schema(&p).map_err(invalid)?);
         }
 
         let mut so = ServerOptions::new(self.workdir.clone());

@@ -205,6 +205,8 @@ pub struct Parser {
     finish_reason: Option<String>,
     usage: Option<Usage>,
     response_id: Option<String>,
+    /// Whether any chunk carried a choice (an answer of some kind).
+    saw_choice: bool,
 }
 
 impl Parser {
@@ -220,6 +222,7 @@ impl Parser {
             finish_reason: None,
             usage: None,
             response_id: None,
+            saw_choice: false,
         }
     }
 
@@ -391,6 +394,13 @@ impl WireParser for Parser {
         out: &mut Vec<StreamEvent>,
     ) -> Option<Result<StreamEvent, AttemptError>> {
         if ev.data.trim() == "[DONE]" {
+            // `[DONE]` without a finish reason after nothing at all, or while a tool
+            // call is still open, is a broken stream: its calls must never run.
+            if self.finish_reason.is_none() && (!self.saw_choice || !self.open.is_empty()) {
+                return Some(Err(AttemptError::incomplete(
+                    "stream ended with [DONE] before a finish reason",
+                )));
+            }
             return Some(Ok(self.done(out)));
         }
         let v = parse_data(ev)?;
@@ -417,6 +427,7 @@ impl WireParser for Parser {
             .and_then(Value::as_array)
             .and_then(|c| c.first());
         let choice = choice?;
+        self.saw_choice = true;
         if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
             let reasoning = delta
                 .get("reasoning_content")
@@ -633,5 +644,26 @@ mod tests {
         );
         assert_eq!(b["reasoning"]["effort"], "high");
         assert!(b["messages"][2].get("reasoning_content").is_none());
+    }
+
+    #[test]
+    fn done_without_finish_reason_is_incomplete_when_empty_or_mid_tool_call() {
+        let (_, t) = run("data: [DONE]\n\n");
+        assert!(t.is_err(), "an empty stream is not an answer");
+        let body = chunk(
+            json!({"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"bash","arguments":"{\"command\": \"py"}}]}),
+            None,
+        ) + "data: [DONE]\n\n";
+        let (out, t) = run(&body);
+        assert!(t.is_err(), "a half tool call must not complete");
+        assert!(!out
+            .iter()
+            .any(|e| matches!(e, StreamEvent::ToolCallEnd { .. })));
+        let body = chunk(json!({"content":"hi"}), None) + "data: [DONE]\n\n";
+        let (_, t) = run(&body);
+        assert!(
+            t.is_ok(),
+            "text then [DONE] without a finish reason is tolerated"
+        );
     }
 }

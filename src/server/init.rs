@@ -176,13 +176,36 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
             models: p.models.clone().unwrap_or_default(),
         })
         .collect();
+    let mut issues = issues;
+    // The lease thread opens the database right after start; give it a moment so a
+    // first `initialize` can report an unusable store (no disk access here).
+    let waited = std::time::Instant::now();
+    while !shared
+        .store_checked
+        .load(std::sync::atomic::Ordering::SeqCst)
+        && waited.elapsed() < std::time::Duration::from_secs(2)
+    {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    if let Some(e) = shared.store_error.lock().clone() {
+        issues.push(RuntimeIssue {
+            code: "store_unavailable".into(),
+            provider: None,
+            message: e,
+        });
+    }
     let caps = shared.capabilities.read().clone();
     let reverse: Vec<String> = caps.reverse_rpc.map(|r| r.methods).unwrap_or_default();
     let browser = crate::session::reverse::BROWSER_METHODS
         .iter()
         .all(|m| reverse.iter().any(|r| r == m));
     InitializeResult {
-        status: if cfg.ready() { "ready" } else { "needs_setup" }.into(),
+        status: if cfg.ready() && shared.store_error.lock().is_none() {
+            "ready"
+        } else {
+            "needs_setup"
+        }
+        .into(),
         issues,
         protocol_version: PROTOCOL_VERSION.into(),
         core: CoreIdentity {

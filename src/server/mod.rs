@@ -94,6 +94,11 @@ pub struct Shared {
     pub providers: Mutex<std::collections::HashMap<String, Arc<dyn crate::provider::Provider>>>,
     /// Live runs of this process: run id → conversation id.
     pub live_runs: Mutex<std::collections::HashMap<String, String>>,
+    /// Why the database cannot be used, when the lease thread could not open it
+    /// (reported by `initialize` as a `store_unavailable` issue).
+    pub store_error: Mutex<Option<String>>,
+    /// Set once the lease thread has tried to open the database.
+    pub store_checked: AtomicBool,
     /// Runs of ephemeral conversations (never stored).
     pub ephemeral_runs: Mutex<std::collections::HashMap<String, wuu_protocol::Run>>,
     shutdown_once: Mutex<bool>,
@@ -324,6 +329,8 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         providers: Mutex::new(Default::default()),
         live_runs: Mutex::new(Default::default()),
         ephemeral_runs: Mutex::new(Default::default()),
+        store_error: Mutex::new(None),
+        store_checked: AtomicBool::new(false),
         shutdown_once: Mutex::new(false),
     });
     let hb = Arc::downgrade(&shared);
@@ -343,13 +350,18 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let home = s.opts.home.clone();
     let owner = s.owner.clone();
     drop(s);
-    let mut store = match wuu_store::Store::open_home(&home) {
-        Ok(s) => s,
-        Err(e) => {
+    let opened = wuu_store::Store::open_home(&home);
+    if let Some(s) = shared.upgrade() {
+        if let Err(e) = &opened {
             log::error!("cannot open the store under {}: {e}", home.display());
-            return;
+            *s.store_error.lock() = Some(format!(
+                "the database {} cannot be used: {e}",
+                home.join(wuu_store::DB_FILE).display()
+            ));
         }
-    };
+        s.store_checked.store(true, Ordering::SeqCst);
+    }
+    let Ok(mut store) = opened else { return };
     if let Err(e) = store.heartbeat(&owner) {
         log::warn!("lease heartbeat: {e}");
     }

@@ -11,6 +11,9 @@ use wuu_protocol::{
     Route,
 };
 
+/// Longest accepted conversation id, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Reads and routes lines until end of input or `shutdown`.
 pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
     let mut buf = Vec::with_capacity(8 * 1024);
@@ -121,6 +124,17 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
     match decoded.route() {
         Route::Inline => init::handle_inline(shared, decoded, reply),
         Route::Spawn => crate::session::spawn_new(shared, decoded, reply),
+        Route::Session(thread_id) | Route::Resolve(Some(thread_id))
+            if thread_id.trim().len() > MAX_ID_BYTES =>
+        {
+            reply.err(
+                ErrorCode::InvalidParams,
+                format!(
+                    "invalid params: thread id {:?} is longer than {MAX_ID_BYTES} bytes",
+                    crate::util::clip(&thread_id, 40)
+                ),
+            );
+        }
         Route::Session(thread_id) => {
             let thread_id = thread_id.trim().to_owned();
             if thread_id.is_empty() {

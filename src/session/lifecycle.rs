@@ -14,6 +14,9 @@ use wuu_protocol::*;
 use wuu_store::{DeleteOutcome, ItemRow, LeaseOutcome, Store, ThreadRow};
 
 type Refusal = (ErrorCode, String);
+
+/// Longest accepted title, in characters.
+pub const MAX_TITLE_CHARS: usize = 500;
 type Created = (Option<Store>, ThreadRow, Vec<TurnState>);
 
 /// Loads a persisted conversation and its history with a fresh connection.
@@ -157,10 +160,18 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
             if !abs.is_dir() {
                 return Err(invalid(format!(
                     "cwd: {} is not a directory",
-                    abs.display()
+                    crate::util::clip(&abs.to_string_lossy(), 200)
                 )));
             }
-            abs.canonicalize().unwrap_or(abs)
+            let abs = abs.canonicalize().unwrap_or(abs);
+            if !abs.starts_with(&shared.opts.workdir) {
+                return Err(invalid(format!(
+                    "cwd: {} is outside the workspace {}",
+                    crate::util::clip(&abs.to_string_lossy(), 200),
+                    shared.opts.workdir.display()
+                )));
+            }
+            abs
         }
         None => shared.opts.workdir.clone(),
     };
@@ -386,6 +397,12 @@ impl Session {
 
     pub(super) fn rename(&mut self, p: ThreadRenameParams, reply: Responder) {
         let title = p.title.trim().to_owned();
+        if title.chars().count() > MAX_TITLE_CHARS {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                format!("invalid params: title: longer than {MAX_TITLE_CHARS} characters"),
+            );
+        }
         let revision = p.title_revision.unwrap_or(self.thread.title_revision + 1);
         // Revisions only grow: an explicit revision at or below the stored one is stale.
         if revision < self.thread.title_revision
@@ -425,6 +442,27 @@ impl Session {
         }
         let id = self.id.clone();
         let archived = p.archived;
+        if archived {
+            // A live execution in another wuu process blocks archiving (mutation lease).
+            let owner = self.shared.owner.clone();
+            if let Some(store) = self.store.as_mut() {
+                match store.acquire_lease(&id, &owner) {
+                    Ok(LeaseOutcome::Busy(o)) => {
+                        return reply.err(
+                            ErrorCode::ThreadBusy,
+                            format!(
+                                "thread {id:?} is executing in another wuu process (pid {}); it cannot be archived there from here",
+                                o.pid
+                            ),
+                        )
+                    }
+                    Ok(_) => {
+                        let _ = store.release_lease(&id, &owner);
+                    }
+                    Err(e) => return reply.err(ErrorCode::InternalError, format!("store: {e}")),
+                }
+            }
+        }
         match self.persist(|s| s.set_archived(&id, archived, None)) {
             Err((c, m)) => return reply.err(c, m),
             Ok(Some(row)) => self.thread = row,

@@ -147,6 +147,29 @@ impl Session {
         }
     }
 
+    /// Another wuu process may have changed this conversation (a turn it ran, a rename):
+    /// when idle, re-read the row (a primary-key lookup) and, if it moved, the history.
+    fn refresh_from_store(&mut self) {
+        if self.running.load(Ordering::SeqCst) {
+            return;
+        }
+        let Some(store) = self.store.as_ref() else {
+            return;
+        };
+        let Ok(Some(row)) = store.get_thread(&self.id) else {
+            return;
+        };
+        if row == self.thread {
+            return;
+        }
+        let moved = row.updated_at_ms != self.thread.updated_at_ms;
+        self.thread = row;
+        if moved && self.history_loaded {
+            self.history_loaded = false;
+            self.ensure_history();
+        }
+    }
+
     /// Loads the whole history if this revived session has not yet.
     pub fn ensure_history(&mut self) {
         if self.history_loaded {
@@ -174,6 +197,9 @@ impl Session {
             SessionMsg::Request { req: ClientRequest::ThreadResume(p), .. }
                 if p.conversation_history == Some(true) || p.history_page == Some(true)
         );
+        if !matches!(msg, SessionMsg::Shutdown { .. } | SessionMsg::Title { .. }) {
+            self.refresh_from_store();
+        }
         if !paged_read && !matches!(msg, SessionMsg::Shutdown { .. }) {
             self.ensure_history();
         }
