@@ -215,7 +215,8 @@ impl Server {
         std::fs::create_dir_all(&ws).unwrap();
         let cfg = serde_json::json!({"default_provider": "fake", "providers": {"fake": {
             "type": "openai-compatible", "base_url": base_url, "model": "fake-model",
-            "max_retries": 0, "stream_idle_timeout_ms": 30_000}}});
+            "max_retries": 0, "stream_idle_timeout_ms": 30_000}},
+            "agent": {"auto_title": false}});
         std::fs::write(home.join("config.json"), cfg.to_string()).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_wuu"))
             .arg("app-server")
