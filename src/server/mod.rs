@@ -218,7 +218,7 @@ impl Responder {
         if let Some(id) = self.id.take() {
             let value = serde_json::to_value(result).expect("serialize result");
             let frame = serde_json::to_vec(&Response::ok(id, value)).expect("serialize");
-            self.outbox.send(frame);
+            self.outbox.send_direct(frame);
             self.outbox.answered();
         }
     }
@@ -235,7 +235,7 @@ impl Responder {
             frame.extend_from_slice(b",\"result\":");
             frame.extend_from_slice(result_json);
             frame.push(b'}');
-            self.outbox.send(frame);
+            self.outbox.send_direct(frame);
             self.outbox.answered();
         }
     }
@@ -250,7 +250,7 @@ impl Responder {
         self.answered = true;
         if let Some(id) = self.id.take() {
             let frame = serde_json::to_vec(&Response::err(Some(id), e)).expect("serialize");
-            self.outbox.send(frame);
+            self.outbox.send_direct(frame);
             self.outbox.answered();
         }
     }

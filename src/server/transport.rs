@@ -179,6 +179,17 @@ impl std::fmt::Display for Overflow {
 pub struct Outbox {
     tx: Sender<Frame>,
     inflight: std::sync::Arc<InFlight>,
+    out: std::sync::Arc<Output>,
+}
+
+/// The sink, shared by the writer thread and uncontended direct writes
+/// ([`Outbox::send_direct`]). `queued` counts line frames enqueued but not yet written,
+/// changed only under the sink lock by the writer, so a direct write can never overtake
+/// a queued frame.
+struct Output {
+    sink: parking_lot::Mutex<Box<dyn FrameSink>>,
+    queued: std::sync::atomic::AtomicUsize,
+    broken: std::sync::atomic::AtomicBool,
 }
 
 /// Requests read but not yet answered (so shutdown can wait for their answers).
@@ -194,17 +205,48 @@ pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(30);
 impl Outbox {
     /// Enqueues a serialized frame, waiting at most `deadline` for room.
     pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.out.queued.fetch_add(1, SeqCst);
         match self.tx.send_timeout(Frame::Line(frame), deadline) {
             Ok(()) => Ok(()),
-            Err(SendTimeoutError::Timeout(_)) => Err(Overflow),
+            Err(SendTimeoutError::Timeout(_)) => {
+                self.out.queued.fetch_sub(1, SeqCst);
+                Err(Overflow)
+            }
             // The writer is gone (output closed): nothing can be delivered any more.
-            Err(SendTimeoutError::Disconnected(_)) => Ok(()),
+            Err(SendTimeoutError::Disconnected(_)) => {
+                self.out.queued.fetch_sub(1, SeqCst);
+                Ok(())
+            }
         }
     }
 
     /// Enqueues a frame, waiting as long as it takes (responses: the client asked).
     pub fn send(&self, frame: Vec<u8>) {
-        let _ = self.tx.send(Frame::Line(frame));
+        use std::sync::atomic::Ordering::SeqCst;
+        self.out.queued.fetch_add(1, SeqCst);
+        if self.tx.send(Frame::Line(frame)).is_err() {
+            self.out.queued.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Writes a response frame at once when the output is idle (nothing queued, the
+    /// writer not writing), saving the hand-off to the writer thread; otherwise
+    /// enqueues it behind what is queued. Order is kept either way.
+    pub fn send_direct(&self, frame: Vec<u8>) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if let Some(mut sink) = self.out.sink.try_lock() {
+            if self.out.queued.load(SeqCst) == 0 && !self.out.broken.load(SeqCst) {
+                log::trace!("out: {}", String::from_utf8_lossy(&frame));
+                let r = sink.write_frame(&frame).and_then(|_| sink.flush());
+                if let Err(e) = r {
+                    log::warn!("output closed: {e}");
+                    self.out.broken.store(true, SeqCst);
+                }
+                return;
+            }
+        }
+        self.send(frame);
     }
 
     /// Counts a request that will be answered (see [`Outbox::answered`]).
@@ -246,41 +288,53 @@ impl Outbox {
 /// closed the stream) is logged once; later frames are discarded so producers never block
 /// on a dead client. `on_closed` runs once when that happens.
 pub fn start_writer(
-    mut sink: Box<dyn FrameSink>,
+    sink: Box<dyn FrameSink>,
     on_closed: Box<dyn Fn() + Send>,
 ) -> (Outbox, JoinHandle<()>) {
+    use std::sync::atomic::Ordering::SeqCst;
     let (tx, rx) = bounded::<Frame>(OUTBOX_CAPACITY);
+    let out = std::sync::Arc::new(Output {
+        sink: parking_lot::Mutex::new(sink),
+        queued: Default::default(),
+        broken: Default::default(),
+    });
+    let out2 = out.clone();
     let handle = std::thread::Builder::new()
         .name("wuu-writer".into())
         .spawn(move || {
-            let mut broken = false;
+            let mut told = false;
             for frame in rx.iter() {
                 match frame {
                     Frame::Line(bytes) => {
-                        if broken {
-                            continue;
+                        let mut sink = out2.sink.lock();
+                        if !out2.broken.load(SeqCst) {
+                            log::trace!("out: {}", String::from_utf8_lossy(&bytes));
+                            let mut r = sink.write_frame(&bytes);
+                            if r.is_ok() && rx.is_empty() {
+                                r = sink.flush();
+                            }
+                            if let Err(e) = r {
+                                log::warn!("output closed: {e}");
+                                out2.broken.store(true, SeqCst);
+                            }
                         }
-                        log::trace!("out: {}", String::from_utf8_lossy(&bytes));
-                        let mut r = sink.write_frame(&bytes);
-                        if r.is_ok() && rx.is_empty() {
-                            r = sink.flush();
-                        }
-                        if let Err(e) = r {
-                            log::warn!("output closed: {e}");
-                            broken = true;
-                            on_closed();
-                        }
+                        out2.queued.fetch_sub(1, SeqCst);
+                        drop(sink);
                     }
                     Frame::Flush(ack) => {
-                        if !broken {
-                            let _ = sink.flush();
+                        if !out2.broken.load(SeqCst) {
+                            let _ = out2.sink.lock().flush();
                         }
                         let _ = ack.send(());
                     }
                 }
+                if out2.broken.load(SeqCst) && !told {
+                    told = true;
+                    on_closed();
+                }
             }
-            if !broken {
-                let _ = sink.flush();
+            if !out2.broken.load(SeqCst) {
+                let _ = out2.sink.lock().flush();
             }
         })
         .expect("spawn writer thread");
@@ -288,6 +342,7 @@ pub fn start_writer(
         Outbox {
             tx,
             inflight: Default::default(),
+            out,
         },
         handle,
     )
