@@ -472,3 +472,34 @@ fn oversized_ids_titles_and_outside_cwd_are_refused_without_echoing_megabytes() 
         "{e}"
     );
 }
+
+#[test]
+fn listings_see_another_process_within_the_heartbeat_interval() {
+    let mut a = App::start(None);
+    a.call("thread/start", json!({}));
+    let mut b = App::spawn_in(&a.home.clone(), &a.workdir.clone(), &[]);
+    assert_eq!(
+        b.call("thread/list", json!({}))["threads"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // B answers from its cache until it notices A's commit (lease-thread heartbeat).
+    a.call("thread/start", json!({}));
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let n = b.call("thread/list", json!({}))["threads"]
+            .as_array()
+            .unwrap()
+            .len();
+        if n == 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "B never saw A's conversation"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -191,7 +191,11 @@ pub fn apply(s: &mut Session, expected_revision: u64, title: Result<String, Stri
     }
     let id = s.id.clone();
     let written = match s.store.as_mut() {
-        Some(st) => match st.set_title_if_empty(&id, &title, expected_revision) {
+        Some(st) => match st
+            .set_title_if_empty(&id, &title, expected_revision)
+            .inspect(|_| {
+                s.shared.threads_changed();
+            }) {
             Ok((Some(row), written)) => {
                 s.thread.title = row.title;
                 s.thread.title_revision = row.title_revision;

@@ -88,6 +88,30 @@ impl CatalogPool {
     }
 }
 
+/// The store filter of a listing request (`thread/list`, `thread/listAll`,
+/// `thread/listArchived`), or `None` for other requests.
+pub fn listing_filter(shared: &Shared, req: &ClientRequest) -> Option<ThreadFilter> {
+    let workdir = shared.opts.workdir.to_string_lossy().into_owned();
+    match req {
+        ClientRequest::ThreadList(p) => Some(ThreadFilter {
+            cwd: Some(p.cwd.clone().filter(|c| !c.is_empty()).unwrap_or(workdir)),
+            archived: Some(false),
+            limit: None,
+        }),
+        ClientRequest::ThreadListAll(_) => Some(ThreadFilter {
+            cwd: None,
+            archived: Some(false),
+            limit: None,
+        }),
+        ClientRequest::ThreadListArchived(_) => Some(ThreadFilter {
+            cwd: None,
+            archived: Some(true),
+            limit: None,
+        }),
+        _ => None,
+    }
+}
+
 /// Per-worker cache of serialized listings, valid while neither the database
 /// (`PRAGMA data_version`) nor the live sessions' running flags changed.
 #[derive(Default)]
@@ -104,6 +128,7 @@ fn handle(
 ) {
     let workdir = shared.opts.workdir.to_string_lossy().into_owned();
     let mut list = |filter: ThreadFilter, store: &Store, reply: Responder| {
+        let list_gen = shared.list_gen.load(std::sync::atomic::Ordering::SeqCst);
         let version = store.data_version().ok();
         let gen = shared.registry.generation();
         if let Some(v) = version {
@@ -112,6 +137,10 @@ fn handle(
                 .iter()
                 .find(|(f, dv, g, _)| *f == filter && *dv == v && *g == gen)
             {
+                let mut shared_cache = shared.list_cache.lock();
+                shared_cache.retain(|(f, ..)| *f != filter);
+                shared_cache.push((filter, list_gen, gen, Arc::new(bytes.clone())));
+                drop(shared_cache);
                 return reply.ok_raw(bytes);
             }
         }
@@ -126,8 +155,15 @@ fn handle(
                 if let Some(v) = version {
                     cache.entries.retain(|(f, ..)| *f != filter);
                     cache.entries.truncate(7);
-                    cache.entries.push((filter, v, gen, bytes.clone()));
+                    cache.entries.push((filter.clone(), v, gen, bytes.clone()));
                 }
+                // Share it with the reader thread, valid until this process changes a
+                // conversation (or the lease thread sees another process's commit).
+                let mut shared_cache = shared.list_cache.lock();
+                shared_cache.retain(|(f, ..)| *f != filter);
+                shared_cache.truncate(7);
+                shared_cache.push((filter, list_gen, gen, Arc::new(bytes.clone())));
+                drop(shared_cache);
                 reply.ok_raw(&bytes)
             }
             Err(e) => reply.err(ErrorCode::InternalError, format!("listing failed: {e}")),

@@ -26,6 +26,10 @@ use wuu_protocol::{
 };
 use wuu_store::LeaseOwner;
 
+/// A serialized listing and the generations it is valid for:
+/// `(filter, list_gen, registry generation, bytes)`.
+pub type CachedListing = (wuu_store::ThreadFilter, u64, u64, Arc<Vec<u8>>);
+
 /// How the server was started.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -94,6 +98,12 @@ pub struct Shared {
     pub providers: Mutex<std::collections::HashMap<String, Arc<dyn crate::provider::Provider>>>,
     /// Live runs of this process: run id → conversation id.
     pub live_runs: Mutex<std::collections::HashMap<String, String>>,
+    /// Changes whenever this process changes conversations in the store (listing cache
+    /// validity; see [`Shared::threads_changed`]).
+    pub list_gen: std::sync::atomic::AtomicU64,
+    /// Serialized listings the reader may answer inline while nothing changed:
+    /// filter → (list_gen, registry generation, bytes).
+    pub list_cache: Mutex<Vec<CachedListing>>,
     /// Why the database cannot be used, when the lease thread could not open it
     /// (reported by `initialize` as a `store_unavailable` issue).
     pub store_error: Mutex<Option<String>>,
@@ -130,6 +140,24 @@ impl Shared {
         };
         let frame = serde_json::to_vec(&n).expect("serialize notification");
         self.outbox.send_within(frame, transport::NOTIFY_DEADLINE)
+    }
+
+    /// Invalidates cached listings: call after changing a conversation in the store.
+    /// (Changes by other processes are noticed by the lease thread within its heartbeat
+    /// interval, and by the catalog pool at once through `PRAGMA data_version`.)
+    pub fn threads_changed(&self) {
+        self.list_gen.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A cached listing for `filter` that is still valid.
+    pub fn cached_listing(&self, filter: &wuu_store::ThreadFilter) -> Option<Arc<Vec<u8>>> {
+        let gen = self.list_gen.load(Ordering::SeqCst);
+        let reg = self.registry.generation();
+        self.list_cache
+            .lock()
+            .iter()
+            .find(|(f, g, r, _)| f == filter && *g == gen && *r == reg)
+            .map(|(.., b)| b.clone())
     }
 
     /// Whether shutdown began.
@@ -330,6 +358,8 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         live_runs: Mutex::new(Default::default()),
         ephemeral_runs: Mutex::new(Default::default()),
         store_error: Mutex::new(None),
+        list_gen: Default::default(),
+        list_cache: Mutex::new(vec![]),
         store_checked: AtomicBool::new(false),
         shutdown_once: Mutex::new(false),
     });
@@ -362,6 +392,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         s.store_checked.store(true, Ordering::SeqCst);
     }
     let Ok(mut store) = opened else { return };
+    let mut last_version: Option<i64> = None;
     if let Err(e) = store.heartbeat(&owner) {
         log::warn!("lease heartbeat: {e}");
     }
@@ -378,6 +409,16 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         }
         if let Err(e) = store.heartbeat(&owner) {
             log::warn!("lease heartbeat: {e}");
+        }
+        // Commits by other connections (other processes included) since the last beat
+        // invalidate cached listings.
+        if let Ok(v) = store.data_version() {
+            if Some(v) != last_version {
+                last_version = Some(v);
+                if let Some(s) = shared.upgrade() {
+                    s.threads_changed();
+                }
+            }
         }
     }
 }

@@ -164,7 +164,20 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
                 },
             );
         }
-        Route::Resolve(_) | Route::Catalog => shared.catalog.submit(decoded, reply),
+        Route::Catalog => {
+            // A listing that nothing has changed since it was built is answered here,
+            // from memory (no disk, no hand-off).
+            let cached = super::catalog::listing_filter(shared, &decoded)
+                .and_then(|f| shared.cached_listing(&f));
+            match cached {
+                Some(bytes) => {
+                    log::trace!("listing answered from the cache");
+                    reply.ok_raw(&bytes)
+                }
+                None => shared.catalog.submit(decoded, reply),
+            }
+        }
+        Route::Resolve(_) => shared.catalog.submit(decoded, reply),
     }
     Flow::Continue
 }

@@ -245,6 +245,12 @@ impl Outbox {
                 }
                 return;
             }
+            log::trace!(
+                "direct write deferred: {} frame(s) queued",
+                self.out.queued.load(SeqCst)
+            );
+        } else {
+            log::trace!("direct write deferred: the writer is busy");
         }
         self.send(frame);
     }

@@ -209,6 +209,7 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
     store
         .insert_thread(&thread)
         .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+    shared.threads_changed();
     Ok((Some(store), thread, vec![]))
 }
 
@@ -331,6 +332,7 @@ pub fn fork(shared: &Arc<Shared>, p: ThreadForkParams) -> Result<Created, Refusa
             row: t.turn,
         })
         .collect();
+    shared.threads_changed();
     Ok((Some(store), thread, turns))
 }
 
@@ -366,10 +368,12 @@ impl Session {
         &mut self,
         f: impl FnOnce(&mut Store) -> Result<T, wuu_store::StoreError>,
     ) -> Result<T, (ErrorCode, String)> {
-        match self.store.as_mut() {
+        let r = match self.store.as_mut() {
             None => Ok(T::default()),
             Some(s) => f(s).map_err(|e| (ErrorCode::InternalError, format!("store: {e}"))),
-        }
+        };
+        self.shared.threads_changed();
+        r
     }
 
     pub(super) fn resume(&mut self, p: ThreadResumeParams, reply: Responder) {
@@ -505,6 +509,7 @@ impl Session {
             Err(e) => return reply.err(ErrorCode::InternalError, format!("store: {e}")),
         }
         let outcome = store.delete_thread(&id, only_if_archived);
+        self.shared.threads_changed();
         let _ = store.release_lease(&id, &owner);
         match outcome {
             Ok(DeleteOutcome::Deleted) => {
