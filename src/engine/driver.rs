@@ -520,52 +520,8 @@ impl<'a> Driver<'a> {
                 }
             }
             match ev {
-                StreamEvent::TextDelta { text } => {
-                    let idx = match self.agent_item {
-                        Some(i) => i,
-                        None => {
-                            let i = self.new_item("agent_message");
-                            self.item(i).text = Some(String::new());
-                            self.announce_started(i);
-                            self.agent_item = Some(i);
-                            i
-                        }
-                    };
-                    self.item(idx)
-                        .text
-                        .get_or_insert_with(String::new)
-                        .push_str(&text);
-                    let n = AgentMessageDelta {
-                        thread_id: self.thread_id(),
-                        turn_id: self.turn_id(),
-                        item_id: self.s.turns[self.turn_idx].items[idx].id.clone(),
-                        delta: text,
-                    };
-                    self.notify(&n);
-                }
-                StreamEvent::ReasoningDelta { text } => {
-                    let idx = match self.reasoning_item {
-                        Some(i) => i,
-                        None => {
-                            let i = self.new_item("reasoning");
-                            self.item(i).text = Some(String::new());
-                            self.announce_started(i);
-                            self.reasoning_item = Some(i);
-                            i
-                        }
-                    };
-                    self.item(idx)
-                        .text
-                        .get_or_insert_with(String::new)
-                        .push_str(&text);
-                    let n = ReasoningDelta {
-                        thread_id: self.thread_id(),
-                        turn_id: self.turn_id(),
-                        item_id: self.s.turns[self.turn_idx].items[idx].id.clone(),
-                        delta: text,
-                    };
-                    self.notify(&n);
-                }
+                StreamEvent::TextDelta { text } => self.append_text(false, text),
+                StreamEvent::ReasoningDelta { text } => self.append_text(true, text),
                 StreamEvent::ReasoningDone { block } => {
                     let idx = match self.reasoning_item.take() {
                         Some(i) => i,
@@ -799,6 +755,55 @@ impl<'a> Driver<'a> {
                     self.s.turns[self.turn_idx].items.remove(i);
                 }
             }
+        }
+    }
+
+    /// Appends streamed text to this step's open agent-message (or reasoning) item,
+    /// opening it first, and announces the delta.
+    fn append_text(&mut self, reasoning: bool, text: String) {
+        let open = if reasoning {
+            self.reasoning_item
+        } else {
+            self.agent_item
+        };
+        let idx = match open {
+            Some(i) => i,
+            None => {
+                let i = self.new_item(if reasoning {
+                    "reasoning"
+                } else {
+                    "agent_message"
+                });
+                self.item(i).text = Some(String::new());
+                self.announce_started(i);
+                if reasoning {
+                    self.reasoning_item = Some(i);
+                } else {
+                    self.agent_item = Some(i);
+                }
+                i
+            }
+        };
+        self.item(idx)
+            .text
+            .get_or_insert_with(String::new)
+            .push_str(&text);
+        let (thread_id, turn_id) = (self.thread_id(), self.turn_id());
+        let item_id = self.s.turns[self.turn_idx].items[idx].id.clone();
+        if reasoning {
+            self.notify(&ReasoningDelta {
+                thread_id,
+                turn_id,
+                item_id,
+                delta: text,
+            });
+        } else {
+            self.notify(&AgentMessageDelta {
+                thread_id,
+                turn_id,
+                item_id,
+                delta: text,
+            });
         }
     }
 
