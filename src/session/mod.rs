@@ -163,6 +163,10 @@ impl Session {
             return;
         }
         let moved = row.updated_at_ms != self.thread.updated_at_ms;
+        log::debug!(
+            "conversation {} changed in the store (history moved: {moved})",
+            self.id
+        );
         self.thread = row;
         if moved && self.history_loaded {
             self.history_loaded = false;
