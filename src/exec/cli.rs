@@ -251,9 +251,40 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             return Err(InvalidInput("--image/--file need a path".into()));
         }
     }
+    // Go flag semantics (spec §2.2): options end at the first prompt word. Say so when
+    // the prompt swallowed something that looks like one of our options.
+    for w in &positional {
+        let name = w.trim_start_matches('-').split('=').next().unwrap_or("");
+        if w.starts_with('-') && KNOWN_FLAGS.contains(&name) {
+            log::warn!(
+                "`{w}` comes after the prompt and is part of it; put options before the prompt"
+            );
+        }
+    }
     o.prompt_args = positional;
     Ok(Command::Run(Box::new(o)))
 }
+
+/// Option names of `wuu exec`, to notice them inside the prompt.
+const KNOWN_FLAGS: &[&str] = &[
+    "json",
+    "model",
+    "provider",
+    "permission-mode",
+    "cd",
+    "workdir",
+    "config",
+    "ignore-user-config",
+    "ephemeral",
+    "output-schema",
+    "output-last-message",
+    "timeout",
+    "max-turns",
+    "image",
+    "file",
+    "last",
+    "fork",
+];
 
 fn os_string(v: OsString) -> Result<String, InvalidInput> {
     v.into_string()
