@@ -420,16 +420,7 @@ mod tests {
     use crate::provider::{ChatMessage, FailureKind};
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
-        let mut p = Parser::new("a", "claude");
-        let mut out = vec![];
-        let mut r = super::super::sse::SseReader::new(body.as_bytes());
-        while let Some(ev) = r.next_event().unwrap() {
-            if let Some(t) = p.on_event(&ev, &mut out) {
-                return (out, t);
-            }
-        }
-        let t = p.on_eof(&mut out);
-        (out, t)
+        crate::provider::parse_body(&mut Parser::new("a", "claude"), body)
     }
 
     #[test]

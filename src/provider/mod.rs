@@ -447,6 +447,24 @@ pub(crate) trait WireParser: Send {
     fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, retry::AttemptError>;
 }
 
+/// Test helper: feeds a whole SSE `body` through `parser`, returning the events it
+/// pushed and its terminal result (or its end-of-stream verdict).
+#[cfg(test)]
+pub(crate) fn parse_body(
+    parser: &mut dyn WireParser,
+    body: &str,
+) -> (Vec<StreamEvent>, Result<StreamEvent, retry::AttemptError>) {
+    let mut out = vec![];
+    let mut r = sse::SseReader::new(body.as_bytes());
+    while let Some(ev) = r.next_event().expect("in-memory SSE") {
+        if let Some(t) = parser.on_event(&ev, &mut out) {
+            return (out, t);
+        }
+    }
+    let t = parser.on_eof(&mut out);
+    (out, t)
+}
+
 /// Parses a `data:` payload as JSON; `None` (logged) when it is not JSON.
 pub(crate) fn parse_data(ev: &sse::SseEvent) -> Option<Value> {
     match serde_json::from_str::<Value>(&ev.data) {
