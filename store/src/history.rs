@@ -62,6 +62,31 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
     })
 }
 
+/// A turn row's values in [`TURN_COLS`] order (`?1`..`?18`), shared by insert and
+/// update so the two can never disagree about the column order.
+fn turn_params(t: &TurnRow) -> [Box<dyn rusqlite::ToSql + '_>; 18] {
+    [
+        Box::new(&t.thread_id),
+        Box::new(&t.id),
+        Box::new(&t.kind),
+        Box::new(&t.status),
+        Box::new(&t.provider),
+        Box::new(&t.model),
+        Box::new(t.error.as_ref().map(json_text)),
+        Box::new(t.started_at_ms),
+        Box::new(t.completed_at_ms),
+        Box::new(t.answer_ready_at_ms),
+        Box::new(U64(t.input_tokens)),
+        Box::new(U64(t.output_tokens)),
+        Box::new(U64(t.cache_read_tokens)),
+        Box::new(U64(t.cache_creation_tokens)),
+        Box::new(&t.finish_reason),
+        Box::new(&t.stop_reason),
+        Box::new(t.truncated),
+        Box::new(json_text(&t.extra)),
+    ]
+}
+
 impl Tx<'_> {
     /// See [`crate::Store::insert_turn`].
     pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
@@ -79,26 +104,7 @@ impl Tx<'_> {
                  ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
                  (SELECT coalesce(max(ordinal), 0) + 1 FROM turns WHERE thread_id = ?1))"
             ),
-            params![
-                t.thread_id,
-                t.id,
-                t.kind,
-                t.status,
-                t.provider,
-                t.model,
-                t.error.as_ref().map(json_text),
-                t.started_at_ms,
-                t.completed_at_ms,
-                t.answer_ready_at_ms,
-                U64(t.input_tokens),
-                U64(t.output_tokens),
-                U64(t.cache_read_tokens),
-                U64(t.cache_creation_tokens),
-                t.finish_reason,
-                t.stop_reason,
-                t.truncated,
-                json_text(&t.extra),
-            ],
+            rusqlite::params_from_iter(turn_params(t).iter()),
         )?;
         Ok(())
     }
@@ -111,26 +117,7 @@ impl Tx<'_> {
              input_tokens = ?11, output_tokens = ?12, cache_read_tokens = ?13, \
              cache_creation_tokens = ?14, finish_reason = ?15, stop_reason = ?16, \
              truncated = ?17, extra = ?18 WHERE thread_id = ?1 AND id = ?2",
-            params![
-                t.thread_id,
-                t.id,
-                t.kind,
-                t.status,
-                t.provider,
-                t.model,
-                t.error.as_ref().map(json_text),
-                t.started_at_ms,
-                t.completed_at_ms,
-                t.answer_ready_at_ms,
-                U64(t.input_tokens),
-                U64(t.output_tokens),
-                U64(t.cache_read_tokens),
-                U64(t.cache_creation_tokens),
-                t.finish_reason,
-                t.stop_reason,
-                t.truncated,
-                json_text(&t.extra),
-            ],
+            rusqlite::params_from_iter(turn_params(t).iter()),
         )?;
         if n == 0 {
             return Err(StoreError::not_found(
