@@ -506,14 +506,7 @@ fn runs_interrupt_and_lookup() {
 
 #[test]
 fn two_processes_race_for_one_conversation_exactly_one_wins() {
-    let fake = FakeProvider::start();
-    let mut cfg = config_for(&fake.base_url());
-    cfg["agent"] = json!({"auto_title": false});
-    let mut a = App::start(Some(cfg));
-    let th = a.call("thread/start", json!({}))["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (fake, mut a, th) = setup();
     let mut b = App::spawn_in(&a.home.clone(), &a.workdir.clone(), &[]);
     for _ in 0..2 {
         fake.push(Script::stall(&["Working"], Duration::from_secs(5)));
@@ -706,14 +699,7 @@ fn listings_follow_changes_and_running_status() {
 
 #[test]
 fn a_second_process_sees_fresh_state_and_cannot_archive_a_foreign_execution() {
-    let fake = FakeProvider::start();
-    let mut cfg = config_for(&fake.base_url());
-    cfg["agent"] = json!({"auto_title": false});
-    let mut a = App::start(Some(cfg));
-    let th = a.call("thread/start", json!({}))["thread"]["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (fake, mut a, th) = setup();
     let mut b = App::spawn_in(&a.home.clone(), &a.workdir.clone(), &[]);
     fake.push(Script::tool_call(
         "call_1",
