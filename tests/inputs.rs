@@ -366,12 +366,11 @@ fn continue_is_refused_while_running_and_after_unknown_at_most_once_outcome() {
     fake.push(Script::tool_call(
         "call_1",
         "bash",
-        r#"{"command":"sleep 30"}"#,
+        r#"{"command":"echo started; sleep 30"}"#,
     ));
     let t1 = start_turn(&mut app, &th, "run");
-    app.wait_for("tool started", |v| {
-        v["method"] == "item/started" && v["params"]["item"]["type"] == "tool_call"
-    });
+    // The command runs (and its call record is durable) once its output streams.
+    app.notification("item/toolCall/outputDelta");
     let e = app.call_err(
         "turn/start",
         json!({"thread_id": th, "resume_after_turn_id": t1}),

@@ -58,6 +58,10 @@ pub struct TurnInput {
     /// The stored pending/held input this turn consumes: marked consumed in the same
     /// transaction that puts the user message into history.
     pub consume: Option<wuu_store::InputRow>,
+    /// Explicit continue of this source turn: the turn opens with a `meta/turn_continue`
+    /// marker instead of a user message, and the source is claimed (once, forever) in
+    /// the same transaction.
+    pub continue_of: Option<String>,
 }
 
 type Refusal = (ErrorCode, String);
@@ -186,6 +190,13 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
         );
     }
     user.content_parts = input.content_parts.clone();
+    if let Some(source) = &input.continue_of {
+        // A display marker, never sent to the model.
+        user.item_type = "meta".into();
+        user.role = None;
+        user.cause = Some("meta/turn_continue".into());
+        user.text = Some(source.clone());
+    }
     if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
         s.thread.preview = preview(&input.prompt, 120);
     }
@@ -209,8 +220,18 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
             s.input_put(done)?;
         }
     }
-    let seq = s.persist(|st| {
-        st.transaction(|tx| {
+    let continue_of = input.continue_of.clone();
+    let thread_id = s.id.clone();
+    let committed = match s.store.as_mut() {
+        None => Ok(0),
+        Some(st) => st.transaction(|tx| {
+            if let Some(source) = &continue_of {
+                if !tx.claim_continue_source(&thread_id, source)? {
+                    return Err(wuu_store::StoreError::Invalid(format!(
+                        "turn {source:?} was already continued"
+                    )));
+                }
+            }
             if let Some(c) = &consume {
                 // A concurrent edit or cancel keeps a stale input out of history.
                 let fresh = tx.get_input(&c.thread_id, &c.id)?;
@@ -233,7 +254,12 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
             let seq = tx.upsert_item(&item_row)?;
             tx.update_thread(&thread)?;
             Ok(seq)
-        })
+        }),
+    };
+    s.shared.threads_changed();
+    let seq = committed.map_err(|e| match e {
+        wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
+        e => (ErrorCode::InternalError, format!("store: {e}")),
     });
     match seq {
         Ok(seq) => {
@@ -308,6 +334,7 @@ pub fn input_from(
         client_id: client_id.filter(|c| !c.trim().is_empty()),
         origin: None,
         consume: None,
+        continue_of: None,
     })
 }
 
@@ -446,52 +473,26 @@ pub fn continue_turn(s: &mut Session, source: &str) -> Result<(), Refusal> {
             "an at-most-once tool call of that turn has an unknown outcome; check the workspace and send a new message instead".into(),
         ));
     }
-    let id = s.id.clone();
-    let claimed = match s.store.as_mut() {
-        Some(st) => st
-            .claim_continue_source(&id, source)
-            .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?,
-        None => {
-            let key = format!("continued:{source}");
-            if s.thread.extra.get(&key).is_some() {
-                false
-            } else {
-                s.thread.extra[&key] = serde_json::json!(true);
-                true
-            }
+    if s.store.is_none() {
+        // Ephemeral: the claim lives with the conversation in memory.
+        let key = format!("continued:{source}");
+        if s.thread.extra.get(&key).is_some() {
+            return Err((
+                ErrorCode::Error,
+                format!("turn {source:?} was already continued"),
+            ));
         }
-    };
-    if !claimed {
-        return Err((
-            ErrorCode::Error,
-            format!("turn {source:?} was already continued"),
-        ));
+        s.thread.extra[&key] = serde_json::json!(true);
     }
     admit(
         s,
         TurnInput {
             origin: Some("continue".into()),
+            continue_of: Some(source.to_owned()),
             ..Default::default()
         },
         "continue",
-    )?;
-    // The admitted turn's first item is the display marker, not a user message.
-    let turn = s.turns.last_mut().expect("admitted");
-    let marker = &mut turn.items[0];
-    marker.item_type = "meta".into();
-    marker.role = None;
-    marker.cause = Some("meta/turn_continue".into());
-    marker.text = Some(source.to_owned());
-    let row = ItemRow {
-        thread_id: s.id.clone(),
-        turn_id: turn.row.id.clone(),
-        id: marker.id.clone(),
-        item_type: marker.item_type.clone(),
-        status: marker.status.clone(),
-        seq: 0,
-        body: serde_json::to_value(&*marker).unwrap_or_default(),
-    };
-    s.persist(|st| st.upsert_item(&row)).map(|_| ())
+    )
 }
 
 /// Handles messages that waited for the turn to settle, in order. A shutdown that

@@ -50,6 +50,7 @@ pub fn input_of(row: &InputRow) -> TurnInput {
         client_id: Some(row.id.clone()),
         origin: Some(row.mode.clone()),
         consume: Some(row.clone()),
+        continue_of: None,
     }
 }
 
