@@ -143,7 +143,7 @@ impl<'a> Driver<'a> {
     fn complete_item(&mut self, idx: usize, status: &str) {
         self.item(idx).status = Some(status.into());
         let item = self.s.turns[self.turn_idx].items[idx].clone();
-        self.persist_item(&item);
+        let _ = self.persist_item(&item);
         let n = ItemCompleted {
             thread_id: self.thread_id(),
             turn_id: self.turn_id(),
@@ -153,7 +153,8 @@ impl<'a> Driver<'a> {
         self.notify(&n);
     }
 
-    fn persist_item(&mut self, item: &ThreadItem) {
+    /// Persists an item; returns whether it was stored (ephemeral: always true).
+    fn persist_item(&mut self, item: &ThreadItem) -> bool {
         let row = ItemRow {
             thread_id: self.s.id.clone(),
             turn_id: self.turn_id(),
@@ -163,8 +164,12 @@ impl<'a> Driver<'a> {
             seq: 0,
             body: serde_json::to_value(item).unwrap_or_default(),
         };
-        if let Err((_, e)) = self.s.persist(|st| st.upsert_item(&row)) {
-            log::error!("persisting item {} failed: {e}", item.id);
+        match self.s.persist(|st| st.upsert_item(&row)) {
+            Ok(_) => true,
+            Err((_, e)) => {
+                log::error!("persisting item {} failed: {e}", item.id);
+                false
+            }
         }
     }
 
@@ -863,7 +868,13 @@ impl<'a> Driver<'a> {
         // The call is durable before its effect: after a crash its outcome is known to
         // be unknown (an at-most-once tool is then never repeated automatically).
         let item = self.s.turns[self.turn_idx].items[idx].clone();
-        self.persist_item(&item);
+        if !self.persist_item(&item) && tools::is_at_most_once(&call.name) {
+            // Without a durable record a crash would leave no trace of the effect.
+            self.item(idx).error =
+                Some("not run: the call could not be recorded in the store".into());
+            self.complete_item(idx, "failed");
+            return;
+        }
         // Re-announce the item (upsert, spec §4.3) now that its arguments are complete:
         // the first `item/started` went out before the arguments streamed.
         self.announce_started(idx);
