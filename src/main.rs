@@ -12,6 +12,8 @@ const USAGE: &str = "wuu — an agent host for AI coding agents
 
 Usage:
   wuu app-server [--workdir DIR] [--config FILE] [--safe-mode]   (DIR defaults to the current directory)
+                 [--workspace-id ID] [--instance-id ID] [--host local|cloud]
+                 [--provider ID] [--model ID] [--no-tools]
   wuu app-server generate-json-schema --out DIR
   wuu exec [OPTIONS] [PROMPT]            (see `wuu exec --help`)
   wuu debug app-server initialize --workdir DIR [--config FILE]
@@ -60,6 +62,12 @@ struct ServerArgs {
     workdir: Option<PathBuf>,
     config: Option<PathBuf>,
     safe_mode: bool,
+    workspace_id: Option<String>,
+    instance_id: Option<String>,
+    host: Option<String>,
+    provider: Option<String>,
+    model: Option<String>,
+    no_tools: bool,
     out: Option<PathBuf>,
     positional: Vec<String>,
 }
@@ -70,9 +78,27 @@ fn parse_server_args(args: Vec<std::ffi::OsString>) -> Result<ServerArgs, String
         workdir: None,
         config: None,
         safe_mode: false,
+        workspace_id: None,
+        instance_id: None,
+        host: None,
+        provider: None,
+        model: None,
+        no_tools: false,
         out: None,
         positional: vec![],
     };
+    fn text(p: &mut lexopt::Parser, flag: &str) -> Result<String, String> {
+        let v = p
+            .value()
+            .map_err(|e| e.to_string())?
+            .string()
+            .map_err(|_| format!("--{flag}: not valid UTF-8"))?;
+        let v = v.trim().to_owned();
+        if v.is_empty() {
+            return Err(format!("--{flag}: must not be empty"));
+        }
+        Ok(v)
+    }
     while let Some(arg) = p.next().map_err(|e| e.to_string())? {
         match arg {
             Long("workdir") | Long("cd") | Short('C') => {
@@ -80,6 +106,12 @@ fn parse_server_args(args: Vec<std::ffi::OsString>) -> Result<ServerArgs, String
             }
             Long("config") => a.config = Some(p.value().map_err(|e| e.to_string())?.into()),
             Long("safe-mode") => a.safe_mode = true,
+            Long("workspace-id") => a.workspace_id = Some(text(&mut p, "workspace-id")?),
+            Long("instance-id") => a.instance_id = Some(text(&mut p, "instance-id")?),
+            Long("host") => a.host = Some(text(&mut p, "host")?),
+            Long("provider") => a.provider = Some(text(&mut p, "provider")?),
+            Long("model") => a.model = Some(text(&mut p, "model")?),
+            Long("no-tools") => a.no_tools = true,
             Long("out") => a.out = Some(p.value().map_err(|e| e.to_string())?.into()),
             Long("help") | Short('h') => {
                 print!("{USAGE}");
@@ -109,6 +141,15 @@ fn options(a: &ServerArgs) -> Result<ServerOptions, String> {
     let mut o = ServerOptions::new(workdir);
     o.config_file = a.config.clone();
     o.safe_mode = a.safe_mode;
+    o.workspace_id = a.workspace_id.clone();
+    o.instance_id = a.instance_id.clone();
+    if let Some(h) = &a.host {
+        o.host = h.clone();
+    }
+    o.provider = a.provider.clone();
+    o.model = a.model.clone();
+    o.no_tools = a.no_tools;
+    o.validate()?;
     Ok(o)
 }
 

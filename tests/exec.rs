@@ -245,6 +245,12 @@ fn simple_answer_json_and_human() {
     assert!(trace.starts_with(env.home.path().to_str().unwrap()));
     assert_eq!(o.one("request_context")["step_index"], 1);
     assert_eq!(o.one("provider_state")["provider"], "fake");
+    // Nobody answers questions in exec: `ask_user` is not offered.
+    let tools = env.fake.requests()[0].body["tools"].clone();
+    assert!(
+        !tools.to_string().contains("\"ask_user\""),
+        "ask_user offered in exec: {tools}"
+    );
     let r = o.result();
     assert_eq!(r["final_message"], "Hello, world.");
     assert_eq!(r["trace_path"], trace);

@@ -285,11 +285,17 @@ fn disconnect_revokes_open_questions() {
 }
 
 #[test]
-fn questions_need_the_opt_in_and_secrets_are_refused() {
+fn questions_are_offered_unless_declined_and_secrets_are_refused() {
     let (fake, mut p) = setup(json!({}));
-    p.initialize(&[], &[]);
+    // The client declines questions: not offered; called anyway it says why (as in
+    // `wuu exec`).
+    let init = p.call(
+        "initialize",
+        json!({"client": {"name": "peer"},
+               "capabilities": {"opt_out_notifications": ["user-question"]}}),
+    );
+    assert_eq!(init["features"]["user_question"], false);
     let th = p.thread();
-    // Not offered; called anyway it says why (as in `wuu exec`).
     fake.push(Script::tool_call("call_n", "ask_user", DB_QUESTION));
     fake.push(Script::text(&["Proceeding."]));
     let turn = p.turn(&th, "go");
@@ -297,8 +303,10 @@ fn questions_need_the_opt_in_and_secrets_are_refused() {
     assert!(!offered_tools(&fake).iter().any(|t| t == "ask_user"));
     let out = tool_output(&fake, "call_n");
     assert!(out.contains("unavailable in non-interactive runs"), "{out}");
-    // Opted in: a secret question is refused without notifying the client.
-    p.initialize(&[], &["user-question"]);
+    // A client that declares nothing (as the desktop and the phone) is offered
+    // questions; a secret question is refused without notifying the client.
+    let init = p.initialize(&[], &[]);
+    assert_eq!(init["features"]["user_question"], true);
     fake.push(Script::tool_call(
         "call_s",
         "ask_user",

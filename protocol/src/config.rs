@@ -45,9 +45,14 @@ pub struct ClientCapabilities {
     /// Opt into large-content references in snapshot notifications.
     #[serde(default)]
     pub deferred_notification_content: Option<bool>,
-    /// Notification families the client opts into, e.g. `user-question`.
+    /// Notification families the client reads, e.g. `user-question` (questions are
+    /// offered on every app-server connection anyway; accepted for compatibility).
     #[serde(default)]
     pub notifications: Option<Vec<String>>,
+    /// Notification families the client declines: `["user-question"]` turns `ask_user`
+    /// off for this connection.
+    #[serde(default)]
+    pub opt_out_notifications: Option<Vec<String>>,
 }
 
 /// `capabilities.reverse_rpc`.

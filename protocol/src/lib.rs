@@ -5,6 +5,7 @@
 //! and the seeds, which win where they differ.
 
 pub mod browser;
+pub mod clients;
 pub mod config;
 pub mod envelope;
 pub mod history;
@@ -16,6 +17,7 @@ pub mod run;
 pub mod schema;
 pub mod thread;
 
+pub use clients::*;
 pub use config::*;
 pub use envelope::*;
 pub use history::*;

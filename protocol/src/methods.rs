@@ -10,6 +10,7 @@
 //! [`ClientRequest::route`], and [`METHODS`] (used for the JSON Schema export).
 //! Adding a method is one row.
 
+use crate::clients::*;
 use crate::config::*;
 use crate::history::*;
 use crate::input::*;
@@ -165,6 +166,8 @@ client_methods! {
     UserQuestionRespond => "user-question/respond", UserQuestionRespondParams, UserQuestionResolveResult, |_| Route::Inline;
     UserQuestionCancel => "user-question/cancel", UserQuestionCancelParams, UserQuestionResolveResult, |_| Route::Inline;
     UserQuestionHold => "user-question/hold", UserQuestionHoldParams, UserQuestionResolveResult, |_| Route::Inline;
+    WorkspaceList => "workspace/list", WorkspaceListParams, WorkspaceListResult, |_| Route::Catalog;
+    WorkspaceStateCleanup => "workspace/state/cleanup", WorkspaceStateCleanupParams, WorkspaceStateCleanupResult, |_| Route::Catalog;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

@@ -57,6 +57,16 @@ pub struct Thread {
     /// Why it was archived, when the server archived it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub archive_reason: Option<String>,
+    /// Pinned to the top of the sidebar (`thread/pin`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub pinned: bool,
+    /// Folder of the conversation (`thread/organization/update`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder_id: Option<String>,
+    /// Workspace id the conversation was started in (`thread/start {workspace_id}`, else
+    /// the server's `--workspace-id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<String>,
     /// Source conversation of a fork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from_id: Option<String>,

@@ -351,8 +351,7 @@ impl<'a> Driver<'a> {
             cfg.config.instructions.as_deref(),
         );
         let system = context::system_prompt(&sections);
-        let mut tool_specs = tools::specs(mode);
-        tool_specs.extend(crate::session::client_tools::specs(&self.s.shared));
+        let tool_specs = crate::session::client_tools::offered(&self.s.shared, mode);
         let provider = match self.provider() {
             Ok(p) => p,
             Err(e) => return TurnEnd::Failed(e),
@@ -879,7 +878,7 @@ impl<'a> Driver<'a> {
         // the first `item/started` went out before the arguments streamed.
         self.announce_started(idx);
         let started = now_ms();
-        let handle = if crate::session::client_tools::handles(&call.name) {
+        let handle = if crate::session::client_tools::handles(&self.s.shared, &call.name) {
             crate::session::client_tools::spawn(
                 &self.s.shared,
                 &self.s.id,

@@ -482,6 +482,8 @@ impl Runner {
         so.config_file = self.opts.config.clone();
         so.ignore_user_config = self.opts.ignore_user_config;
         so.auto_titles = false;
+        // Nobody answers questions in a one-shot run: `ask_user` is not offered.
+        so.questions = false;
         let conn = Connection::start(so).map_err(|e| Fail::new(setup_code(&e), e))?;
         self.conn = Some(conn);
 

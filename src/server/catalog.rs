@@ -257,6 +257,9 @@ fn handle(
             session::selection::update_defaults(shared, p, reply)
         }
         ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(shared, reply),
+        req @ (ClientRequest::WorkspaceList(_) | ClientRequest::WorkspaceStateCleanup(_)) => {
+            super::workspace::handle(shared, store, req, reply)
+        }
         ClientRequest::RunInterrupt(p) => {
             crate::engine::run::run_interrupt_catalog(shared, store, p, reply)
         }

@@ -224,7 +224,10 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
         model: cfg.default_model(),
         effort: agent.effort.clone(),
         max_parallel: agent.max_parallel.unwrap_or(4),
-        runtime_host: json!({"kind": "local"}),
+        runtime_host: match &shared.opts.instance_id {
+            Some(i) => json!({"kind": shared.opts.host, "instance_id": i}),
+            None => json!({"kind": shared.opts.host}),
+        },
         workspace_root: shared.opts.workdir.to_string_lossy().into_owned(),
         workspace: WorkspaceSummary {
             root: shared.opts.workdir.to_string_lossy().into_owned(),

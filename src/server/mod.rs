@@ -11,6 +11,7 @@ pub mod registry;
 pub mod router;
 pub mod schema;
 pub mod transport;
+pub mod workspace;
 
 use crate::config::{self, LoadedConfig};
 use parking_lot::{Mutex, RwLock};
@@ -50,6 +51,23 @@ pub struct ServerOptions {
     /// `wuu exec` turns this off: a one-shot run should not spend a model request on a
     /// title it exits before receiving.
     pub auto_titles: bool,
+    /// `--workspace-id`: stable id of the workspace (the desktop's project id). Recorded
+    /// on new conversations and in the workspace registry (`workspace/list`).
+    pub workspace_id: Option<String>,
+    /// `--instance-id`: id of this runtime instance (reported in `runtime_host`).
+    pub instance_id: Option<String>,
+    /// `--host local|cloud` (cloud requires `--instance-id`, `--workspace-id` and
+    /// `--config`; reported in `initialize.runtime_host.kind`).
+    pub host: String,
+    /// `--provider`: default provider of new conversations (overrides the config).
+    pub provider: Option<String>,
+    /// `--model`: default model of new conversations (overrides the config).
+    pub model: Option<String>,
+    /// `--no-tools`: offer the model no tools, and refuse any tool call.
+    pub no_tools: bool,
+    /// Offer `ask_user` to the model (every app-server connection, unless the client
+    /// opts out in `initialize`); `wuu exec` turns it off (it never answers questions).
+    pub questions: bool,
 }
 
 impl ServerOptions {
@@ -63,7 +81,86 @@ impl ServerOptions {
             park_after: Duration::from_secs(60),
             ignore_user_config: false,
             auto_titles: true,
+            workspace_id: None,
+            instance_id: None,
+            host: "local".into(),
+            provider: None,
+            model: None,
+            no_tools: false,
+            questions: true,
         }
+    }
+
+    /// Checks the combination of options (`--host cloud` needs `--instance-id`,
+    /// `--workspace-id` and `--config`). Errors name the missing flag.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.host.as_str() {
+            "local" => Ok(()),
+            "cloud" => {
+                let missing: Vec<&str> = [
+                    ("--instance-id", self.instance_id.is_none()),
+                    ("--workspace-id", self.workspace_id.is_none()),
+                    ("--config", self.config_file.is_none()),
+                ]
+                .into_iter()
+                .filter(|(_, m)| *m)
+                .map(|(f, _)| f)
+                .collect();
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("--host cloud requires {}", missing.join(", ")))
+                }
+            }
+            other => Err(format!("--host {other:?}: expected local or cloud")),
+        }?;
+        if let Some(id) = &self.workspace_id {
+            if !workspace::valid_id(id) {
+                return Err(format!(
+                    "--workspace-id {id:?}: use 1-128 letters, digits, '.', '_' or '-'"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Loads the configuration these options name, with the `--provider` / `--model`
+    /// overrides applied (an unknown `--provider` is reported as an `unknown_provider`
+    /// issue). Use this for every (re)load so the overrides survive reloads.
+    pub fn load_config(&self) -> LoadedConfig {
+        let mut loaded = config::load_with(
+            &self.home,
+            &self.workdir,
+            self.config_file.as_deref(),
+            self.ignore_user_config,
+        );
+        if let Some(p) = &self.provider {
+            if loaded.provider(p).is_none() {
+                loaded.issues.push(config::ConfigIssue {
+                    code: "unknown_provider",
+                    provider: Some(p.clone()),
+                    message: format!("--provider {p:?} is not a configured provider"),
+                });
+            }
+            loaded.config.default_provider = Some(p.clone());
+            if self.model.is_none() {
+                // The provider's own default model, not the config's agent.model.
+                let m = loaded.provider(p).map(|c| c.model.clone());
+                loaded
+                    .config
+                    .agent
+                    .get_or_insert_with(Default::default)
+                    .model = m;
+            }
+        }
+        if let Some(m) = &self.model {
+            loaded
+                .config
+                .agent
+                .get_or_insert_with(Default::default)
+                .model = Some(m.clone());
+        }
+        loaded
     }
 }
 
@@ -321,12 +418,8 @@ pub fn serve(
 pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared>, String> {
     std::fs::create_dir_all(&opts.home)
         .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
-    let loaded = config::load_with(
-        &opts.home,
-        &opts.workdir,
-        opts.config_file.as_deref(),
-        opts.ignore_user_config,
-    );
+    opts.validate()?;
+    let loaded = opts.load_config();
     let owner = LeaseOwner::current();
     if !opts.home.join(wuu_store::DB_FILE).exists() {
         // A fresh home: create and migrate the database once, before several threads
@@ -340,6 +433,9 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         sink,
         Box::new(move || closed2.store(true, Ordering::SeqCst)),
     );
+    if let Some(id) = &opts.workspace_id {
+        workspace::register(&opts.home, id, &opts.workdir);
+    }
     let catalog_entries = init::embedded_catalog(&loaded);
     let shared = Arc::new_cyclic(|weak| Shared {
         opts: opts.clone(),

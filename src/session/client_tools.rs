@@ -2,7 +2,7 @@
 //! ([`super::questions`]) and the browser tools ([`super::browser`]).
 //!
 //! Offered to the model only when the client negotiated them in `initialize`:
-//! `ask_user` when `capabilities.notifications` contains `"user-question"`; the browser
+//! `ask_user` unless the client declined it (see [`questions::enabled`]); the browser
 //! tools when `capabilities.reverse_rpc.methods` lists the six base browser methods
 //! (`browser_finalize` also needs `browser/finalize`). Each call runs on its own helper
 //! thread and reports one [`ToolEvent::Done`]; [`ToolHandle::cancel`] (an interrupt)
@@ -26,9 +26,21 @@ pub fn specs(shared: &Shared) -> Vec<ToolSpec> {
     out
 }
 
-/// Whether `name` is a client-served tool.
-pub fn handles(name: &str) -> bool {
-    name == questions::TOOL || browser::is_tool(name)
+/// Every tool the model is offered in `mode`: the built-in tools plus the client-served
+/// ones; none at all on a `--no-tools` server.
+pub fn offered(shared: &Shared, mode: crate::tools::PermissionMode) -> Vec<ToolSpec> {
+    if shared.opts.no_tools {
+        return vec![];
+    }
+    let mut out = crate::tools::specs(mode);
+    out.extend(specs(shared));
+    out
+}
+
+/// Whether a call to `name` is served here rather than by the built-in tools: the
+/// client-served tools, and every tool on a `--no-tools` server (refused by [`spawn`]).
+pub fn handles(shared: &Shared, name: &str) -> bool {
+    shared.opts.no_tools || name == questions::TOOL || browser::is_tool(name)
 }
 
 /// Starts a client-served tool call on a helper thread. `call_id` is the model's tool
@@ -44,6 +56,12 @@ pub fn spawn(
     let (tx, rx) = crossbeam_channel::bounded(1);
     let cancel = Arc::new(AtomicBool::new(false));
     let handle = ToolHandle::from_parts(rx, cancel.clone());
+    if shared.opts.no_tools {
+        let _ = tx.send(ToolEvent::Done(ToolOutcome::error(format!(
+            "tool {name:?} is not available: this server runs without tools (--no-tools)"
+        ))));
+        return handle;
+    }
     let (shared, thread_id, turn_id, call_id, name_owned, args) = (
         shared.clone(),
         thread_id.to_owned(),

@@ -98,6 +98,9 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         ephemeral: row.id.starts_with("ephemeral-"),
         archived: row.archived,
         archive_reason: row.archive_reason.clone(),
+        pinned: row.extra.get("pinned").and_then(serde_json::Value::as_bool) == Some(true),
+        folder_id: extra_str(&row.extra, "folder_id"),
+        workspace_id: extra_str(&row.extra, "workspace_id"),
         forked_from_id: row.forked_from_id.clone(),
         forked_from_turn_id: row.forked_from_turn_id.clone(),
         forked_from_item_id: row.forked_from_item_id.clone(),
@@ -108,6 +111,15 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         history_cursor: None,
         history_paged: false,
     }
+}
+
+/// A non-empty string member of a row's `extra`.
+fn extra_str(extra: &serde_json::Value, key: &str) -> Option<String> {
+    extra
+        .get(key)
+        .and_then(serde_json::Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
 }
 
 /// Listing entry: the thread with `turns: []`, status from the live registry.

@@ -200,7 +200,10 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
         forked_from_item_id: None,
         created_at_ms: now,
         updated_at_ms: now,
-        extra: serde_json::json!({}),
+        extra: match clean(&p.workspace_id).or_else(|| shared.opts.workspace_id.clone()) {
+            Some(w) => serde_json::json!({ "workspace_id": w }),
+            None => serde_json::json!({}),
+        },
     };
     if ephemeral {
         return Ok((None, thread, vec![]));

@@ -2,12 +2,12 @@
 //! `app-server.md` §3.5, §4.7; seed "回答原生引擎问题"; wire types in
 //! `wuu_protocol::questions`).
 //!
-//! # Opt-in
-//! A client receives questions only if it lists `"user-question"` in
-//! `initialize.params.capabilities.notifications` ([`enabled`]). Otherwise `ask_user` is
-//! not offered to the model, and a call to it anyway (e.g. in `wuu exec`, which never
-//! answers server-initiated requests) fails with "questions are unavailable in
-//! non-interactive runs …".
+//! # Offer
+//! Every app-server connection is offered questions ([`enabled`]); a client may decline
+//! with `initialize.params.capabilities.opt_out_notifications: ["user-question"]`, and
+//! `wuu exec` (which never answers server-initiated requests) turns them off. Without
+//! the offer `ask_user` is not given to the model, and a call to it anyway fails with
+//! "questions are unavailable in non-interactive runs …".
 //!
 //! # Life of a question
 //! `ask_user` registers the request in [`Questions`] (owned by [`Shared`]), emits
@@ -103,14 +103,18 @@ pub struct Questions {
     settled: Mutex<VecDeque<(String, Outcome, Option<String>)>>,
 }
 
-/// Whether the client opted in to questions.
+/// Whether questions are offered: on every app-server connection (the desktop and phone
+/// clients read `user-question/requested` without declaring anything), unless the
+/// client declined them (`capabilities.opt_out_notifications: ["user-question"]`) or the
+/// server is `wuu exec`'s (nobody answers there).
 pub fn enabled(shared: &Shared) -> bool {
-    shared
-        .capabilities
-        .read()
-        .notifications
-        .as_ref()
-        .is_some_and(|n| n.iter().any(|s| s == CAPABILITY))
+    shared.opts.questions
+        && !shared
+            .capabilities
+            .read()
+            .opt_out_notifications
+            .as_ref()
+            .is_some_and(|n| n.iter().any(|s| s == CAPABILITY))
 }
 
 /// The offer lifetime: `agent.question_offer_ttl_ms`, default [`DEFAULT_OFFER_TTL`].

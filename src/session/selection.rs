@@ -319,11 +319,7 @@ fn try_update_defaults(
                 format!("cannot write {}: {e}", path.display()),
             )
         })?;
-    let loaded = crate::config::load(
-        &shared.opts.home,
-        &shared.opts.workdir,
-        shared.opts.config_file.as_deref(),
-    );
+    let loaded = shared.opts.load_config();
     *shared.config.write() = Arc::new(loaded);
     shared.providers.lock().remove(&provider);
     let cfg = shared.config();

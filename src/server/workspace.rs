@@ -1,0 +1,251 @@
+//! The workspace registry: `workspace/list` and `workspace/state/cleanup` (spec
+//! `app-server.md` §3.7; the phone's first call is `workspace/list`).
+//!
+//! A server started with `--workspace-id ID` registers its workspace in
+//! `$WUU_HOME/workspaces/ID/workspace.json` (`{id, name, path, registered_at}`), the
+//! workspace's state directory. `workspace/list` answers the current workspace first,
+//! then every registered one whose directory still exists. `workspace/state/cleanup`
+//! removes a (removed) workspace's state directory and archives its conversations: the
+//! data is kept, archived, never deleted.
+
+use super::{Responder, Shared};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wuu_protocol::*;
+use wuu_store::{Store, ThreadFilter};
+
+/// Directory (under the wuu home) holding one state directory per workspace id.
+pub const WORKSPACES_DIR: &str = "workspaces";
+/// The registration file inside a workspace's state directory.
+pub const REGISTRATION_FILE: &str = "workspace.json";
+/// Archive reason recorded on the conversations of a cleaned-up workspace.
+pub const CLEANUP_REASON: &str = "workspace removed";
+
+/// Whether `id` can name a state directory: 1–128 of `[A-Za-z0-9._-]`, not `.`/`..`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Registration {
+    id: String,
+    name: String,
+    path: String,
+    #[serde(default)]
+    registered_at: String,
+}
+
+fn state_dir(home: &Path, id: &str) -> PathBuf {
+    home.join(WORKSPACES_DIR).join(id)
+}
+
+fn display_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| path.to_string_lossy().into_owned())
+}
+
+/// Records the workspace of this server (`--workspace-id`) in the registry. Best
+/// effort: a failure is logged, never fatal.
+pub fn register(home: &Path, id: &str, workdir: &Path) {
+    let dir = state_dir(home, id);
+    let reg = Registration {
+        id: id.to_owned(),
+        name: display_name(workdir),
+        path: workdir.to_string_lossy().into_owned(),
+        registered_at: crate::util::rfc3339(crate::util::now_ms()),
+    };
+    let file = dir.join(REGISTRATION_FILE);
+    let current = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Registration>(&b).ok());
+    if current.is_some_and(|c| c.path == reg.path && c.name == reg.name) {
+        return;
+    }
+    let tmp = dir.join(format!("{REGISTRATION_FILE}.tmp"));
+    let written = std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::write(&tmp, serde_json::to_vec_pretty(&reg).unwrap_or_default()))
+        .and_then(|_| std::fs::rename(&tmp, &file));
+    if let Err(e) = written {
+        log::warn!("cannot register workspace {id} in {}: {e}", dir.display());
+    }
+}
+
+fn registrations(home: &Path) -> Vec<Registration> {
+    let Ok(entries) = std::fs::read_dir(home.join(WORKSPACES_DIR)) else {
+        return vec![];
+    };
+    let mut out: Vec<Registration> = entries
+        .flatten()
+        .filter_map(|e| {
+            let bytes = std::fs::read(e.path().join(REGISTRATION_FILE)).ok()?;
+            match serde_json::from_slice::<Registration>(&bytes) {
+                Ok(r) if e.file_name().to_string_lossy() == r.id => Some(r),
+                Ok(_) => None,
+                Err(err) => {
+                    log::warn!("ignoring damaged {}: {err}", e.path().display());
+                    None
+                }
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name).then(a.id.cmp(&b.id)));
+    out
+}
+
+/// `workspace/list`.
+pub fn list(shared: &Shared) -> WorkspaceListResult {
+    let current = shared.opts.workdir.to_string_lossy().into_owned();
+    let mut workspaces = vec![WorkspaceEntry {
+        id: shared.opts.workspace_id.clone(),
+        name: display_name(&shared.opts.workdir),
+        path: current.clone(),
+    }];
+    for r in registrations(&shared.opts.home) {
+        if Some(&r.id) == shared.opts.workspace_id.as_ref() || r.path == current {
+            continue;
+        }
+        if !Path::new(&r.path).is_dir() {
+            continue;
+        }
+        workspaces.push(WorkspaceEntry {
+            id: Some(r.id),
+            name: r.name,
+            path: r.path,
+        });
+    }
+    WorkspaceListResult {
+        current,
+        current_id: shared.opts.workspace_id.clone(),
+        workspaces,
+    }
+}
+
+type Refusal = (ErrorCode, String);
+
+/// `workspace/state/cleanup`.
+pub fn cleanup(
+    shared: &Arc<Shared>,
+    store: &mut Store,
+    p: WorkspaceStateCleanupParams,
+) -> Result<WorkspaceStateCleanupResult, Refusal> {
+    let invalid = |m: String| (ErrorCode::InvalidParams, format!("invalid params: {m}"));
+    let id = p
+        .workspace_id
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    let given_path = p
+        .workspace_path
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty());
+    if id.is_none() && given_path.is_none() {
+        return Err(invalid("workspace_id or workspace_path is required".into()));
+    }
+    if let Some(id) = id {
+        if !valid_id(id) {
+            return Err(invalid(format!(
+                "workspace_id {:?} is not a workspace id",
+                crate::util::clip(id, 40)
+            )));
+        }
+    }
+    let registered = id.and_then(|id| {
+        std::fs::read(state_dir(&shared.opts.home, id).join(REGISTRATION_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Registration>(&b).ok())
+    });
+    let path: Option<String> = given_path
+        .map(str::to_owned)
+        .or_else(|| registered.as_ref().map(|r| r.path.clone()));
+    let workdir = shared.opts.workdir.to_string_lossy().into_owned();
+    if id.is_some() && id == shared.opts.workspace_id.as_deref()
+        || path.as_deref() == Some(workdir.as_str())
+    {
+        return Err((
+            ErrorCode::Error,
+            "cannot clean up the workspace this server serves".into(),
+        ));
+    }
+    let mut data_archived = false;
+    if let Some(path) = &path {
+        let root = Path::new(path);
+        let rows = store
+            .list_threads(&ThreadFilter {
+                cwd: None,
+                archived: Some(false),
+                limit: None,
+            })
+            .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+        for row in rows
+            .iter()
+            .filter(|r| Path::new(&r.cwd).starts_with(root) && !r.cwd.is_empty())
+        {
+            if shared.registry.is_running(&row.id) {
+                log::warn!(
+                    "workspace cleanup: conversation {} is running here; left unarchived",
+                    row.id
+                );
+                continue;
+            }
+            match store.set_archived(&row.id, true, Some(CLEANUP_REASON)) {
+                Ok(Some(_)) => data_archived = true,
+                Ok(None) => {}
+                Err(e) => return Err((ErrorCode::InternalError, format!("store: {e}"))),
+            }
+        }
+        if data_archived {
+            shared.threads_changed();
+        }
+    }
+    let dir: Option<PathBuf> = match id {
+        Some(id) => Some(state_dir(&shared.opts.home, id)),
+        None => registrations(&shared.opts.home)
+            .into_iter()
+            .find(|r| Some(&r.path) == path.as_ref())
+            .map(|r| state_dir(&shared.opts.home, &r.id)),
+    };
+    let removed = match &dir {
+        Some(d) if d.is_dir() => {
+            std::fs::remove_dir_all(d).map_err(|e| {
+                (
+                    ErrorCode::Error,
+                    format!("cannot remove {}: {e}", d.display()),
+                )
+            })?;
+            true
+        }
+        _ => false,
+    };
+    Ok(WorkspaceStateCleanupResult {
+        state_dir: dir
+            .map(|d| d.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        removed,
+        data_archived,
+    })
+}
+
+/// Serves `workspace/list` and `workspace/state/cleanup` on the catalog pool.
+pub fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Responder) {
+    match req {
+        ClientRequest::WorkspaceList(_) => reply.ok(&list(shared)),
+        ClientRequest::WorkspaceStateCleanup(p) => match cleanup(shared, store, p) {
+            Ok(r) => reply.ok(&r),
+            Err((c, m)) => reply.err(c, m),
+        },
+        other => reply.err(
+            ErrorCode::InternalError,
+            format!("{} is not a workspace method", other.method()),
+        ),
+    }
+}
