@@ -1,11 +1,10 @@
 //! `read_file`, `write_file`, `edit_file`.
 
 use super::args::{EditFileArgs, ReadFileArgs, WriteFileArgs};
-use super::paths::{self, Access};
+use super::paths::{self, Access, Target};
 use super::revision::{self, sha256_hex, sha_opt};
 use super::{Fail, ToolContext, ToolOutcome};
 use serde_json::json;
-use std::fs;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 
@@ -67,23 +66,31 @@ fn io_err(what: &str, shown: &str, e: &io::Error) -> Fail {
     Fail::Error(format!("cannot {what} `{shown}`: {e}{hint}"))
 }
 
+fn is_dir_error(e: &super::beneath::Error) -> bool {
+    e.kind() == io::ErrorKind::IsADirectory
+}
+
 /// `read_file`: numbered lines (`{:>6}\t{text}`), 1-based `offset`, `limit` lines.
 pub(crate) fn read_file(a: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, Fail> {
-    let path = paths::resolve(ctx, &a.path, Access::Read)?;
-    let meta = fs::metadata(&path).map_err(|e| io_err("read", &a.path, &e))?;
-    if meta.is_dir() {
-        return Err(Fail::Error(format!(
-            "`{}` is a directory; use list_files to see its contents",
-            a.path
-        )));
-    }
+    let t = paths::target(ctx, &a.path, Access::Read)?;
+    let file = match t.root.open_read(&t.rel) {
+        Ok(f) => f,
+        Err(e) if is_dir_error(&e) => {
+            return Err(Fail::Error(format!(
+                "`{}` is a directory; use list_files to see its contents",
+                a.path
+            )))
+        }
+        Err(e) => return Err(t.fail("read", e)),
+    };
+    let meta = file.metadata().map_err(|e| io_err("read", &a.path, &e))?;
+    let path = t.abs.clone();
     let offset = a.offset.unwrap_or(1).max(1);
     let limit = match a.limit {
         Some(0) => return Err(Fail::Error("limit must be at least 1".into())),
         Some(n) => n,
         None => READ_DEFAULT_LIMIT,
     };
-    let file = fs::File::open(&path).map_err(|e| io_err("read", &a.path, &e))?;
     let mut reader = BufReader::new(file);
     {
         let head = reader.fill_buf().map_err(|e| io_err("read", &a.path, &e))?;
@@ -183,31 +190,31 @@ pub(crate) fn read_file(a: ReadFileArgs, ctx: &ToolContext) -> Result<ToolOutcom
     ))
 }
 
-/// Reads the current bytes of `path` (None when it does not exist). Errors on
-/// directories and unreadable files.
-pub(crate) fn read_existing(path: &Path, shown: &str) -> Result<Option<Vec<u8>>, Fail> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("read", shown, &e)),
-        Ok(_) => {}
-    }
-    let meta = fs::metadata(path).map_err(|e| io_err("read", shown, &e))?;
-    if meta.is_dir() {
-        return Err(Fail::Error(format!("`{shown}` is a directory")));
-    }
+/// Reads the current bytes of `t` (None when it, or a directory on its path, does not
+/// exist; a dangling symlink counts as absent). Errors on directories, escapes and
+/// unreadable files.
+pub(crate) fn read_existing(t: &Target) -> Result<Option<Vec<u8>>, Fail> {
+    let mut f = match t.root.open_read(&t.rel) {
+        Ok(f) => f,
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) if is_dir_error(&e) => {
+            return Err(Fail::Error(format!("`{}` is a directory", t.shown)))
+        }
+        Err(e) => return Err(t.fail("read", e)),
+    };
     let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| io_err("read", shown, &e))?;
+    f.read_to_end(&mut bytes)
+        .map_err(|e| io_err("read", &t.shown, &e))?;
     Ok(Some(bytes))
 }
 
-/// Writes `bytes` to `path`, creating parent directories.
-pub(crate) fn write_bytes(path: &Path, bytes: &[u8], shown: &str) -> Result<(), Fail> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| io_err("create the directory for", shown, &e))?;
-    }
-    fs::write(path, bytes).map_err(|e| io_err("write", shown, &e))
+/// Replaces `t` with `bytes` atomically (temporary file + rename in its directory),
+/// creating parent directories. A hard-linked name is replaced, its other names keep
+/// their content.
+pub(crate) fn write_bytes(t: &Target, bytes: &[u8]) -> Result<(), Fail> {
+    t.root
+        .write_atomic(&t.rel, bytes, true)
+        .map_err(|e| t.fail("write", e))
 }
 
 /// Builds the `detail` of a single-file change and records it in the revision.
@@ -234,10 +241,11 @@ fn file_detail(
 
 /// `write_file`: creates or replaces a file (parents created).
 pub(crate) fn write_file(a: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, Fail> {
-    let path = paths::resolve(ctx, &a.path, Access::Write)?;
+    let t = paths::target(ctx, &a.path, Access::Write)?;
+    let path = t.abs.clone();
     let _guard = revision::write_lock();
-    let old = read_existing(&path, &a.path)?;
-    write_bytes(&path, a.content.as_bytes(), &a.path)?;
+    let old = read_existing(&t)?;
+    write_bytes(&t, a.content.as_bytes())?;
     let action = if old.is_some() { "modified" } else { "created" };
     let detail = file_detail(ctx, &path, action, old.as_deref(), a.content.as_bytes());
     let lines = a.content.lines().count();
@@ -253,7 +261,8 @@ pub(crate) fn write_file(a: WriteFileArgs, ctx: &ToolContext) -> Result<ToolOutc
 
 /// `edit_file`: exact string replacement.
 pub(crate) fn edit_file(a: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcome, Fail> {
-    let path = paths::resolve(ctx, &a.path, Access::Write)?;
+    let t = paths::target(ctx, &a.path, Access::Write)?;
+    let path = t.abs.clone();
     if a.old_string.is_empty() {
         return Err(Fail::Error(
             "old_string must not be empty; use write_file to create or replace a whole file".into(),
@@ -265,7 +274,7 @@ pub(crate) fn edit_file(a: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcom
         ));
     }
     let _guard = revision::write_lock();
-    let Some(old_bytes) = read_existing(&path, &a.path)? else {
+    let Some(old_bytes) = read_existing(&t)? else {
         return Err(Fail::Error(format!(
             "cannot edit `{}`: no such file (use write_file to create it)",
             a.path
@@ -300,7 +309,7 @@ pub(crate) fn edit_file(a: EditFileArgs, ctx: &ToolContext) -> Result<ToolOutcom
     } else {
         text.replacen(a.old_string.as_str(), &a.new_string, 1)
     };
-    write_bytes(&path, new_text.as_bytes(), &a.path)?;
+    write_bytes(&t, new_text.as_bytes())?;
     let detail = file_detail(
         ctx,
         &path,

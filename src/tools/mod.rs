@@ -136,6 +136,7 @@ pub struct ToolOutcome {
 // ---------------------------------------------------------------------------------------
 
 mod args;
+pub mod beneath;
 mod files;
 mod patch;
 mod paths;

@@ -21,13 +21,13 @@
 
 use super::args::ApplyPatchArgs;
 use super::files::{read_existing, write_bytes};
-use super::paths::{self, Access};
+use super::paths::{self, Access, Target};
 use super::revision::{self, sha_opt};
 use super::{Fail, ToolContext, ToolOutcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
+
+use std::path::PathBuf;
 
 /// One parsed operation.
 #[derive(Debug, Clone, PartialEq)]
@@ -332,26 +332,26 @@ fn apply_hunks(text: &str, hunks: &[Hunk], shown: &str) -> Result<String, Fail> 
 type Content = Option<Vec<u8>>;
 
 /// In-memory view of the files a patch touches.
-struct Overlay {
-    /// Resolved path → (original content, current content).
-    files: BTreeMap<PathBuf, (Content, Content)>,
+struct Overlay<'a> {
+    /// Absolute path → (target, original content, current content).
+    files: BTreeMap<PathBuf, (&'a Target, Content, Content)>,
 }
 
-impl Overlay {
-    fn get(&mut self, path: &Path, shown: &str) -> Result<Option<Vec<u8>>, Fail> {
-        if let Some((_, cur)) = self.files.get(path) {
+impl<'a> Overlay<'a> {
+    fn get(&mut self, t: &'a Target) -> Result<Option<Vec<u8>>, Fail> {
+        if let Some((_, _, cur)) = self.files.get(&t.abs) {
             return Ok(cur.clone());
         }
-        let orig = read_existing(path, shown)?;
+        let orig = read_existing(t)?;
         self.files
-            .insert(path.to_path_buf(), (orig.clone(), orig.clone()));
+            .insert(t.abs.clone(), (t, orig.clone(), orig.clone()));
         Ok(orig)
     }
 
-    fn set(&mut self, path: &Path, shown: &str, bytes: Option<Vec<u8>>) -> Result<(), Fail> {
-        self.get(path, shown)?;
-        if let Some(entry) = self.files.get_mut(path) {
-            entry.1 = bytes;
+    fn set(&mut self, t: &'a Target, bytes: Option<Vec<u8>>) -> Result<(), Fail> {
+        self.get(t)?;
+        if let Some(entry) = self.files.get_mut(&t.abs) {
+            entry.2 = bytes;
         }
         Ok(())
     }
@@ -367,9 +367,9 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
             Op::Add { path, .. } | Op::Delete { path } => (path, None),
             Op::Update { path, move_to, .. } => (path, move_to.as_ref()),
         };
-        let rp = paths::resolve(ctx, p, Access::Write)?;
+        let rp = paths::target(ctx, p, Access::Write)?;
         let rm = m
-            .map(|m| paths::resolve(ctx, m, Access::Write))
+            .map(|m| paths::target(ctx, m, Access::Write))
             .transpose()?;
         resolved.push((rp, rm));
     }
@@ -379,15 +379,13 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
     };
     let mut summary = Vec::new();
     let mut files: Vec<Value> = Vec::new();
-    for (op, (path, move_path)) in ops.iter().zip(&resolved) {
+    for (op, (t, move_t)) in ops.iter().zip(&resolved) {
+        let path = &t.abs;
         match op {
-            Op::Add {
-                path: shown,
-                content,
-            } => {
-                let old = view.get(path, shown)?;
+            Op::Add { content, .. } => {
+                let old = view.get(t)?;
                 let action = if old.is_some() { "modified" } else { "created" };
-                view.set(path, shown, Some(content.clone().into_bytes()))?;
+                view.set(t, Some(content.clone().into_bytes()))?;
                 summary.push(format!(
                     "{} {}",
                     if old.is_some() { "M" } else { "A" },
@@ -401,12 +399,12 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                 }));
             }
             Op::Delete { path: shown } => {
-                let Some(old) = view.get(path, shown)? else {
+                let Some(old) = view.get(t)? else {
                     return Err(Fail::Error(format!(
                         "apply_patch failed: cannot delete `{shown}`: no such file. No files were changed"
                     )));
                 };
-                view.set(path, shown, None)?;
+                view.set(t, None)?;
                 summary.push(format!("D {}", paths::display(ctx, path)));
                 files.push(json!({
                     "path": paths::display(ctx, path),
@@ -420,7 +418,7 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                 move_to,
                 hunks,
             } => {
-                let Some(old) = view.get(path, shown)? else {
+                let Some(old) = view.get(t)? else {
                     return Err(Fail::Error(format!(
                         "apply_patch failed: cannot update `{shown}`: no such file (use `*** Add File:` to create it). No files were changed"
                     )));
@@ -442,10 +440,11 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                     "old_file_sha": sha_opt(Some(&old)),
                     "new_file_sha": sha_opt(Some(&new_bytes)),
                 });
-                match (move_path, move_to) {
-                    (Some(dest), Some(dest_shown)) if dest != path => {
-                        view.set(path, shown, None)?;
-                        view.set(dest, dest_shown, Some(new_bytes))?;
+                match (move_t, move_to) {
+                    (Some(dest_t), Some(_)) if &dest_t.abs != path => {
+                        let dest = &dest_t.abs;
+                        view.set(t, None)?;
+                        view.set(dest_t, Some(new_bytes))?;
                         entry["action"] = json!("moved");
                         entry["move_path"] = json!(paths::display(ctx, dest));
                         summary.push(format!(
@@ -455,7 +454,7 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                         ));
                     }
                     _ => {
-                        view.set(path, shown, Some(new_bytes))?;
+                        view.set(t, Some(new_bytes))?;
                         summary.push(format!("M {}", paths::display(ctx, path)));
                     }
                 }
@@ -467,8 +466,8 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
     let changes: Vec<(PathBuf, String)> = view
         .files
         .iter()
-        .filter(|(_, (orig, cur))| orig != cur)
-        .map(|(p, (_, cur))| (p.clone(), sha_opt(cur.as_deref())))
+        .filter(|(_, (_, orig, cur))| orig != cur)
+        .map(|(p, (_, _, cur))| (p.clone(), sha_opt(cur.as_deref())))
         .collect();
     let rev = revision::record(&paths::workspace_root(ctx), &changes);
     Ok(ToolOutcome::ok(
@@ -480,22 +479,21 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
     ))
 }
 
-/// Writes the final state of every changed file; on failure restores what was written.
-fn commit(view: &Overlay) -> Result<(), Fail> {
-    let mut done: Vec<(&PathBuf, &Content)> = Vec::new();
+/// Writes the final state of every changed file (each atomically); on failure restores
+/// what was written.
+fn commit(view: &Overlay<'_>) -> Result<(), Fail> {
+    let mut done: Vec<(&Target, &Content)> = Vec::new();
     let mut result = Ok(());
-    for (path, (orig, cur)) in &view.files {
+    for (t, orig, cur) in view.files.values() {
         if orig == cur {
             continue;
         }
-        let shown = path.to_string_lossy();
         let r = match cur {
-            Some(bytes) => write_bytes(path, bytes, &shown),
-            None => fs::remove_file(path)
-                .map_err(|e| Fail::Error(format!("cannot delete `{shown}`: {e}"))),
+            Some(bytes) => write_bytes(t, bytes),
+            None => t.root.remove_file(&t.rel).map_err(|e| t.fail("delete", e)),
         };
         match r {
-            Ok(()) => done.push((path, orig)),
+            Ok(()) => done.push((t, orig)),
             Err(Fail::Error(msg)) | Err(Fail::Denied(msg)) => {
                 result = Err(Fail::Error(format!(
                     "apply_patch failed while writing: {msg}; files already written were restored"
@@ -505,13 +503,13 @@ fn commit(view: &Overlay) -> Result<(), Fail> {
         }
     }
     if result.is_err() {
-        for (path, orig) in done {
+        for (t, orig) in done {
             let restored = match orig {
-                Some(bytes) => fs::write(path, bytes),
-                None => fs::remove_file(path),
+                Some(bytes) => t.root.write_atomic(&t.rel, bytes, true),
+                None => t.root.remove_file(&t.rel),
             };
             if let Err(e) = restored {
-                log::error!("apply_patch: cannot restore {}: {e}", path.display());
+                log::error!("apply_patch: cannot restore {}: {e}", t.abs.display());
             }
         }
     }

@@ -1,12 +1,17 @@
 //! Path resolution and the permission check for file paths.
 //!
-//! A path from the model is joined to `ctx.cwd` (unless absolute), normalized lexically
-//! (`.` and `..` removed), then resolved against the file system: the deepest existing
-//! ancestor is canonicalized (following symlinks, including a dangling symlink's target)
-//! and the not-yet-existing rest appended. The tools then operate on that resolved path,
-//! so what was checked is what is touched. In `standard` and `read_only` mode the
-//! resolved path must lie inside the canonical workspace root.
+//! A path from the model is joined to `ctx.cwd` (unless absolute) and normalized
+//! lexically (`.` and `..` removed). In `standard` and `read_only` mode it must then lie
+//! inside the canonical workspace root (a path spelled through another name of the
+//! workspace, e.g. a symlinked parent, is canonicalized first to find out); the result is
+//! a [`Target`]: the workspace opened as a [`Root`] plus the path relative to it. Every
+//! file operation then goes through the `Root`, so the kernel resolves the path beneath
+//! the workspace at the moment of the operation (`openat2` with `RESOLVE_BENEATH`): a
+//! symlink that leads out, even one swapped in after this check, makes the operation
+//! fail with [`Error::Outside`], reported to the model as a permission refusal.
+//! In `unconfined` mode the root is `/` (nothing is out of reach).
 
+use super::beneath::{self, Error, Root};
 use super::{Fail, PermissionMode, ToolContext};
 use std::ffi::OsString;
 use std::fs;
@@ -121,6 +126,105 @@ pub(crate) fn resolve(ctx: &ToolContext, raw: &str, access: Access) -> Result<Pa
             root.display()
         ))),
     }
+}
+
+/// A path resolved for a file tool: operate on it through `root` and `rel`.
+#[derive(Debug)]
+pub(crate) struct Target {
+    /// The workspace root (or `/` in `unconfined` mode).
+    pub root: Root,
+    /// The path relative to `root`.
+    pub rel: PathBuf,
+    /// The absolute path, for display and bookkeeping (never used to open).
+    pub abs: PathBuf,
+    /// What the model wrote.
+    pub shown: String,
+}
+
+impl Target {
+    /// Turns an error of an operation on this target into a tool failure: an escape is
+    /// a permission refusal naming the workspace, anything else an error naming `what`.
+    pub(crate) fn fail(&self, what: &str, e: Error) -> Fail {
+        match e {
+            Error::Outside => Fail::Denied(format!(
+                "cannot {what} `{}`: it leads outside the workspace {} (through `..` or a symbolic link); only paths inside the workspace are allowed",
+                self.shown,
+                self.root.path().display()
+            )),
+            Error::Io(e) => {
+                let hint = match e.kind() {
+                    io::ErrorKind::NotFound => " (no such file)",
+                    io::ErrorKind::PermissionDenied => " (the OS denied access)",
+                    _ => "",
+                };
+                Fail::Error(format!("cannot {what} `{}`: {e}{hint}", self.shown))
+            }
+        }
+    }
+}
+
+/// Resolves `raw` for `access` into a [`Target`], applying the permission mode.
+/// Errors: empty path (`Fail::Error`), write in `read_only`, a path outside the
+/// workspace in `standard`/`read_only` (`Fail::Denied`), an unopenable root.
+pub(crate) fn target(ctx: &ToolContext, raw: &str, access: Access) -> Result<Target, Fail> {
+    if raw.trim().is_empty() {
+        return Err(Fail::Error("path must not be empty".into()));
+    }
+    if access == Access::Write && ctx.permission_mode == PermissionMode::ReadOnly {
+        return Err(Fail::Denied(format!(
+            "cannot write `{raw}`: the conversation is in read_only mode"
+        )));
+    }
+    let joined = normalize(&cwd(ctx).join(raw));
+    target_of(ctx, &joined, raw)
+}
+
+/// [`target`] for an absolute, normalized path (no write check).
+pub(crate) fn target_of(ctx: &ToolContext, abs: &Path, raw: &str) -> Result<Target, Fail> {
+    let (root_path, rel) = if ctx.permission_mode == PermissionMode::Unconfined {
+        let rel = abs.strip_prefix("/").unwrap_or(abs);
+        (PathBuf::from("/"), rel.to_path_buf())
+    } else {
+        let root = workspace_root(ctx);
+        // The canonical spelling when it lies inside (it also covers absolute symlinks
+        // that point back inside, which `RESOLVE_BENEATH` refuses on principle, and a
+        // workspace reached through another name); else the lexical one, for which
+        // the kernel then reports any escape. Either way the operation itself is
+        // resolved beneath the root, so a link swapped after this point cannot lead
+        // out.
+        let rel = resolve_fs(abs)
+            .ok()
+            .and_then(|p| beneath::rel_beneath(&root, &p))
+            .or_else(|| beneath::rel_beneath(&root, abs));
+        match rel {
+            Some(rel) => (root, rel),
+            None => {
+                return Err(Fail::Denied(format!(
+                    "`{raw}` is outside the workspace {} ({} mode); only paths inside the workspace are allowed",
+                    root.display(),
+                    ctx.permission_mode.as_str()
+                )))
+            }
+        }
+    };
+    let opened = if ctx.permission_mode == PermissionMode::Unconfined {
+        Root::anywhere()
+    } else {
+        Root::open(&root_path)
+    };
+    let root = opened.map_err(|e| {
+        Fail::Error(format!(
+            "cannot open the workspace {}: {e}",
+            root_path.display()
+        ))
+    })?;
+    let abs = normalize(&root_path.join(&rel));
+    Ok(Target {
+        root,
+        rel,
+        abs,
+        shown: raw.to_string(),
+    })
 }
 
 /// How a resolved path is shown: relative to `base` when inside it (`.` for `base`

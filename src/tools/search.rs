@@ -2,14 +2,16 @@
 //! repositories), include hidden files, and never descend into `.git`.
 
 use super::args::{GlobArgs, GrepArgs, ListFilesArgs};
+use super::beneath::{self, Kind, Root, Visit, WalkEntry};
 use super::files::{looks_binary, read_line_capped, BINARY_SNIFF_BYTES, MAX_LINE_BYTES};
-use super::paths::{self, Access};
+use super::paths::{self, Access, Target};
 use super::{Cancel, Fail, ToolContext, ToolOutcome};
 use globset::{GlobBuilder, GlobMatcher};
-use ignore::{DirEntry, WalkBuilder};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::Match;
 use serde_json::json;
-use std::fs;
-use std::io::{BufRead, BufReader};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -25,39 +27,121 @@ pub(crate) const GREP_MAX_MATCHES: usize = 500;
 pub(crate) const GREP_MAX_LINE_CHARS: usize = 500;
 /// Paths `glob` shows at most.
 pub(crate) const GLOB_MAX_RESULTS: usize = 1000;
+/// Largest ignore file read (bytes); a bigger one is read up to this size.
+const MAX_IGNORE_FILE: u64 = 1024 * 1024;
 
-fn walker(root: &Path, max_depth: Option<usize>) -> WalkBuilder {
-    let mut b = WalkBuilder::new(root);
-    b.hidden(false)
-        .require_git(false)
-        .max_depth(max_depth)
-        .filter_entry(|e| e.file_name() != ".git")
-        .sort_by_file_name(|a, b| a.cmp(b));
-    b
+/// `.gitignore` / `.ignore` rules of the directories of a walk, read through the
+/// [`Root`] (so they cannot be redirected either) and cached per directory. A path is
+/// checked against the rules of its ancestors from the deepest up; the first rule set
+/// with an opinion decides (`.ignore` before `.gitignore` in the same directory), as
+/// git and ripgrep do. Global excludes are not read.
+struct Ignores<'a> {
+    root: &'a Root,
+    cache: HashMap<PathBuf, Vec<Gitignore>>,
+}
+
+impl<'a> Ignores<'a> {
+    fn new(root: &'a Root) -> Self {
+        Ignores {
+            root,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn load(&mut self, dir: &Path) -> &Vec<Gitignore> {
+        if !self.cache.contains_key(dir) {
+            let mut sets = Vec::new();
+            for name in [".ignore", ".gitignore"] {
+                let rel = dir.join(name);
+                let Ok(f) = self.root.open_read(&rel) else {
+                    continue;
+                };
+                let mut text = String::new();
+                if f.take(MAX_IGNORE_FILE).read_to_string(&mut text).is_err() {
+                    continue;
+                }
+                let mut b = GitignoreBuilder::new(self.root.path().join(dir));
+                for line in text.lines() {
+                    let _ = b.add_line(None, line);
+                }
+                if let Ok(g) = b.build() {
+                    sets.push(g);
+                }
+            }
+            self.cache.insert(dir.to_path_buf(), sets);
+        }
+        &self.cache[dir]
+    }
+
+    /// Whether `rel` (relative to the root) is ignored.
+    fn ignored(&mut self, rel: &Path, is_dir: bool) -> bool {
+        let abs = self.root.path().join(rel);
+        let mut dir = rel.parent().map(Path::to_path_buf);
+        while let Some(d) = dir {
+            let d_key = if d.as_os_str().is_empty() {
+                PathBuf::from(".")
+            } else {
+                d.clone()
+            };
+            for g in self.load(&d_key) {
+                match g.matched(&abs, is_dir) {
+                    Match::Ignore(_) => return true,
+                    Match::Whitelist(_) => return false,
+                    Match::None => {}
+                }
+            }
+            if d.as_os_str().is_empty() || d == Path::new(".") {
+                break;
+            }
+            dir = d.parent().map(Path::to_path_buf);
+        }
+        false
+    }
+}
+
+/// Walks below `start` (relative to `root`) like the old `ignore` walker did: hidden
+/// files included, `.git` skipped, ignore rules applied, symlinks listed but never
+/// followed. `visit` sees every kept entry.
+fn walk(
+    root: &Root,
+    start: &Path,
+    max_depth: Option<usize>,
+    visit: &mut dyn FnMut(&WalkEntry<'_>) -> Visit,
+) -> Result<(), beneath::Error> {
+    let mut ignores = Ignores::new(root);
+    root.walk(start, max_depth, &mut |e| {
+        if e.entry.name == ".git" {
+            return Visit::Skip;
+        }
+        if ignores.ignored(e.rel, e.entry.kind == Kind::Dir) {
+            return Visit::Skip;
+        }
+        visit(e)
+    })
 }
 
 fn interrupted(what: &str) -> Fail {
     Fail::Error(format!("{what} interrupted"))
 }
 
-fn resolve_dir_or_cwd(ctx: &ToolContext, raw: Option<&str>) -> Result<PathBuf, Fail> {
+fn target_dir_or_cwd(ctx: &ToolContext, raw: Option<&str>) -> Result<Target, Fail> {
     match raw {
-        Some(p) if !p.trim().is_empty() => paths::resolve(ctx, p, Access::Read),
-        _ => paths::resolve(ctx, ".", Access::Read),
+        Some(p) if !p.trim().is_empty() => paths::target(ctx, p, Access::Read),
+        _ => paths::target(ctx, ".", Access::Read),
     }
 }
 
 /// `list_files`: an indented tree, directories suffixed with `/`, sorted by name.
+/// Symlinks are listed by name and never followed.
 pub(crate) fn list_files(
     a: ListFilesArgs,
     ctx: &ToolContext,
     cancel: &Cancel,
 ) -> Result<ToolOutcome, Fail> {
-    let root = resolve_dir_or_cwd(ctx, a.path.as_deref())?;
+    let t = target_dir_or_cwd(ctx, a.path.as_deref())?;
     let shown_root = a.path.clone().unwrap_or_else(|| ".".into());
-    let meta =
-        fs::metadata(&root).map_err(|e| Fail::Error(format!("cannot list `{shown_root}`: {e}")))?;
-    if !meta.is_dir() {
+    let st = t.root.stat(&t.rel).map_err(|e| t.fail("list", e))?;
+    if st.kind != Kind::Dir {
         return Err(Fail::Error(format!(
             "`{shown_root}` is not a directory; use read_file to read a file"
         )));
@@ -67,29 +151,31 @@ pub(crate) fn list_files(
         Some(d) => d.min(LIST_MAX_DEPTH),
         None => LIST_DEFAULT_DEPTH,
     };
-    let mut out = format!("{}/\n", paths::display_rel(&paths::cwd(ctx), &root));
+    let mut out = format!("{}/\n", paths::display_rel(&paths::cwd(ctx), &t.abs));
     let mut count = 0usize;
     let mut truncated = false;
-    for entry in walker(&root, Some(depth as usize)).build() {
+    let mut was_cancelled = false;
+    walk(&t.root, &t.rel, Some(depth as usize), &mut |e| {
         if cancel.is_set() {
-            return Err(interrupted("list_files"));
-        }
-        let Ok(entry) = entry else { continue };
-        if entry.depth() == 0 {
-            continue;
+            was_cancelled = true;
+            return Visit::Stop;
         }
         if count >= LIST_MAX_ENTRIES {
             truncated = true;
-            break;
+            return Visit::Stop;
         }
         count += 1;
-        let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
-        out.push_str(&"  ".repeat(entry.depth()));
-        out.push_str(&entry.file_name().to_string_lossy());
-        if is_dir {
+        out.push_str(&"  ".repeat(e.depth));
+        out.push_str(&e.entry.name.to_string_lossy());
+        if e.entry.kind == Kind::Dir {
             out.push('/');
         }
         out.push('\n');
+        Visit::Continue
+    })
+    .map_err(|e| t.fail("list", e))?;
+    if was_cancelled {
+        return Err(interrupted("list_files"));
     }
     if count == 0 {
         out.push_str("  (empty)\n");
@@ -146,34 +232,28 @@ fn cut_chars(s: &str, max: usize) -> String {
 }
 
 /// `grep`: regex over text files; `path:line:text`, paths relative to the cwd.
+/// Files are opened relative to their directory's descriptor without following
+/// symlinks, so the search never reads outside the workspace.
 pub(crate) fn grep(a: GrepArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<ToolOutcome, Fail> {
     let re = regex::Regex::new(&a.pattern)
         .map_err(|e| Fail::Error(format!("invalid regex `{}`: {e}", a.pattern)))?;
-    let root = resolve_dir_or_cwd(ctx, a.path.as_deref())?;
+    let t = target_dir_or_cwd(ctx, a.path.as_deref())?;
     let filter = a.glob.as_deref().map(NameFilter::new).transpose()?;
     let cwd = paths::cwd(ctx);
-    let meta = fs::metadata(&root).map_err(|e| {
-        Fail::Error(format!(
-            "cannot search `{}`: {e}",
-            a.path.as_deref().unwrap_or(".")
-        ))
-    })?;
+    let st = t.root.stat(&t.rel).map_err(|e| t.fail("search", e))?;
     let mut out = String::new();
     let mut matches = 0usize;
     let mut files_matched = 0usize;
     let mut truncated = false;
-    let mut search_file = |path: &Path| -> bool {
+    let mut search_file = |f: std::fs::File, abs: &Path| -> bool {
         // Returns false when the match cap was reached.
-        let Ok(f) = fs::File::open(path) else {
-            return true;
-        };
         let mut r = BufReader::new(f);
         match r.fill_buf() {
             Ok(head) if looks_binary(&head[..head.len().min(BINARY_SNIFF_BYTES)]) => return true,
             Ok(_) => {}
             Err(_) => return true,
         }
-        let shown = paths::display_rel(&cwd, path);
+        let shown = paths::display_rel(&cwd, abs);
         let mut buf = Vec::new();
         let mut line_no = 0u64;
         let mut any = false;
@@ -204,26 +284,39 @@ pub(crate) fn grep(a: GrepArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<To
         }
         true
     };
-    if meta.is_file() {
-        search_file(&root);
+    let mut was_cancelled = false;
+    if st.kind == Kind::File {
+        let f = t.root.open_read(&t.rel).map_err(|e| t.fail("search", e))?;
+        search_file(f, &t.abs);
     } else {
-        for entry in walker(&root, None).build() {
+        let start = t.root.path().join(&t.rel);
+        walk(&t.root, &t.rel, None, &mut |e| {
             if cancel.is_set() {
-                return Err(interrupted("grep"));
+                was_cancelled = true;
+                return Visit::Stop;
             }
-            let Ok(entry) = entry else { continue };
-            if !is_file(&entry) {
-                continue;
+            if e.entry.kind != Kind::File {
+                return Visit::Continue;
             }
+            let abs = t.root.path().join(e.rel);
             if let Some(f) = &filter {
-                if !f.matches(&root, entry.path()) {
-                    continue;
+                if !f.matches(&start, &abs) {
+                    return Visit::Continue;
                 }
             }
-            if !search_file(entry.path()) {
-                break;
+            let Ok(file) = e.open_file() else {
+                return Visit::Continue;
+            };
+            if search_file(file, &abs) {
+                Visit::Continue
+            } else {
+                Visit::Stop
             }
-        }
+        })
+        .map_err(|e| t.fail("search", e))?;
+    }
+    if was_cancelled {
+        return Err(interrupted("grep"));
     }
     if matches == 0 {
         out.push_str("No matches found.\n");
@@ -237,10 +330,6 @@ pub(crate) fn grep(a: GrepArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<To
         out,
         json!({"matches": matches, "files": files_matched, "truncated": truncated}),
     ))
-}
-
-fn is_file(entry: &DirEntry) -> bool {
-    entry.file_type().is_some_and(|t| t.is_file())
 }
 
 fn has_meta(component: &str) -> bool {
@@ -289,26 +378,32 @@ pub(crate) fn glob(a: GlobArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<To
         Some(comps.len() - literal)
     };
     let mut found: Vec<(SystemTime, String)> = Vec::new();
-    if base.is_dir() {
-        // Stay inside the workspace in confined modes.
-        paths::resolve(ctx, &base.to_string_lossy(), Access::Read)?;
-        for entry in walker(&base, max_depth).build() {
+    // Stay inside the workspace in confined modes.
+    let t = paths::target_of(ctx, &paths::normalize(&base), &base.to_string_lossy())?;
+    if t.root.stat(&t.rel).is_ok_and(|st| st.kind == Kind::Dir) {
+        let mut was_cancelled = false;
+        walk(&t.root, &t.rel, max_depth, &mut |e| {
             if cancel.is_set() {
-                return Err(interrupted("glob"));
+                was_cancelled = true;
+                return Visit::Stop;
             }
-            let Ok(entry) = entry else { continue };
-            if !is_file(&entry) {
-                continue;
+            if e.entry.kind != Kind::File {
+                return Visit::Continue;
             }
-            let rel = entry.path().strip_prefix(&cwd).unwrap_or(entry.path());
+            let abs = t.root.path().join(e.rel);
+            let rel = abs.strip_prefix(&cwd).unwrap_or(&abs);
             if matcher.is_match(rel) {
-                let mtime = entry
-                    .metadata()
-                    .ok()
-                    .and_then(|m| m.modified().ok())
+                let mtime = e
+                    .stat()
+                    .map(|st| st.modified())
                     .unwrap_or(SystemTime::UNIX_EPOCH);
                 found.push((mtime, rel.to_string_lossy().into_owned()));
             }
+            Visit::Continue
+        })
+        .map_err(|e| t.fail("search", e))?;
+        if was_cancelled {
+            return Err(interrupted("glob"));
         }
     }
     found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));

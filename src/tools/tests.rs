@@ -1000,3 +1000,86 @@ fn bash_backpressure_blocks_instead_of_dropping() {
     assert!(!o.is_error, "{o:?}");
     assert!(ws.root().join("finished").exists());
 }
+
+// ----------------------------------------------------------------------------- races
+
+/// A directory `race/` flipped to a symlink to `outside/` and back in a tight loop while
+/// the file tools use paths through it: nothing outside is ever read or changed.
+#[test]
+fn symlink_swap_race_never_reaches_outside() {
+    let parent = tempfile::tempdir().unwrap();
+    let base = fs::canonicalize(parent.path()).unwrap();
+    let root = base.join("ws");
+    let outside = base.join("outside");
+    fs::create_dir_all(root.join("race")).unwrap();
+    fs::create_dir_all(&outside).unwrap();
+    fs::write(outside.join("secret.txt"), "OUTSIDE-SECRET\n").unwrap();
+    fs::write(outside.join("victim.txt"), "victim\n").unwrap();
+    fs::write(root.join("race/secret.txt"), "inside\n").unwrap();
+    fs::write(root.join("race/victim.txt"), "victim\n").unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let flipper = {
+        let (root, outside, stop) = (root.clone(), outside.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let race = root.join("race");
+            let parked = root.join("race.real");
+            while !stop.load(Ordering::SeqCst) {
+                let _ = fs::rename(&race, &parked);
+                let _ = std::os::unix::fs::symlink(&outside, &race);
+                std::thread::yield_now();
+                let _ = fs::remove_file(&race);
+                let _ = fs::rename(&parked, &race);
+            }
+        })
+    };
+    let spill = tempfile::tempdir().unwrap();
+    let ctx = ToolContext {
+        workspace_root: root.clone(),
+        cwd: root.clone(),
+        permission_mode: PermissionMode::Standard,
+        spill_dir: spill.path().to_path_buf(),
+        default_timeout_ms: 10_000,
+        output_cap_bytes: 4096,
+    };
+    let patch = "*** Begin Patch\n*** Update File: race/victim.txt\n@@\n-victim\n+pwned\n*** End Patch";
+    let calls: [(&str, Value); 6] = [
+        ("read_file", json!({"path": "race/secret.txt"})),
+        ("write_file", json!({"path": "race/victim.txt", "content": "pwned\n"})),
+        (
+            "edit_file",
+            json!({"path": "race/victim.txt", "old_string": "victim", "new_string": "pwned"}),
+        ),
+        ("apply_patch", json!({ "patch": patch })),
+        ("grep", json!({"pattern": "OUTSIDE", "path": "."})),
+        ("glob", json!({"pattern": "**/secret.txt"})),
+    ];
+    for i in 0..300 {
+        let (name, args) = &calls[i % calls.len()];
+        let o = call_ctx(name, &args.to_string(), ctx.clone()).1;
+        assert!(!o.output.contains("OUTSIDE-SECRET"), "{name}: {o:?}");
+        if *name == "grep" {
+            assert!(!o.output.contains("OUTSIDE"), "{name}: {o:?}");
+        }
+        assert_eq!(
+            fs::read_to_string(outside.join("victim.txt")).unwrap(),
+            "victim\n",
+            "round {i}: {name} changed the outside file: {o:?}"
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    flipper.join().unwrap();
+    assert_eq!(
+        fs::read_to_string(outside.join("victim.txt")).unwrap(),
+        "victim\n"
+    );
+    assert_eq!(
+        fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "OUTSIDE-SECRET\n"
+    );
+    let names: Vec<_> = fs::read_dir(&outside)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
