@@ -36,6 +36,55 @@ pub fn clip(s: &str, max: usize) -> String {
     }
 }
 
+/// Fault injection for end-to-end tests of failure paths: whether `name` is one of the
+/// comma-separated names in the `WUU_FAULTS` environment variable (read once). Names:
+/// `session_panic_on_rename` (a session thread panics while handling `thread/rename`).
+/// Unset in normal use: every check is then one load of a cached empty list.
+pub fn fault(name: &str) -> bool {
+    static FAULTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FAULTS
+        .get_or_init(|| {
+            std::env::var("WUU_FAULTS")
+                .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect())
+                .unwrap_or_default()
+        })
+        .iter()
+        .any(|f| f == name)
+}
+
+/// Longest accepted conversation id, in bytes.
+pub const MAX_THREAD_ID_BYTES: usize = 256;
+
+/// Checks a conversation id taken from a request (already trimmed): at most
+/// [`MAX_THREAD_ID_BYTES`] bytes and no control characters (NUL included). Ids are opaque
+/// otherwise. The error is an `invalid params: …` message naming `field` and showing at
+/// most 40 characters of the id.
+pub fn check_thread_id(field: &str, id: &str) -> Result<(), String> {
+    if id.len() > MAX_THREAD_ID_BYTES {
+        return Err(format!(
+            "invalid params: {field}: {:?} is longer than {MAX_THREAD_ID_BYTES} bytes",
+            clip(id, 40)
+        ));
+    }
+    if id.chars().any(char::is_control) {
+        return Err(format!(
+            "invalid params: {field}: {:?} contains a control character",
+            clip(id, 40)
+        ));
+    }
+    Ok(())
+}
+
+/// At most the last `max` characters of `s`, keeping only ASCII letters, digits, `-`
+/// and `_` (for OS thread names: never a NUL, never a split character).
+pub fn name_tail(s: &str, max: usize) -> String {
+    let kept: Vec<char> = s
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .collect();
+    kept[kept.len().saturating_sub(max)..].iter().collect()
+}
+
 /// First `max` characters of `s` on one line (whitespace runs folded), for previews.
 pub fn preview(s: &str, max: usize) -> String {
     let folded: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -56,6 +105,11 @@ mod tests {
         assert!(super::new_id("thr").starts_with("thr_"));
         assert_eq!(super::preview("a \n b", 10), "a b");
         assert_eq!(super::preview("abcdef", 3), "abc…");
+        assert_eq!(super::name_tail("thr_0123456789abcdef", 12), "456789abcdef");
+        assert_eq!(super::name_tail("a\u{0}é€x", 12), "ax");
+        assert!(super::check_thread_id("thread_id", "a\u{0}").is_err());
+        assert!(super::check_thread_id("thread_id", &"x".repeat(257)).is_err());
+        assert!(super::check_thread_id("thread_id", "thr_é€").is_ok());
     }
 }
 

@@ -78,6 +78,17 @@ pub enum ErrorCode {
     InternalError,
     /// The server is shutting down and did not start the request.
     ServerClosed,
+    /// The database stayed locked by another connection or process longer than the busy
+    /// timeout (10 s). Retryable: nothing was changed; the message names the database
+    /// file.
+    StoreBusy,
+    /// `turn/interrupt` on a conversation that runs no turn (nothing was changed).
+    NoActiveTurn,
+    /// `user-question/respond|cancel|hold` named a question this server never offered.
+    QuestionNotFound,
+    /// `user-question/respond|cancel|hold` named a question that is already settled
+    /// (answered, cancelled, skipped, expired or revoked); late answers are refused.
+    QuestionSettled,
     /// A request that is well-formed but refused by the state of the conversation or the
     /// configuration (the Go server's generic code; the message carries the detail).
     Error,
@@ -97,6 +108,10 @@ impl ErrorCode {
             ErrorCode::RunNotAttached => "run_not_attached",
             ErrorCode::InternalError => "internal_error",
             ErrorCode::ServerClosed => "server_closed",
+            ErrorCode::StoreBusy => "store_busy",
+            ErrorCode::NoActiveTurn => "no_active_turn",
+            ErrorCode::QuestionNotFound => "question_not_found",
+            ErrorCode::QuestionSettled => "question_settled",
             ErrorCode::Error => "error",
         }
     }

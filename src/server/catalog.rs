@@ -52,13 +52,19 @@ impl CatalogPool {
                                 }
                             }
                         }
-                        handle(
-                            &shared,
-                            store.as_mut().expect("opened"),
-                            &mut cache,
-                            req,
-                            reply,
-                        );
+                        let Some(st) = store.as_mut() else { continue };
+                        // A bug in one listing must not take a pool worker down (the
+                        // pool would shrink until listings hang): the request gets
+                        // `internal_error` from its dropped responder, the worker goes
+                        // on with a fresh connection and cache.
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            handle(&shared, st, &mut cache, req, reply)
+                        }));
+                        if r.is_err() {
+                            log::error!("a catalog request panicked; the worker goes on");
+                            store = None;
+                            cache = ListCache::default();
+                        }
                     }
                 })
                 .expect("spawn catalog thread");

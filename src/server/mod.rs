@@ -302,6 +302,28 @@ impl Shared {
     }
 }
 
+/// The error a request gets when the store failed: `store_busy` (retryable) naming the
+/// database file when another connection held the lock past the busy timeout,
+/// `internal_error` naming the database file otherwise.
+pub fn store_refusal(shared: &Shared, e: &wuu_store::StoreError) -> (ErrorCode, String) {
+    let path = shared.opts.home.join(wuu_store::DB_FILE);
+    if e.is_busy() {
+        (
+            ErrorCode::StoreBusy,
+            format!(
+                "store busy: the database {} stayed locked by another connection or process for longer than {} s; retry later ({e})",
+                path.display(),
+                wuu_store::DEFAULT_BUSY_TIMEOUT.as_secs()
+            ),
+        )
+    } else {
+        (
+            ErrorCode::InternalError,
+            format!("store: the database {}: {e}", path.display()),
+        )
+    }
+}
+
 /// Answers one request. Requests without id (client notifications) are executed but
 /// not answered. Dropping a responder without answering answers `internal_error`, so a
 /// request is never left without a response.
@@ -441,7 +463,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         opts: opts.clone(),
         config: RwLock::new(Arc::new(loaded)),
         outbox,
-        registry: registry::Registry::default(),
+        registry: registry::Registry::start(weak.clone()),
         catalog: catalog::CatalogPool::start(2, weak.clone()),
         owner,
         closing: AtomicBool::new(false),

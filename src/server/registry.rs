@@ -1,5 +1,12 @@
 //! The session registry: conversation id → mailbox of its live session thread.
 //!
+//! A request naming a conversation that is not live gets a mailbox at once (so later
+//! requests of that conversation queue behind it, in order) and the id goes to the
+//! reviver: one thread with its own read connection that checks the conversation exists
+//! and only then spawns its session thread. An unknown id is answered `thread_not_found`
+//! without any thread being created; the reviver's queue is bounded, so a flood of
+//! unknown ids slows the reader down instead of piling up mailboxes.
+//!
 //! Sends happen under the registry lock with `try_send`, so a session that parks
 //! (removes itself under the same lock after finding its mailbox empty) can never lose a
 //! message. When a mailbox is full the sender waits outside the lock (backpressure);
@@ -8,15 +15,32 @@
 
 use super::Shared;
 use crate::session::{self, SessionMsg};
+use crossbeam_channel::Receiver;
 use crossbeam_channel::{Sender, TrySendError};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
+use wuu_protocol::ErrorCode;
 
 /// Messages a session mailbox holds before senders wait.
 pub const MAILBOX_CAPACITY: usize = 256;
+
+/// Conversations waiting for the reviver's existence check before the reader waits.
+pub const REVIVE_QUEUE: usize = 64;
+
+/// Idle persisted sessions the registry keeps before idle sessions park early (after
+/// [`EARLY_PARK_AFTER`] instead of `park_after`): live session threads stay bounded
+/// when a client touches many conversations at once.
+pub const SOFT_SESSION_CAP: usize = 256;
+
+/// Idleness after which a session parks while the registry is over [`SOFT_SESSION_CAP`].
+pub const EARLY_PARK_AFTER: Duration = Duration::from_secs(1);
+
+/// A conversation waiting for its existence check: its id, the mailbox's receiving end
+/// and its running flag.
+type Revival = (String, Receiver<SessionMsg>, Arc<AtomicBool>);
 
 /// A live session as the registry sees it.
 #[derive(Clone)]
@@ -28,13 +52,41 @@ pub struct SessionEntry {
 }
 
 /// Live sessions by conversation id.
-#[derive(Default)]
 pub struct Registry {
     inner: Mutex<HashMap<String, SessionEntry>>,
     generation: std::sync::atomic::AtomicU64,
+    revive: Sender<Revival>,
 }
 
 impl Registry {
+    /// An empty registry and its reviver thread (which ends when `shared` is gone).
+    pub fn start(shared: Weak<Shared>) -> Registry {
+        let (revive, rx) = crossbeam_channel::bounded::<Revival>(REVIVE_QUEUE);
+        let spawned = std::thread::Builder::new()
+            .name("wuu-revive".into())
+            .spawn(move || revive_loop(shared, rx));
+        if let Err(e) = spawned {
+            // Without the reviver, requests to parked conversations are refused with
+            // `internal_error` by `dispatch` (the queue reports disconnection).
+            log::error!("cannot spawn the reviver thread: {e}");
+        }
+        Registry {
+            inner: Mutex::new(HashMap::new()),
+            generation: Default::default(),
+            revive,
+        }
+    }
+
+    /// Number of live (and reviving) sessions.
+    pub fn len(&self) -> usize {
+        self.inner.lock().len()
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.inner.lock().is_empty()
+    }
+
     /// A counter that changes whenever a conversation starts or stops executing
     /// (listing caches key on it, because `status` comes from here, not the store).
     pub fn generation(&self) -> u64 {
@@ -47,23 +99,37 @@ impl Registry {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Delivers `msg` to the session of `thread_id`, reviving it from the store when it
-    /// is not live (a missing conversation answers `thread_not_found` from the revived
-    /// session, which then ends).
-    pub fn dispatch(&self, shared: &Arc<Shared>, thread_id: &str, mut msg: SessionMsg) {
+    /// Delivers `msg` to the session of `thread_id`. When it is not live, the message
+    /// waits in a new mailbox while the reviver checks the store: an existing
+    /// conversation gets its session thread, a missing one answers `thread_not_found`
+    /// (no thread is spawned for it).
+    pub fn dispatch(&self, _shared: &Arc<Shared>, thread_id: &str, mut msg: SessionMsg) {
         loop {
+            let mut revival = None;
             let tx = {
                 let mut map = self.inner.lock();
                 let entry = match map.get(thread_id) {
                     Some(e) => e.clone(),
                     None => {
-                        let e = session::spawn_existing(shared, thread_id);
+                        let (tx, rx) = crossbeam_channel::bounded(MAILBOX_CAPACITY);
+                        let running = Arc::new(AtomicBool::new(false));
+                        let e = SessionEntry {
+                            tx,
+                            running: running.clone(),
+                        };
                         map.insert(thread_id.to_owned(), e.clone());
+                        revival = Some((thread_id.to_owned(), rx, running));
                         e
                     }
                 };
                 match entry.tx.try_send(msg) {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        drop(map);
+                        if let Some(job) = revival {
+                            self.queue_revival(job);
+                        }
+                        return;
+                    }
                     Err(TrySendError::Full(m)) => {
                         msg = m;
                         entry.tx
@@ -81,6 +147,20 @@ impl Registry {
                 Ok(()) => return,
                 Err(e) => msg = e.0,
             }
+        }
+    }
+
+    /// Hands a new mailbox to the reviver (waits while its queue is full).
+    fn queue_revival(&self, job: Revival) {
+        if let Err(e) = self.revive.send(job) {
+            let (id, rx, _) = e.0;
+            log::error!("the reviver is gone; refusing requests to {id:?}");
+            self.remove_if(&id, || true);
+            drain_refusing(
+                &rx,
+                ErrorCode::InternalError,
+                "the server cannot revive conversations",
+            );
         }
     }
 
@@ -138,3 +218,131 @@ impl Registry {
         }
     }
 }
+
+/// Answers everything in `rx` with `code` (a shutdown is acknowledged).
+pub fn drain_refusing(rx: &Receiver<SessionMsg>, code: ErrorCode, message: &str) {
+    while let Ok(msg) = rx.try_recv() {
+        match msg {
+            SessionMsg::Request { reply, .. } => reply.err(code, message),
+            SessionMsg::Shutdown { done } => {
+                let _ = done.send(());
+            }
+            SessionMsg::Snapshot { reply } => {
+                let _ = reply.send(Err((code, message.to_owned())));
+            }
+            SessionMsg::Title { .. } => {}
+        }
+    }
+}
+
+/// The reviver: checks each waiting conversation against the store and spawns its
+/// session thread, or refuses its mailbox (`thread_not_found`; `store_busy` or
+/// `internal_error` when the store cannot answer).
+fn revive_loop(shared: Weak<Shared>, rx: Receiver<Revival>) {
+    let mut store: Option<wuu_store::Store> = None;
+    for (id, mailbox, running) in rx.iter() {
+        let Some(shared) = shared.upgrade() else {
+            drain_refusing(
+                &mailbox,
+                ErrorCode::ServerClosed,
+                "the server is shutting down",
+            );
+            continue;
+        };
+        let exists = if id.starts_with("ephemeral-") {
+            // Ephemeral conversations live in memory only: not live means gone.
+            Ok(false)
+        } else {
+            let opened = match store.take() {
+                Some(s) => Ok(s),
+                None => wuu_store::Store::open_home(&shared.opts.home),
+            };
+            match opened {
+                Ok(s) => {
+                    let r = s.thread_exists(&id);
+                    store = Some(s);
+                    r.map_err(|e| super::store_refusal(&shared, &e))
+                }
+                Err(e) => Err(super::store_refusal(&shared, &e)),
+            }
+        };
+        match exists {
+            Ok(true) => {
+                if let Err(e) = session::spawn_existing(&shared, &id, mailbox.clone(), running) {
+                    log::error!("cannot spawn a session thread for {id:?}: {e}");
+                    shared.registry.remove_if(&id, || true);
+                    drain_refusing(
+                        &mailbox,
+                        ErrorCode::InternalError,
+                        &format!("cannot start a session thread: {e}"),
+                    );
+                }
+            }
+            Ok(false) => {
+                shared.registry.remove_if(&id, || true);
+                let message = format!("thread {:?} not found", crate::util::clip(&id, 80));
+                drain_refusing(&mailbox, ErrorCode::ThreadNotFound, &message);
+            }
+            Err((code, message)) => {
+                shared.registry.remove_if(&id, || true);
+                drain_refusing(&mailbox, code, &message);
+            }
+        }
+    }
+}
+
+/// Held by a session thread while it serves its conversation. If the thread panics (a
+/// bug), dropping the guard during unwinding keeps the fault inside that conversation:
+/// the session is unregistered, its running flag cleared, a turn it was running is
+/// settled as interrupted and its lease released (in one store transaction), and every
+/// request still in its mailbox is answered `internal_error`. The request being handled
+/// is answered `internal_error` by its own responder. The next request to the
+/// conversation revives it from the store; the server keeps serving.
+pub struct PanicGuard<'a> {
+    /// Server state.
+    pub shared: &'a Arc<Shared>,
+    /// The conversation.
+    pub id: &'a str,
+    /// Its mailbox.
+    pub rx: &'a Receiver<SessionMsg>,
+    /// Its running flag.
+    pub running: Arc<AtomicBool>,
+}
+
+impl Drop for PanicGuard<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let id = self.id;
+        log::error!(
+            "the session thread of {id:?} panicked; its requests are answered internal_error"
+        );
+        self.shared.registry.remove_if(id, || true);
+        if self.running.load(Ordering::SeqCst) {
+            self.shared.registry.set_running(&self.running, false);
+        }
+        if !id.starts_with("ephemeral-") {
+            match wuu_store::Store::open_home(&self.shared.opts.home) {
+                Ok(mut store) => {
+                    match store.settle_abandoned(id, &self.shared.owner, PANIC_MESSAGE) {
+                        Ok(r) if !r.is_empty() => log::warn!("settled after the panic: {r:?}"),
+                        Ok(_) => {}
+                        Err(e) => log::error!("cannot settle {id:?} after the panic: {e}"),
+                    }
+                }
+                Err(e) => log::error!("cannot settle {id:?} after the panic: {e}"),
+            }
+            self.shared.threads_changed();
+        }
+        drain_refusing(
+            self.rx,
+            ErrorCode::InternalError,
+            "internal error: the session of this conversation failed; retry the request",
+        );
+    }
+}
+
+/// Error message stored on a turn whose session thread panicked.
+pub const PANIC_MESSAGE: &str =
+    "interrupted: the server hit an internal error while running this turn";

@@ -12,7 +12,7 @@ use wuu_protocol::{
 };
 
 /// Longest accepted conversation id, in bytes.
-pub const MAX_ID_BYTES: usize = 256;
+pub const MAX_ID_BYTES: usize = crate::util::MAX_THREAD_ID_BYTES;
 
 /// Reads and routes lines until end of input or `shutdown`.
 pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
@@ -45,7 +45,17 @@ pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
                 if buf.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                if handle_line(shared, &buf) == Flow::Stop {
+                // A bug triggered by one line must not end the connection: the line's
+                // request gets `internal_error` from its dropped responder and the next
+                // line is served.
+                let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    handle_line(shared, &buf)
+                }))
+                .unwrap_or_else(|_| {
+                    log::error!("handling a request line panicked; serving the next line");
+                    Flow::Continue
+                });
+                if flow == Flow::Stop {
                     return;
                 }
             }
@@ -121,20 +131,13 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
         reply.err(ErrorCode::ServerClosed, "the server is shutting down");
         return Flow::Continue;
     }
+    if let Err(m) = check_named_threads(&decoded) {
+        reply.err(ErrorCode::InvalidParams, m);
+        return Flow::Continue;
+    }
     match decoded.route() {
         Route::Inline => init::handle_inline(shared, decoded, reply),
         Route::Spawn => crate::session::spawn_new(shared, decoded, reply),
-        Route::Session(thread_id) | Route::Resolve(Some(thread_id))
-            if thread_id.trim().len() > MAX_ID_BYTES =>
-        {
-            reply.err(
-                ErrorCode::InvalidParams,
-                format!(
-                    "invalid params: thread id {:?} is longer than {MAX_ID_BYTES} bytes",
-                    crate::util::clip(&thread_id, 40)
-                ),
-            );
-        }
         Route::Session(thread_id) => {
             let thread_id = thread_id.trim().to_owned();
             if thread_id.is_empty() {
@@ -180,4 +183,28 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
         Route::Resolve(_) => shared.catalog.submit(decoded, reply),
     }
     Flow::Continue
+}
+
+/// Checks every conversation id a request names, on the reader, before anything is
+/// routed: an id that is too long or holds a control character (NUL included) is
+/// `invalid_params` and never reaches a session, a thread name or the store.
+fn check_named_threads(req: &ClientRequest) -> Result<(), String> {
+    let (field, id) = match req {
+        ClientRequest::ThreadResume(p) => ("session_id", p.session_id.as_deref()),
+        ClientRequest::ThreadFork(p) => ("thread_id", Some(p.thread_id.as_str())),
+        ClientRequest::ThreadHistoryRead(p) => ("thread_id", Some(p.thread_id.as_str())),
+        ClientRequest::ThreadActivityRead(p) => ("thread_id", Some(p.thread_id.as_str())),
+        ClientRequest::ThreadContentRead(p) => ("thread_id", Some(p.thread_id.as_str())),
+        ClientRequest::UserQuestionList(p) => ("thread_id", p.thread_id.as_deref()),
+        other => {
+            return match other.route() {
+                Route::Session(id) => crate::util::check_thread_id("thread_id", id.trim()),
+                _ => Ok(()),
+            }
+        }
+    };
+    match id {
+        Some(id) => crate::util::check_thread_id(field, id.trim()),
+        None => Ok(()),
+    }
 }

@@ -25,7 +25,8 @@ pub fn load(
     shared: &Shared,
     id: &str,
 ) -> Result<Option<(Store, ThreadRow, Vec<TurnState>)>, String> {
-    let Some((mut store, thread)) = load_thread(shared, id)? else {
+    let Some((mut store, thread)) = load_thread(shared, id).map_err(|e| format!("store: {e}"))?
+    else {
         return Ok(None);
     };
     let turns = load_turns(shared, &mut store, id)?;
@@ -34,12 +35,15 @@ pub fn load(
 
 /// Loads a persisted conversation's row (not its history) with a fresh connection.
 /// `Ok(None)` when it does not exist.
-pub fn load_thread(shared: &Shared, id: &str) -> Result<Option<(Store, ThreadRow)>, String> {
+pub fn load_thread(
+    shared: &Shared,
+    id: &str,
+) -> Result<Option<(Store, ThreadRow)>, wuu_store::StoreError> {
     if id.starts_with("ephemeral-") {
         return Ok(None);
     }
-    let store = Store::open_home(&shared.opts.home).map_err(|e| format!("store: {e}"))?;
-    let Some(thread) = store.get_thread(id).map_err(|e| format!("store: {e}"))? else {
+    let store = Store::open_home(&shared.opts.home)?;
+    let Some(thread) = store.get_thread(id)? else {
         return Ok(None);
     };
     Ok(Some((store, thread)))

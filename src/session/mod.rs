@@ -111,7 +111,13 @@ impl Session {
     fn run(mut self) {
         let park_after = self.shared.opts.park_after;
         while !self.exit {
-            match self.rx.recv_timeout(park_after) {
+            // Many live conversations: idle ones park sooner (threads stay bounded).
+            let wait = if self.shared.registry.len() > crate::server::registry::SOFT_SESSION_CAP {
+                park_after.min(crate::server::registry::EARLY_PARK_AFTER)
+            } else {
+                park_after
+            };
+            match self.rx.recv_timeout(wait) {
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {
                     if self.ephemeral() || self.running.load(Ordering::SeqCst) {
@@ -231,6 +237,9 @@ impl Session {
     fn handle_request(&mut self, req: ClientRequest, reply: Responder) {
         match req {
             ClientRequest::ThreadResume(p) => self.resume(p, reply),
+            ClientRequest::ThreadRename(_) if crate::util::fault("session_panic_on_rename") => {
+                panic!("injected fault: session_panic_on_rename")
+            }
             ClientRequest::ThreadRename(p) => self.rename(p, reply),
             ClientRequest::ThreadArchive(p) => self.archive(p, reply),
             ClientRequest::ThreadDelete(p) => self.delete(p, reply),
@@ -262,39 +271,51 @@ fn entry_for(tx: Sender<SessionMsg>, running: Arc<AtomicBool>) -> SessionEntry {
     SessionEntry { tx, running }
 }
 
-/// Spawns the session thread of an existing conversation (revival). Called under the
-/// registry lock; the thread loads the conversation and, if it does not exist, answers
-/// `thread_not_found` to what it was sent and ends.
-pub fn spawn_existing(shared: &Arc<Shared>, thread_id: &str) -> SessionEntry {
-    let (tx, rx) = bounded(MAILBOX_CAPACITY);
-    let running = Arc::new(AtomicBool::new(false));
-    let entry = entry_for(tx, running.clone());
+/// Spawns the session thread of an existing conversation (revival) over the mailbox
+/// `rx` the registry created for it. The thread loads the conversation and, if it has
+/// gone meanwhile, answers `thread_not_found` to what it was sent and ends. Errors: the
+/// OS refused a thread (the caller answers the mailbox).
+pub fn spawn_existing(
+    shared: &Arc<Shared>,
+    thread_id: &str,
+    rx: Receiver<SessionMsg>,
+    running: Arc<AtomicBool>,
+) -> Result<(), String> {
     let shared = shared.clone();
     let id = thread_id.to_owned();
-    let spawned = std::thread::Builder::new()
-        .name(format!("wuu-session-{}", short(&id)))
-        .spawn(move || match lifecycle::load_thread(&shared, &id) {
-            Ok(Some((store, thread))) => Session {
-                shared,
-                id,
-                rx,
-                store: Some(store),
-                thread,
-                turns: vec![],
-                history_loaded: false,
-                running,
-                exit: false,
-                mem_inputs: vec![],
-                steer_signal: false,
+    std::thread::Builder::new()
+        .name(format!("wuu-session-{}", crate::util::name_tail(&id, 12)))
+        .spawn(move || {
+            let _guard = crate::server::registry::PanicGuard {
+                shared: &shared,
+                id: &id,
+                rx: &rx,
+                running: running.clone(),
+            };
+            match lifecycle::load_thread(&shared, &id) {
+                Ok(Some((store, thread))) => Session {
+                    shared: shared.clone(),
+                    id: id.clone(),
+                    rx: rx.clone(),
+                    store: Some(store),
+                    thread,
+                    turns: vec![],
+                    history_loaded: false,
+                    running,
+                    exit: false,
+                    mem_inputs: vec![],
+                    steer_signal: false,
+                }
+                .revived(),
+                Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
+                Err(e) => {
+                    let (code, message) = crate::server::store_refusal(&shared, &e);
+                    refuse_all(&shared, &id, &rx, code, Some(message))
+                }
             }
-            .revived(),
-            Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
-            Err(e) => refuse_all(&shared, &id, &rx, ErrorCode::InternalError, Some(e)),
-        });
-    if let Err(e) = spawned {
-        log::error!("cannot spawn a session thread: {e}");
-    }
-    entry
+        })
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn refuse_all(
@@ -305,19 +326,9 @@ fn refuse_all(
     detail: Option<String>,
 ) {
     shared.registry.remove_if(id, || true);
-    let message = detail.unwrap_or_else(|| format!("thread {id:?} not found"));
-    while let Ok(msg) = rx.try_recv() {
-        match msg {
-            SessionMsg::Request { reply, .. } => reply.err(code, message.clone()),
-            SessionMsg::Shutdown { done } => {
-                let _ = done.send(());
-            }
-            SessionMsg::Snapshot { reply } => {
-                let _ = reply.send(Err((code, message.clone())));
-            }
-            SessionMsg::Title { .. } => {}
-        }
-    }
+    let message =
+        detail.unwrap_or_else(|| format!("thread {:?} not found", crate::util::clip(id, 80)));
+    crate::server::registry::drain_refusing(rx, code, &message);
 }
 
 /// Spawns a new session thread for `thread/start` or `thread/fork`; the thread creates
@@ -342,10 +353,16 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                 Ok((store, thread, turns)) => {
                     let id = thread.id.clone();
                     shared.registry.insert(&id, entry_for(tx, running.clone()));
+                    let _guard = crate::server::registry::PanicGuard {
+                        shared: &shared,
+                        id: &id,
+                        rx: &rx,
+                        running: running.clone(),
+                    };
                     let session = Session {
-                        shared,
-                        id,
-                        rx,
+                        shared: shared.clone(),
+                        id: id.clone(),
+                        rx: rx.clone(),
                         store,
                         thread,
                         turns,
@@ -363,9 +380,4 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
     if let Err(e) = spawned {
         log::error!("cannot spawn a session thread: {e}");
     }
-}
-
-fn short(id: &str) -> &str {
-    let n = id.len().min(12);
-    &id[id.len() - n..]
 }

@@ -14,6 +14,10 @@ use crate::util::{get, json_text, now_ms};
 /// Error message stored on turns settled by recovery.
 pub const INTERRUPTED_MESSAGE: &str = "interrupted: the process that ran this turn stopped";
 
+/// Error stored on a tool call that recovery settled: it was running when its process
+/// stopped, so whether it took effect is unknown.
+pub const TOOL_OUTCOME_UNKNOWN: &str = "interrupted: the outcome is unknown";
+
 /// Run statuses that mean "not finished".
 const LIVE_RUN_STATUSES: &[&str] = &["accepted", "running"];
 
@@ -79,15 +83,81 @@ impl Tx<'_> {
         Ok(())
     }
 
-    fn settle_turn(&self, thread_id: &str, turn_id: &str, now: i64) -> Result<()> {
-        let error = json_text(&json!({ "message": INTERRUPTED_MESSAGE }));
+    /// Settles one turn as interrupted with `message` (unless it already has an error)
+    /// and, in the same transaction, the items it left `in_progress`: a `tool_call`
+    /// becomes `failed` with error [`TOOL_OUTCOME_UNKNOWN`] (its outcome is unknown),
+    /// every other item `completed`. Both the `status` column and the body's `status`
+    /// change (a body that is not valid JSON keeps its text; its column still changes).
+    fn settle_turn(&self, thread_id: &str, turn_id: &str, now: i64, message: &str) -> Result<()> {
+        let error = json_text(&json!({ "message": message }));
         self.conn.execute(
             "UPDATE turns SET status = ?3, error = coalesce(error, ?4), \
              completed_at_ms = coalesce(completed_at_ms, ?5) \
              WHERE thread_id = ?1 AND id = ?2",
             params![thread_id, turn_id, turn_status::INTERRUPTED, error, now],
         )?;
+        self.conn.execute(
+            "UPDATE items SET \
+               status = CASE WHEN item_type = 'tool_call' THEN 'failed' ELSE 'completed' END, \
+               body = CASE WHEN NOT json_valid(body) THEN body \
+                 WHEN item_type = 'tool_call' \
+                   THEN json_insert(json_set(body, '$.status', 'failed'), '$.error', ?3) \
+                 ELSE json_set(body, '$.status', 'completed') END \
+             WHERE thread_id = ?1 AND turn_id = ?2 AND status = 'in_progress'",
+            params![thread_id, turn_id, TOOL_OUTCOME_UNKNOWN],
+        )?;
         Ok(())
+    }
+
+    /// See [`crate::Store::settle_abandoned`].
+    pub fn settle_abandoned(
+        &self,
+        thread_id: &str,
+        me: &LeaseOwner,
+        message: &str,
+    ) -> Result<RecoveryReport> {
+        let now = now_ms();
+        let mut report = RecoveryReport::default();
+        let mut turns = Vec::new();
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id FROM turns WHERE thread_id = ?1 AND status = ?2 ORDER BY ordinal",
+            )?;
+            let mut rows = stmt.query(params![thread_id, turn_status::IN_PROGRESS])?;
+            while let Some(row) = rows.next()? {
+                let turn_id: String = get(row, 0, "turns", thread_id)?;
+                turns.push(SettledTurn {
+                    thread_id: thread_id.to_string(),
+                    turn_id,
+                });
+            }
+        }
+        for t in &turns {
+            self.settle_turn(&t.thread_id, &t.turn_id, now, message)?;
+        }
+        report.interrupted_turns = turns;
+        let mut runs = Vec::new();
+        {
+            let mut stmt = self.conn.prepare_cached(
+                "SELECT id FROM runs WHERE thread_id = ?1 AND owner_instance = ?2 \
+                 AND status IN (?3, ?4) ORDER BY created_at_ms, rowid",
+            )?;
+            let mut rows = stmt.query(params![
+                thread_id,
+                me.instance,
+                LIVE_RUN_STATUSES[0],
+                LIVE_RUN_STATUSES[1]
+            ])?;
+            while let Some(row) = rows.next()? {
+                runs.push(get::<String>(row, 0, "runs", thread_id)?);
+            }
+        }
+        for id in &runs {
+            self.settle_run(id, now)?;
+        }
+        report.interrupted_runs = runs;
+        self.release_lease(thread_id, me)?;
+        Ok(report)
     }
 
     fn settle_run(&self, id: &str, now: i64) -> Result<()> {
@@ -129,7 +199,7 @@ impl Tx<'_> {
             }
         }
         for t in &turns {
-            self.settle_turn(&t.thread_id, &t.turn_id, now)?;
+            self.settle_turn(&t.thread_id, &t.turn_id, now, INTERRUPTED_MESSAGE)?;
         }
         report.interrupted_turns.extend(turns);
 

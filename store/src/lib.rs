@@ -31,7 +31,7 @@ mod threads;
 mod util;
 
 pub use error::{Result, StoreError};
-pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE};
+pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE, TOOL_OUTCOME_UNKNOWN};
 pub use pages::{ItemHead, SMALL_BODY_BYTES};
 pub use rows::{
     input_mode, input_state, turn_status, DeleteOutcome, InputRow, ItemRow, LeaseOutcome,

@@ -177,6 +177,16 @@ impl Store {
         self.transaction(|tx| tx.insert_thread(t))
     }
 
+    /// Whether a thread with this id exists (a primary-key lookup; the row is not
+    /// decoded, so a damaged row exists too).
+    pub fn thread_exists(&self, id: &str) -> Result<bool> {
+        Ok(self.conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1)",
+            [id],
+            |r| r.get(0),
+        )?)
+    }
+
     /// Reads a thread. `Ok(None)` when it does not exist; [`StoreError::Corrupt`] when its
     /// row cannot be decoded.
     pub fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
@@ -422,6 +432,20 @@ impl Store {
         self.read(|tx| tx.lease_of(thread_id))
     }
 
+    /// Settles what this process left running in one conversation whose session failed
+    /// (a panic), in one transaction: its `in_progress` turns become `interrupted` with
+    /// `message` (their in-progress items settled as [`Store::recover`] does), its
+    /// `accepted`/`running` runs owned by `me` become `interrupted`, and `me`'s lease is
+    /// released.
+    pub fn settle_abandoned(
+        &mut self,
+        thread_id: &str,
+        me: &LeaseOwner,
+        message: &str,
+    ) -> Result<RecoveryReport> {
+        self.transaction(|tx| tx.settle_abandoned(thread_id, me, message))
+    }
+
     /// Crash recovery, in one transaction. Run it at startup (and whenever useful).
     ///
     /// 1. Deletes every lease whose owner is dead: a different instance than `me` whose
@@ -435,8 +459,10 @@ impl Store {
     ///    body has one).
     /// 4. Forgets dead instances.
     ///
-    /// Work of live other processes and of `me` is never touched. Items of settled turns
-    /// are left as they are.
+    /// Work of live other processes and of `me` is never touched. In the transaction that
+    /// settles a turn, its items left `in_progress` are settled too: a `tool_call` becomes
+    /// `failed` with error [`crate::TOOL_OUTCOME_UNKNOWN`], any other item `completed`
+    /// (column and body). Lease takeovers ([`Store::acquire_lease`]) do the same.
     pub fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
         self.transaction(|tx| tx.recover(me, stale_ms))
     }

@@ -118,7 +118,18 @@ impl App {
 
     /// Starts a server over an existing home and workspace.
     pub fn spawn_in(home: &Path, workdir: &Path, extra_args: &[&str]) -> App {
+        App::spawn_full(home, workdir, extra_args, &[])
+    }
+
+    /// Starts a server over an existing home and workspace with extra environment
+    /// variables (e.g. `WUU_FAULTS`).
+    pub fn spawn_in_env(home: &Path, workdir: &Path, env: &[(&str, &str)]) -> App {
+        App::spawn_full(home, workdir, &[], env)
+    }
+
+    fn spawn_full(home: &Path, workdir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> App {
         let mut cmd = Command::new(wuu_bin());
+        cmd.envs(env.iter().copied());
         cmd.arg("app-server")
             .arg("--workdir")
             .arg(workdir)
