@@ -8,8 +8,8 @@
 //! - fragments marked `incomplete_stream_fragment` never reach the model;
 //! - `meta/turn_continue` display markers never reach the model.
 
+use super::TurnState;
 use crate::provider::{ChatMessage, ImageInput, ReasoningBlock, Role, ToolCall};
-use crate::session::convert::TurnState;
 use wuu_protocol::ThreadItem;
 
 /// Result text given to the model for a call whose outcome was never recorded.

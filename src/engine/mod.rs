@@ -1,525 +1,515 @@
-//! The built-in engine: admission of turns, the agent loop ([`driver`]), runs ([`run`]),
-//! history normalization ([`history`]), request context ([`context`]) and traces
-//! ([`trace`]). Spec `app-server.md` §3.2–§3.3, §4.3–§4.9; `providers.md`.
+//! The engine seam (DESIGN.md "The engine seam"; spec `engines.md` §1.1).
+//!
+//! An [`Engine`] runs one turn of one conversation. It reads the turn's input
+//! ([`TurnRequest`]), speaks only [`EngineEvent`]s into an [`EventSink`], and takes
+//! [`Control`]s (interrupt, steer, answer) from a channel it selects on. It knows nothing
+//! of the wire, the store or the session: the host (the session thread) runs one
+//! projector that turns engine events into items, notifications and store rows, the same
+//! code for every engine.
+//!
+//! A few events are *host calls*: they carry a reply channel and the engine waits for
+//! the answer (the built-in engine asks for the transcript before each model request,
+//! asks whether input waits before it ends with an answer, and asks for the durable
+//! record of a tool call before its effect; an external engine asks to persist its native
+//! session reference before the turn proceeds). The host answers every host call in the
+//! order the events arrive; a dropped reply means the host is gone and the engine stops.
+//!
+//! Implementations: [`builtin`] (the provider loop plus the tools) and [`codex`]
+//! (`codex app-server` as a child process). The inventory of engines is [`catalog`].
+//! Dependencies: `engine` → `provider`, `tools`, `store`/`protocol` types; never
+//! `session` or `server`.
 
+pub mod builtin;
 pub mod content_parts;
 pub mod context;
-pub mod driver;
 pub mod history;
-pub mod run;
-pub mod title;
 pub mod trace;
 
-use crate::provider::Provider;
-use crate::server::{Responder, Shared};
-use crate::session::convert::{turn_wire, TurnState};
-use crate::session::{Session, SessionMsg};
-use crate::tools::PermissionMode;
-use crate::util::{new_id, now_ms, preview};
-use base64::Engine as _;
+use crate::provider::{ChatMessage, ToolSpec, Usage};
+use crate::tools::{PermissionMode, ToolHandle};
+use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use wuu_protocol::*;
-use wuu_store::{ItemRow, LeaseOutcome, TurnRow};
+use std::path::PathBuf;
+use wuu_protocol::{Attachment, ThreadItem, TurnError};
+use wuu_store::TurnRow;
 
-/// The provider instance `id` (built once per process and cached).
-pub fn provider_for(shared: &Shared, id: &str) -> Result<Arc<dyn Provider>, String> {
-    if let Some(p) = shared.providers.lock().get(id) {
-        return Ok(p.clone());
-    }
-    let cfg = shared.config();
-    if id.is_empty() {
-        return Err("no provider is configured: add one to the user config".into());
-    }
-    let pc = cfg
-        .provider(id)
-        .ok_or_else(|| format!("provider {id:?} is not configured"))?;
-    let p = crate::provider::build(id, pc, &cfg.config_dir)?;
-    shared.providers.lock().insert(id.to_owned(), p.clone());
-    Ok(p)
+/// The id of the built-in engine (an empty stored id means this one).
+pub const BUILTIN: &str = "wuu";
+
+/// Capacity of the engine → host event channel. A slow host (a client that stops
+/// reading) blocks the engine: backpressure, never a silent drop.
+pub const EVENT_CAPACITY: usize = 256;
+
+/// A turn as the host holds it: the stored row plus its items in order (oldest first).
+#[derive(Debug, Clone)]
+pub struct TurnState {
+    /// The stored row.
+    pub row: TurnRow,
+    /// Items, oldest first.
+    pub items: Vec<ThreadItem>,
 }
 
-/// A user input that opens a turn.
+/// A user input given to an engine: the newest user message of the turn, or a steer.
 #[derive(Debug, Clone, Default)]
-pub struct TurnInput {
+pub struct UserInput {
     /// Prompt text.
     pub prompt: String,
-    /// Images.
+    /// Images (`media_type` + base64 or `data:` URL).
     pub images: Vec<Attachment>,
-    /// Files.
+    /// Files (PDF, video).
     pub files: Vec<Attachment>,
-    /// Accepted content parts.
-    pub content_parts: Option<Vec<Value>>,
-    /// The client's id (→ `source_id`).
-    pub client_id: Option<String>,
-    /// `queue` | `steer` | `schema_correction` … for host-made inputs.
-    pub origin: Option<String>,
-    /// The stored pending/held input this turn consumes: marked consumed in the same
-    /// transaction that puts the user message into history.
-    pub consume: Option<wuu_store::InputRow>,
-    /// Explicit continue of this source turn: the turn opens with a `meta/turn_continue`
-    /// marker instead of a user message, and the source is claimed (once, forever) in
-    /// the same transaction.
-    pub continue_of: Option<String>,
 }
 
-type Refusal = (ErrorCode, String);
-
-fn invalid(m: impl Into<String>) -> Refusal {
-    (
-        ErrorCode::InvalidParams,
-        format!("invalid params: {}", m.into()),
-    )
+/// Limits of the built-in agent loop (from the `agent` config section).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Model requests per turn (default 200).
+    pub max_steps: u32,
+    /// Default `bash` timeout in ms.
+    pub bash_timeout_ms: u64,
+    /// Bytes of each tool output stream kept inline.
+    pub output_cap_bytes: usize,
 }
 
-/// Validates attachments (spec §5.6): images need `image/*` (default `image/png`), files
-/// `application/pdf` or `video/*`; data must be base64 or a base64 `data:` URL.
-pub fn check_attachments(images: &[Attachment], files: &[Attachment]) -> Result<(), Refusal> {
-    let decodes = |d: &str| {
-        let payload = match d.strip_prefix("data:") {
-            Some(rest) => rest.split_once(";base64,").map(|(_, p)| p),
-            None => Some(d),
-        };
-        payload.is_some_and(|p| {
-            base64::engine::general_purpose::STANDARD
-                .decode(p.trim())
-                .is_ok()
-        })
-    };
-    for (i, a) in images.iter().enumerate() {
-        let mt = a.media_type.as_deref().unwrap_or("image/png");
-        if !(mt.starts_with("image/") || mt.starts_with("video/")) {
-            return Err(invalid(format!(
-                "images[{i}].media_type: {mt:?} is not an image type"
-            )));
-        }
-        if !decodes(&a.data) {
-            return Err(invalid(format!("images[{i}].data: not valid base64")));
-        }
-    }
-    for (i, a) in files.iter().enumerate() {
-        let mt = a
-            .media_type
-            .as_deref()
-            .unwrap_or("application/octet-stream");
-        if mt != "application/pdf" && !mt.starts_with("video/") {
-            return Err(invalid(format!(
-                "files[{i}].media_type: {mt:?} is not accepted (application/pdf or video/*)"
-            )));
-        }
-        if !decodes(&a.data) {
-            return Err(invalid(format!("files[{i}].data: not valid base64")));
-        }
-    }
-    Ok(())
-}
-
-/// Validates content parts against the prompt (seed: content parts; spec §6 rule 17).
-/// See [`content_parts::normalize_content_parts`].
-pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<Vec<Value>> {
-    content_parts::normalize_content_parts(parts, prompt)
-}
-
-/// Admits a new turn: refuses when busy (here or under another process's lease),
-/// persists the turn and its user item in one transaction (before any answer), and
-/// makes it the active turn. The caller answers and announces it.
-pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusal> {
-    if s.running.load(Ordering::SeqCst) {
-        return Err((
-            ErrorCode::ThreadBusy,
-            format!("thread {:?} already has a running turn", s.id),
-        ));
-    }
-    if s.shared.is_closing() {
-        return Err((
-            ErrorCode::ServerClosed,
-            "the server is shutting down".into(),
-        ));
-    }
-    let owner = s.shared.owner.clone();
-    let id = s.id.clone();
-    if let Some(store) = s.store.as_mut() {
-        match store.acquire_lease(&id, &owner) {
-            Ok(LeaseOutcome::Busy(o)) => {
-                return Err((
-                    ErrorCode::ThreadBusy,
-                    format!(
-                        "thread {id:?} is executing in another wuu process (pid {} on {})",
-                        o.pid, o.host
-                    ),
-                ))
-            }
-            Ok(LeaseOutcome::Acquired { settled, .. }) if !settled.interrupted_turns.is_empty() => {
-                // A dead owner's turn was settled as interrupted: reload history.
-                if let Ok(Some((_, _, turns))) = crate::session::lifecycle::load(&s.shared, &id) {
-                    s.turns = turns;
-                }
-            }
-            Ok(_) => {}
-            Err(e) => return Err((ErrorCode::InternalError, format!("store: {e}"))),
-        }
-    }
-    let now = now_ms();
-    let turn_id = new_id("turn");
-    let mut row = TurnRow::new(&s.id, &turn_id, kind, now);
-    row.provider = s.thread.provider.clone();
-    row.model = s.thread.model.clone();
-    let mut user = ThreadItem::new(format!("{turn_id}-item-0001"), "user_message");
-    user.status = Some("completed".into());
-    user.role = Some("user".into());
-    user.text = Some(input.prompt.clone());
-    user.source_id = input.client_id.clone();
-    user.origin = input.origin.clone();
-    if !input.images.is_empty() {
-        user.images = Some(
-            input
-                .images
-                .iter()
-                .filter_map(|a| serde_json::to_value(a).ok())
-                .collect(),
-        );
-    }
-    if !input.files.is_empty() {
-        user.files = Some(
-            input
-                .files
-                .iter()
-                .filter_map(|a| serde_json::to_value(a).ok())
-                .collect(),
-        );
-    }
-    user.content_parts = input.content_parts.clone();
-    if let Some(source) = &input.continue_of {
-        // A display marker, never sent to the model.
-        user.item_type = "meta".into();
-        user.role = None;
-        user.cause = Some("meta/turn_continue".into());
-        user.text = Some(source.clone());
-    }
-    if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
-        s.thread.preview = preview(&input.prompt, 120);
-    }
-    s.thread.updated_at_ms = now;
-    let thread = s.thread.clone();
-    let item_row = ItemRow {
-        thread_id: s.id.clone(),
-        turn_id: turn_id.clone(),
-        id: user.id.clone(),
-        item_type: user.item_type.clone(),
-        status: user.status.clone(),
-        seq: 0,
-        body: serde_json::to_value(&user).unwrap_or_default(),
-    };
-    let row2 = row.clone();
-    let consume = input.consume.clone();
-    if s.store.is_none() {
-        if let Some(c) = &consume {
-            let mut done = c.clone();
-            done.state = wuu_store::input_state::CONSUMED.into();
-            s.input_put(done)?;
-        }
-    }
-    let continue_of = input.continue_of.clone();
-    let thread_id = s.id.clone();
-    let committed = match s.store.as_mut() {
-        None => Ok(0),
-        Some(st) => st.transaction(|tx| {
-            if let Some(source) = &continue_of {
-                if !tx.claim_continue_source(&thread_id, source)? {
-                    return Err(wuu_store::StoreError::Invalid(format!(
-                        "turn {source:?} was already continued"
-                    )));
-                }
-            }
-            if let Some(c) = &consume {
-                // A concurrent edit or cancel keeps a stale input out of history.
-                let fresh = tx.get_input(&c.thread_id, &c.id)?;
-                let live = fresh.as_ref().is_some_and(|f| {
-                    f.state == wuu_store::input_state::PENDING
-                        || f.state == wuu_store::input_state::HELD
-                });
-                if !live {
-                    return Err(wuu_store::StoreError::Invalid(format!(
-                        "input {:?} was cancelled or already consumed",
-                        c.id
-                    )));
-                }
-                let mut done = fresh.expect("checked");
-                done.state = wuu_store::input_state::CONSUMED.into();
-                done.updated_at_ms = now;
-                tx.upsert_input(&done)?;
-            }
-            tx.insert_turn(&row2)?;
-            let seq = tx.upsert_item(&item_row)?;
-            tx.update_thread(&thread)?;
-            Ok(seq)
-        }),
-    };
-    s.shared.threads_changed();
-    let seq = committed.map_err(|e| match e {
-        wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
-        e => (ErrorCode::InternalError, format!("store: {e}")),
-    });
-    match seq {
-        Ok(seq) => {
-            if s.store.is_some() {
-                user.seq = Some(seq);
-            }
-        }
-        Err(e) => {
-            release(s);
-            return Err(e);
-        }
-    }
-    s.turns.push(TurnState {
-        row,
-        items: vec![user],
-    });
-    s.shared.registry.set_running(&s.running, true);
-    Ok(())
-}
-
-/// Ends the active execution: clears `running` and releases the lease.
-pub fn release(s: &mut Session) {
-    s.shared.registry.set_running(&s.running, false);
-    let owner = s.shared.owner.clone();
-    let id = s.id.clone();
-    if let Some(store) = s.store.as_mut() {
-        if let Err(e) = store.release_lease(&id, &owner) {
-            log::warn!("releasing the lease of {id}: {e}");
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_steps: 200,
+            bash_timeout_ms: 120_000,
+            output_cap_bytes: 64 * 1024,
         }
     }
 }
 
-/// The current turn as a wire turn.
-pub fn current_turn(s: &Session) -> Turn {
-    turn_wire(s.turns.last().expect("a turn"))
+/// Everything an engine needs to run one turn (the binding record of `engines.md` §1.1
+/// plus the turn's input).
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    /// Conversation id.
+    pub thread_id: String,
+    /// The host's id of this turn.
+    pub turn_id: String,
+    /// Canonical workspace root (the runtime root).
+    pub workspace_root: PathBuf,
+    /// The conversation's working directory (inside the workspace).
+    pub cwd: PathBuf,
+    /// The wuu home (`$WUU_HOME`): traces and spilled output live below it.
+    pub home: PathBuf,
+    /// Provider id of the turn (built-in engine) or `""`.
+    pub provider_id: String,
+    /// Model id (`""` = the engine's default).
+    pub model: String,
+    /// Reasoning effort (`""` = default).
+    pub effort: String,
+    /// The conversation's permission mode.
+    pub permission_mode: PermissionMode,
+    /// Durable instructions of the user config.
+    pub instructions: Option<String>,
+    /// JSON Schema the final answer must satisfy (runs).
+    pub output_schema: Option<Value>,
+    /// The newest user input (empty for an explicit continue).
+    pub input: UserInput,
+    /// The persisted native session reference (`engine_ref`), if any.
+    pub engine_ref: Option<String>,
+    /// Loop limits.
+    pub limits: Limits,
 }
 
-/// Validates a `turn/start` / `run/start` input against the conversation.
-pub fn input_from(
-    s: &Session,
-    prompt: Option<String>,
-    images: Option<Vec<Attachment>>,
-    files: Option<Vec<Attachment>>,
-    content_parts: Option<Vec<Value>>,
-    client_id: Option<String>,
-    permission_mode: Option<String>,
-) -> Result<TurnInput, Refusal> {
-    let prompt = prompt.unwrap_or_default();
-    let images = images.unwrap_or_default();
-    let files = files.unwrap_or_default();
-    if prompt.trim().is_empty() && images.is_empty() && files.is_empty() {
-        return Err(invalid("prompt or attachment is required"));
-    }
-    if let Some(m) = permission_mode.as_deref().filter(|m| !m.is_empty()) {
-        if PermissionMode::parse(m).is_none() {
-            return Err(invalid(format!("permission_mode: unknown mode {m:?}")));
-        }
-        if m != s.thread.permission_mode {
-            return Err(invalid(format!(
-                "permission_mode: {m:?} differs from the conversation's mode {:?}; change it with config/model/update",
-                s.thread.permission_mode
-            )));
-        }
-    }
-    check_attachments(&images, &files)?;
-    let content_parts = accept_content_parts(content_parts, &prompt);
-    Ok(TurnInput {
-        prompt,
-        images,
-        files,
-        content_parts,
-        client_id: client_id.filter(|c| !c.trim().is_empty()),
-        origin: None,
-        consume: None,
-        continue_of: None,
-    })
+/// A steer handed to an engine that steers natively (`engines.md` §1.9).
+#[derive(Debug, Clone)]
+pub struct SteerInput {
+    /// The stored input's id (its `client_id`).
+    pub input_id: String,
+    /// The content.
+    pub input: UserInput,
 }
 
-/// `turn/start`: admit, answer `{turn}`, announce `turn/started`, run the turn.
-pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
-    if let Some(source) = p
-        .resume_after_turn_id
-        .as_deref()
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-    {
-        let has_input = p.prompt.as_deref().is_some_and(|t| !t.trim().is_empty())
-            || p.images.as_ref().is_some_and(|v| !v.is_empty())
-            || p.files.as_ref().is_some_and(|v| !v.is_empty())
-            || p.content_parts.as_ref().is_some_and(|v| !v.is_empty());
-        if has_input {
-            return reply.err(
-                ErrorCode::InvalidParams,
-                "invalid params: resume_after_turn_id takes no prompt or attachments",
-            );
-        }
-        return match continue_turn(s, source) {
-            Err((c, m)) => reply.err(c, m),
-            Ok(()) => {
-                let turn = current_turn(s);
-                reply.ok(&TurnResult { turn: turn.clone() });
-                let _ = s.shared.notify(&TurnStarted {
-                    thread_id: s.id.clone(),
-                    turn,
-                    queue_id: None,
-                    run_id: None,
-                });
-                run_admitted(s);
-            }
-        };
-    }
-    let input = match input_from(
-        s,
-        p.prompt,
-        p.images,
-        p.files,
-        p.content_parts,
-        p.client_id,
-        p.permission_mode,
-    ) {
-        Ok(i) => i,
-        Err((c, m)) => return reply.err(c, m),
-    };
-    if let Err((c, m)) = admit(s, input, "user") {
-        return reply.err(c, m);
-    }
-    let turn = current_turn(s);
-    reply.ok(&TurnResult { turn: turn.clone() });
-    let _ = s.shared.notify(&TurnStarted {
-        thread_id: s.id.clone(),
-        turn,
-        queue_id: None,
-        run_id: None,
-    });
-    run_admitted(s);
+/// The answer to an engine's [`EngineEvent::Question`] or [`EngineEvent::Approval`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Answers of a question: `[{id, selected: [..], custom?}]`; `None` = no answer
+    /// (cancelled, skipped, expired, revoked).
+    Question(Option<Vec<QuestionAnswer>>),
+    /// An approval decision.
+    Approval(ApprovalDecision),
 }
 
-/// Runs the admitted (current) turn, then the messages that waited for it, then any
-/// queued input.
-pub fn run_admitted(s: &mut Session) {
-    let (_end, deferred) = driver::Driver::new(s, Default::default()).run();
-    process_deferred(s, deferred);
-    s.drain_queue();
+/// One answered question of a question request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuestionAnswer {
+    /// The question id, echoed as sent.
+    pub id: String,
+    /// Selected option labels.
+    pub selected: Vec<String>,
+    /// Free text (the "other" answer).
+    pub custom: Option<String>,
 }
 
-/// Explicit continue without a user message (seed: 不增加用户消息的显式继续): on an
-/// idle built-in-engine conversation, take the lease, reload history from the store and
-/// compare the source turn. Refused when the id is not the latest turn, the conversation
-/// is running, read-only, empty, bound to another engine, or an at-most-once tool of the
-/// source turn has an unknown outcome; a source id is accepted once, forever (restarts
-/// included). Success is a new turn whose only item is a `meta/turn_continue` marker
-/// (never sent to the model).
-pub fn continue_turn(s: &mut Session, source: &str) -> Result<(), Refusal> {
-    if s.running.load(Ordering::SeqCst) {
-        return Err((
-            ErrorCode::ThreadBusy,
-            format!("thread {:?} already has a running turn", s.id),
-        ));
-    }
-    if s.thread.engine_id != "wuu" {
-        return Err((
-            ErrorCode::Error,
-            format!(
-                "explicit continue needs the built-in engine (thread uses {:?})",
-                s.thread.engine_id
-            ),
-        ));
-    }
-    if s.thread.permission_mode == "read_only" {
-        return Err((
-            ErrorCode::Error,
-            "cannot continue a read-only conversation".into(),
-        ));
-    }
-    // Reload persisted history (another process may have moved on).
-    if s.store.is_some() {
-        if let Ok(Some((_, thread, turns))) = crate::session::lifecycle::load(&s.shared, &s.id) {
-            s.thread = thread;
-            s.turns = turns;
-        }
-    }
-    let Some(latest) = s.turns.last() else {
-        return Err((
-            ErrorCode::Error,
-            "the conversation has no history to continue".into(),
-        ));
-    };
-    if latest.row.id != source {
-        return Err((
-            ErrorCode::Error,
-            format!(
-                "turn {source:?} is not the latest turn (latest is {:?}); reread the conversation",
-                latest.row.id
-            ),
-        ));
-    }
-    if latest.row.status == "in_progress" {
-        return Err((
-            ErrorCode::ThreadBusy,
-            format!("turn {source:?} is still running"),
-        ));
-    }
-    let unknown = latest.items.iter().any(|i| {
-        i.item_type == "tool_call"
-            && crate::tools::is_at_most_once(i.name.as_deref().unwrap_or(""))
-            && i.result.is_none()
-    });
-    if unknown {
-        return Err((
-            ErrorCode::Error,
-            "an at-most-once tool call of that turn has an unknown outcome; check the workspace and send a new message instead".into(),
-        ));
-    }
-    if s.store.is_none() {
-        // Ephemeral: the claim lives with the conversation in memory.
-        let key = format!("continued:{source}");
-        if s.thread.extra.get(&key).is_some() {
-            return Err((
-                ErrorCode::Error,
-                format!("turn {source:?} was already continued"),
-            ));
-        }
-        s.thread.extra[&key] = serde_json::json!(true);
-    }
-    admit(
-        s,
-        TurnInput {
-            origin: Some("continue".into()),
-            continue_of: Some(source.to_owned()),
-            ..Default::default()
-        },
-        "continue",
-    )
+/// Engine-neutral approval decisions (`engines.md` §1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    /// Allow this once.
+    Accept,
+    /// Allow for the rest of the native session.
+    AcceptForSession,
+    /// Refuse.
+    Decline,
+    /// Refuse and stop the turn.
+    Cancel,
 }
 
-/// Handles messages that waited for the turn to settle, in order. A shutdown that
-/// arrived before a forced archive was committed cancels that archive (`server_closed`);
-/// committed changes are never rolled back.
-pub fn process_deferred(s: &mut Session, deferred: Vec<SessionMsg>) {
-    let shutting_down = deferred
-        .iter()
-        .any(|m| matches!(m, SessionMsg::Shutdown { .. }));
-    for msg in deferred {
-        match msg {
-            SessionMsg::Request {
-                req: ClientRequest::ThreadArchive(_),
-                reply,
-            } if shutting_down => reply.err(
-                ErrorCode::ServerClosed,
-                "the server shut down before the archive was committed; nothing was archived",
-            ),
-            other => s.handle(other),
+/// A control the host sends to a running turn.
+#[derive(Debug, Clone)]
+pub enum Control {
+    /// Stop the turn now (the host knows the reason).
+    Interrupt,
+    /// Input waits for this turn. Engines that take steers at their next model step
+    /// ([`Steering::NextStep`]) get no payload and fetch committed steers with
+    /// [`EngineEvent::BeginStep`]; native steering engines get the input.
+    Steer(Option<SteerInput>),
+    /// The answer to a question or approval the engine raised.
+    Answer {
+        /// The `request_id` of the question / approval event.
+        request_id: String,
+        /// The answer.
+        answer: Answer,
+    },
+}
+
+/// How an engine takes input that arrives while its turn runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steering {
+    /// The host commits pending steers into the transcript at the engine's next model
+    /// step ([`EngineEvent::BeginStep`]); the control only wakes the engine.
+    NextStep,
+    /// The engine delivers each steer to its native turn and reports
+    /// accepted / refused / unconfirmed.
+    Native,
+}
+
+/// What the host answers to [`EngineEvent::BeginStep`].
+#[derive(Debug, Clone)]
+pub struct StepStart {
+    /// The step number (1 for the first model request of the turn).
+    pub step: u32,
+    /// The normalized transcript for the request (history + this turn so far).
+    pub messages: Vec<ChatMessage>,
+    /// Index in `messages` of this turn's first message.
+    pub turn_start_index: usize,
+}
+
+/// A stream lifecycle change (`engines.md` §1.1 "lifecycle reconnecting/connected/failed").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconnecting {
+    /// Attempt number of the next try (1-based).
+    pub attempt: u32,
+    /// Attempts allowed.
+    pub max_attempts: u32,
+    /// Delay before the next try, ms.
+    pub delay_ms: u64,
+    /// Failure kind (snake_case), if known.
+    pub reason: Option<String>,
+    /// Human-readable message.
+    pub message: String,
+    /// Whether the failed attempt's partial output of this step is void (the built-in
+    /// engine re-requests the whole step; Codex keeps what it streamed).
+    pub discard_step: bool,
+}
+
+/// One question of a [`EngineEvent::Question`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    /// Question id (valid only within this request; echoed as is).
+    pub id: String,
+    /// Short header.
+    pub header: String,
+    /// The question text.
+    pub question: String,
+    /// Whether free text is allowed besides the options.
+    pub is_other: bool,
+    /// Options: `(label, description)`.
+    pub options: Vec<(String, String)>,
+}
+
+/// An approval request of an engine (`engines.md` §1.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    /// `command_execution` | `file_change` | `permissions`.
+    pub kind: String,
+    /// The native item id.
+    pub item_id: String,
+    /// The command, for command approvals.
+    pub command: Option<String>,
+    /// Working directory of the command.
+    pub cwd: Option<String>,
+    /// File path, for file changes.
+    pub file_path: Option<String>,
+    /// Why the engine asks.
+    pub reason: Option<String>,
+}
+
+/// An event an engine speaks during a turn.
+#[derive(Debug)]
+pub enum EngineEvent {
+    /// Host call (built-in loop): a model step starts. The host commits pending steers
+    /// into the turn and answers with the transcript; the event also opens a new step
+    /// for the projection (new message / reasoning items).
+    BeginStep {
+        /// Receives the step and transcript.
+        reply: Sender<StepStart>,
+    },
+    /// A new step of an engine that keeps its own transcript (no host call).
+    Step,
+    /// Host call: the model gave an answer without tool calls. The host answers `true`
+    /// when input waits (pending steers): the answer is then an ordinary message and
+    /// the engine continues the turn with another step.
+    AnswerReady {
+        /// Receives whether to continue.
+        reply: Sender<bool>,
+    },
+    /// Host call: the tool call's arguments are complete and it is about to run; the
+    /// host records it durably and answers whether the record was stored.
+    ToolReady {
+        /// The tool call id.
+        call_id: String,
+        /// Whether the tool must not run without a durable record (its effect is not
+        /// repeatable); the host then withholds the re-announcement on failure.
+        at_most_once: bool,
+        /// Receives whether the record is durable.
+        reply: Sender<bool>,
+    },
+    /// Host call: persist a newly created native session reference before the turn
+    /// proceeds; an error fails the turn.
+    PersistRef {
+        /// The reference (e.g. a Codex thread id).
+        engine_ref: String,
+        /// Receives the outcome.
+        reply: Sender<Result<(), String>>,
+    },
+    /// Assistant text delta of the open message.
+    ContentDelta(String),
+    /// The full text of the open message, replacing what streamed (adds a message if
+    /// none is open).
+    ContentReplace(String),
+    /// The open message is complete; `final_answer` marks it as the turn's answer.
+    MessageDone {
+        /// Whether this is the terminal answer.
+        final_answer: bool,
+    },
+    /// Reasoning text delta.
+    ThinkingDelta(String),
+    /// The full reasoning text of the open reasoning item.
+    ThinkingReplace(String),
+    /// The open reasoning item is complete. `text` fills an empty item; `detail` is the
+    /// replayable reasoning block (stored as `result_detail`).
+    ThinkingDone {
+        /// Text for an item that streamed none.
+        text: Option<String>,
+        /// The provider's reasoning block.
+        detail: Option<Value>,
+    },
+    /// A tool call starts (arguments may stream).
+    ToolStart {
+        /// Tool call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments known at start.
+        arguments: Option<String>,
+    },
+    /// Streamed argument text.
+    ToolArgsDelta {
+        /// Tool call id.
+        call_id: String,
+        /// The delta.
+        delta: String,
+    },
+    /// The call's complete arguments (the call may not have been started before).
+    ToolArgs {
+        /// Tool call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+        /// Complete arguments (JSON text).
+        arguments: String,
+    },
+    /// Output of a running tool.
+    ToolOutput {
+        /// Tool call id.
+        call_id: String,
+        /// `stdout` | `stderr`.
+        stream: Option<String>,
+        /// The text.
+        text: String,
+    },
+    /// A tool call ended. `output: None` with `error` = it never ran.
+    ToolEnd {
+        /// Tool call id.
+        call_id: String,
+        /// The result text given to the model.
+        output: Option<String>,
+        /// Structured result (`structured_content`).
+        detail: Option<Value>,
+        /// Whether it failed.
+        is_error: bool,
+        /// Error text.
+        error: Option<String>,
+        /// Whether the permission mode refused it.
+        permission_denied: bool,
+    },
+    /// Token usage of one model request (incremental; the host sums).
+    Usage(Usage),
+    /// A model request ended: its stop reason; `has_calls` = tool calls follow.
+    StepEnd {
+        /// Provider stop reason.
+        stop_reason: Option<String>,
+        /// Whether the output was cut by a limit.
+        truncated: bool,
+        /// Whether tool calls follow (the open message is then complete).
+        has_calls: bool,
+    },
+    /// A steer cut the streaming answer at the visible text: the open message is kept
+    /// as an incomplete fragment, unfinished calls of the step are withdrawn.
+    StreamCut,
+    /// The stream is reconnecting.
+    Reconnecting(Reconnecting),
+    /// Output flows again after a reconnect.
+    Connected,
+    /// The todo list changed (`{todos: [...]}`).
+    Todo(Value),
+    /// Sub-agent activity (`{agent_id, label, status, ...}`).
+    AgentActivity(Value),
+    /// A diagnostic `turn/event` payload (request context, provider state).
+    Diagnostic(Value),
+    /// The engine asks the user; answered with [`Control::Answer`].
+    Question {
+        /// Id of this request (the answer names it).
+        request_id: String,
+        /// The native item id (→ `call_id`).
+        call_id: String,
+        /// The questions.
+        questions: Vec<Question>,
+    },
+    /// The engine asks for an approval; answered with [`Control::Answer`].
+    Approval {
+        /// Id of this request.
+        request_id: String,
+        /// What is asked.
+        request: ApprovalRequest,
+    },
+    /// The engine no longer waits for the answer of this request (turn end, native
+    /// revocation).
+    Revoked {
+        /// The request id.
+        request_id: String,
+    },
+    /// A native steer was acknowledged by the native turn.
+    SteerAccepted {
+        /// The input id.
+        input_id: String,
+    },
+    /// The native side explicitly refused the steer: the input goes back to pending.
+    SteerRefused {
+        /// The input id.
+        input_id: String,
+        /// Why.
+        message: String,
+    },
+    /// The steer was sent but its acknowledgement was lost.
+    SteerUnconfirmed {
+        /// The input id.
+        input_id: String,
+    },
+    /// The engine cannot steer natively now: the input stays queued for the next turn.
+    SteerDeferred {
+        /// The input id.
+        input_id: String,
+    },
+}
+
+/// How an engine's turn ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The engine gave its answer.
+    Completed,
+    /// The turn failed.
+    Failed(Box<TurnError>),
+    /// The turn stopped after [`Control::Interrupt`] (or the host went away).
+    Interrupted,
+}
+
+/// The engine's side of the event channel.
+pub struct EventSink {
+    tx: Sender<EngineEvent>,
+}
+
+impl EventSink {
+    /// A sink writing into `tx`.
+    pub fn new(tx: Sender<EngineEvent>) -> Self {
+        EventSink { tx }
+    }
+
+    /// Sends one event (blocks while the host is behind). `false` = the host is gone.
+    pub fn emit(&self, ev: EngineEvent) -> bool {
+        self.tx.send(ev).is_ok()
+    }
+
+    /// Makes a host call and waits for its answer; `None` = the host is gone.
+    pub fn call<T>(&self, make: impl FnOnce(Sender<T>) -> EngineEvent) -> Option<T> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if !self.emit(make(tx)) {
+            return None;
         }
+        rx.recv().ok()
     }
 }
 
-/// `turn/interrupt` when no turn runs (during a turn the driver answers it).
-pub fn turn_interrupt(s: &mut Session, _p: TurnInterruptParams, reply: Responder) {
-    reply.err(
-        ErrorCode::Error,
-        format!("thread {:?} has no active turn", s.id),
-    );
+/// The host's part of the built-in engine's tools: which tools the model is offered,
+/// and the tools the host serves itself (client tools: `ask_user`, browser tools).
+pub trait HostTools: Send + Sync {
+    /// Every tool the model is offered in `mode`: the built-in tools
+    /// ([`crate::tools::specs`]) plus the host's, as the host's policy allows (a
+    /// `--no-tools` server offers none).
+    fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec>;
+    /// Whether a call to `name` is served by the host rather than the built-in tools.
+    fn handles(&self, name: &str) -> bool;
+    /// Starts a call on a helper thread.
+    fn spawn(&self, turn_id: &str, call_id: &str, name: &str, args: &str) -> ToolHandle;
+}
+
+/// An engine session: bound to one conversation, runs its turns one at a time.
+pub trait Engine: Send {
+    /// The engine id (`wuu`, `codex`, …).
+    fn id(&self) -> &str;
+    /// How input arriving during a turn is taken.
+    fn steering(&self) -> Steering {
+        Steering::NextStep
+    }
+    /// Runs one turn to its end. Events go into `sink` in order; controls arrive on
+    /// `controls`.
+    fn run_turn(
+        &mut self,
+        req: TurnRequest,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Outcome;
+}
+
+/// An engine whose every turn fails with one error (the engine could not be opened:
+/// missing binary, provider not configured) — `engines.md` §1.1.
+pub struct FailingEngine {
+    /// Engine id.
+    pub id: String,
+    /// The error every turn ends with.
+    pub error: TurnError,
+}
+
+impl Engine for FailingEngine {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn run_turn(&mut self, _: TurnRequest, _: &EventSink, _: &Receiver<Control>) -> Outcome {
+        Outcome::Failed(Box::new(self.error.clone()))
+    }
 }

@@ -772,8 +772,8 @@ impl Runner {
         let mut result = self.result_base(exit, error, final_message.clone());
         if exit == code::OK {
             if let Some(schema) = self.schema.clone() {
-                let verdict = crate::engine::run::parse_structured(&final_message)
-                    .and_then(|v| crate::engine::run::schema_errors(&schema, &v).map(|_| v));
+                let verdict = crate::session::run::parse_structured(&final_message)
+                    .and_then(|v| crate::session::run::schema_errors(&schema, &v).map(|_| v));
                 match verdict {
                     Ok(v) => result.structured_result = Some(v),
                     Err(e) => {
@@ -1016,7 +1016,7 @@ fn settlement(run: &wuu_protocol::Run) -> (i32, String) {
                 from_run
             } else {
                 let e = run.error.as_ref();
-                crate::engine::run::exit_code(
+                crate::session::run::exit_code(
                     status,
                     e.map(|e| e.category.as_str()),
                     e.map(|e| e.code.as_str()),

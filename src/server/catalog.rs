@@ -267,7 +267,7 @@ fn handle(
             super::workspace::handle(shared, store, req, reply)
         }
         ClientRequest::RunInterrupt(p) => {
-            crate::engine::run::run_interrupt_catalog(shared, store, p, reply)
+            crate::session::run::run_interrupt_catalog(shared, store, p, reply)
         }
         other => reply.err(
             ErrorCode::InternalError,

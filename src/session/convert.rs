@@ -3,16 +3,11 @@
 use crate::server::Shared;
 use crate::util::rfc3339;
 use wuu_protocol::{Thread, ThreadItem, Turn, TurnError};
-use wuu_store::{ItemRow, ThreadRow, TurnRow};
+use wuu_store::{ItemRow, ThreadRow};
 
-/// A turn as the session holds it: the row plus its items in order.
-#[derive(Debug, Clone)]
-pub struct TurnState {
-    /// The stored row.
-    pub row: TurnRow,
-    /// Items, oldest first.
-    pub items: Vec<ThreadItem>,
-}
+/// A turn as the session holds it: the row plus its items in order (defined by the
+/// engine seam, whose built-in engine reads history in this shape).
+pub use crate::engine::TurnState;
 
 /// Wire turn of a row and its items.
 pub fn turn_wire(t: &TurnState) -> Turn {

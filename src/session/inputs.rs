@@ -14,8 +14,8 @@
 //! themselves (what pending inputs become after a restart or an interrupt).
 
 use super::Session;
-use crate::engine::{self, TurnInput};
 use crate::server::Responder;
+use crate::session::turn::{self as engine, TurnInput};
 use crate::util::{new_id, now_ms, preview};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;

@@ -10,12 +10,17 @@
 pub mod browser;
 pub mod client_tools;
 pub mod convert;
+pub mod driver;
+pub mod engines;
 pub mod history_page;
 pub mod inputs;
 pub mod lifecycle;
 pub mod questions;
 pub mod reverse;
+pub mod run;
 pub mod selection;
+pub mod title;
+pub mod turn;
 
 use crate::server::registry::{SessionEntry, MAILBOX_CAPACITY};
 use crate::server::{Responder, Shared};
@@ -92,6 +97,8 @@ pub struct Session {
     /// Set when a steer arrived; the turn driver takes it at the next model step (and
     /// ends a streaming answer at the visible text).
     pub steer_signal: bool,
+    /// The external engine session kept between turns ([`engines::open`]).
+    pub engine: Option<Box<dyn crate::engine::Engine>>,
 }
 
 impl Session {
@@ -224,7 +231,7 @@ impl Session {
             SessionMsg::Title {
                 expected_revision,
                 title,
-            } => crate::engine::title::apply(self, expected_revision, title),
+            } => title::apply(self, expected_revision, title),
             SessionMsg::Snapshot { reply } => {
                 let _ = reply.send(Ok(Snapshot {
                     thread: self.thread.clone(),
@@ -248,17 +255,15 @@ impl Session {
             | ClientRequest::ThreadActivityRead(_)
             | ClientRequest::ThreadContentRead(_)) => history_page::serve_session(self, req, reply),
             ClientRequest::ConfigModelUpdate(p) => self.update_selection(p, reply),
-            ClientRequest::TurnStart(p) => crate::engine::turn_start(self, p, reply),
-            ClientRequest::TurnInterrupt(p) => crate::engine::turn_interrupt(self, p, reply),
-            ClientRequest::RunStart(p) => crate::engine::run::run_start(self, p, reply),
+            ClientRequest::TurnStart(p) => turn::turn_start(self, p, reply),
+            ClientRequest::TurnInterrupt(p) => turn::turn_interrupt(self, p, reply),
+            ClientRequest::RunStart(p) => run::run_start(self, p, reply),
             ClientRequest::TurnQueue(p) => self.queue(p, reply),
             ClientRequest::TurnUpdateQueued(p) => self.update_queued(p, reply),
             ClientRequest::TurnDequeue(p) => self.dequeue(p, reply),
             ClientRequest::TurnSteer(p) => self.steer(p, reply),
             ClientRequest::TurnUnsteer(p) => self.unsteer(p, reply),
-            ClientRequest::RunInterrupt(p) => {
-                crate::engine::run::run_interrupt_idle(self, p, reply)
-            }
+            ClientRequest::RunInterrupt(p) => run::run_interrupt_idle(self, p, reply),
             other => reply.err(
                 ErrorCode::InternalError,
                 format!("{} is not a conversation method", other.method()),
@@ -305,6 +310,7 @@ pub fn spawn_existing(
                     exit: false,
                     mem_inputs: vec![],
                     steer_signal: false,
+                    engine: None,
                 }
                 .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
@@ -371,6 +377,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         exit: false,
                         mem_inputs: vec![],
                         steer_signal: false,
+                        engine: None,
                     };
                     session.announce_created(reply);
                     session.run();

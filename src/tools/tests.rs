@@ -1041,10 +1041,14 @@ fn symlink_swap_race_never_reaches_outside() {
         default_timeout_ms: 10_000,
         output_cap_bytes: 4096,
     };
-    let patch = "*** Begin Patch\n*** Update File: race/victim.txt\n@@\n-victim\n+pwned\n*** End Patch";
+    let patch =
+        "*** Begin Patch\n*** Update File: race/victim.txt\n@@\n-victim\n+pwned\n*** End Patch";
     let calls: [(&str, Value); 6] = [
         ("read_file", json!({"path": "race/secret.txt"})),
-        ("write_file", json!({"path": "race/victim.txt", "content": "pwned\n"})),
+        (
+            "write_file",
+            json!({"path": "race/victim.txt", "content": "pwned\n"}),
+        ),
         (
             "edit_file",
             json!({"path": "race/victim.txt", "old_string": "victim", "new_string": "pwned"}),

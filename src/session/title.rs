@@ -68,7 +68,7 @@ pub fn after_turn(s: &Session, succeeded: bool) {
         .last()
         .and_then(|t| text_of(&t.items, "agent_message", true))
         .unwrap_or_default();
-    let provider = match super::provider_for(&s.shared, &s.thread.provider) {
+    let provider = match super::turn::provider_for(&s.shared, &s.thread.provider) {
         Ok(p) => p,
         Err(e) => {
             log::debug!("no title for {}: {e}", s.id);

@@ -4,7 +4,8 @@
 //! 2–3, 16; exit codes per `exec.md` §3.3).
 
 use super::driver::{Driver, TurnEnd, TurnOptions};
-use super::{admit, current_turn, input_from, process_deferred, TurnInput};
+use super::turn::{admit, current_turn, input_from, process_deferred, TurnInput};
+
 use crate::server::{Responder, Shared};
 use crate::session::{Session, SessionMsg};
 use crate::util::{new_id, now_ms, rfc3339};
@@ -240,7 +241,7 @@ fn drive(
         if let Some(t) = run.turns.last_mut() {
             t.status = last.row.status.clone();
         }
-        let trace = super::trace::Trace::open(&s.shared.opts.home, &s.id).path_string();
+        let trace = crate::engine::trace::Trace::open(&s.shared.opts.home, &s.id).path_string();
         let final_item = last
             .items
             .iter()

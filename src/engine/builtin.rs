@@ -1,0 +1,494 @@
+//! The built-in engine (`wuu`): the provider loop plus the tools (spec `app-server.md`
+//! §4.3–§4.9, `providers.md`).
+//!
+//! Each step asks the host for the transcript ([`EngineEvent::BeginStep`]: the host
+//! commits pending steers first), sends it to the provider on a helper thread and
+//! `select!`s over the provider's events and the controls, so an interrupt or a steer is
+//! seen at once even while the socket is silent. A steer that arrives while the answer
+//! streams cuts it at the visible text and starts the next step. Tool calls are recorded
+//! durably by the host before their effect ([`EngineEvent::ToolReady`]) and run on helper
+//! threads the same way; an interrupt kills a command's process group.
+
+use super::{
+    context, trace::Trace, Control, Engine, EngineEvent, EventSink, HostTools, Outcome,
+    Reconnecting, TurnRequest,
+};
+use crate::provider::{
+    self, ChatRequest, FailureKind, Provider, ProviderError, StreamEvent, ToolCall, Usage,
+};
+use crate::tools::{self, ToolContext, ToolEvent, ToolOutcome};
+use crate::util::now_ms;
+use crossbeam_channel::{never, select, Receiver};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use wuu_protocol::{Recovery, TurnError};
+
+/// The built-in engine bound to one conversation's provider.
+pub struct Builtin {
+    provider: Arc<dyn Provider>,
+    host_tools: Arc<dyn HostTools>,
+    /// Set once an interrupt arrived (or the host went away).
+    interrupted: bool,
+    /// The controls channel is disconnected (the host is gone).
+    host_gone: bool,
+    /// Usage of this turn so far (for the trace).
+    usage: Usage,
+}
+
+impl Builtin {
+    /// The engine for `provider`, offering `host_tools` besides its own tools.
+    pub fn new(provider: Arc<dyn Provider>, host_tools: Arc<dyn HostTools>) -> Self {
+        Builtin {
+            provider,
+            host_tools,
+            interrupted: false,
+            host_gone: false,
+            usage: Usage::default(),
+        }
+    }
+
+    fn controls(&self, controls: &Receiver<Control>) -> Receiver<Control> {
+        if self.host_gone {
+            never()
+        } else {
+            controls.clone()
+        }
+    }
+
+    /// Applies a control that arrived outside a stream or tool wait.
+    fn note(&mut self, c: Result<Control, crossbeam_channel::RecvError>) {
+        match c {
+            Ok(Control::Interrupt) => self.interrupted = true,
+            Err(_) => {
+                self.interrupted = true;
+                self.host_gone = true;
+            }
+            // Steers are taken at the next step; answers are not expected.
+            Ok(Control::Steer(_) | Control::Answer { .. }) => {}
+        }
+    }
+
+    /// Reads the controls that are already waiting.
+    fn drain(&mut self, controls: &Receiver<Control>) {
+        loop {
+            match controls.try_recv() {
+                Ok(c) => self.note(Ok(c)),
+                Err(crossbeam_channel::TryRecvError::Empty) => return,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    return self.note(Err(crossbeam_channel::RecvError))
+                }
+            }
+        }
+    }
+}
+
+impl Engine for Builtin {
+    fn id(&self) -> &str {
+        super::BUILTIN
+    }
+
+    fn run_turn(
+        &mut self,
+        req: TurnRequest,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Outcome {
+        self.interrupted = false;
+        self.usage = Usage::default();
+        let mode = req.permission_mode;
+        let sections = context::system_sections(
+            &req.workspace_root,
+            &req.cwd,
+            mode.as_str(),
+            req.instructions.as_deref(),
+        );
+        let system = context::system_prompt(&sections);
+        let tool_specs = self.host_tools.offered(mode);
+        let provider = self.provider.clone();
+        let provider_id = provider.id().to_owned();
+        let max_steps = req.limits.max_steps.max(1);
+        let mut trace = Trace::open(&req.home, &req.thread_id);
+        loop {
+            self.drain(controls);
+            if self.interrupted {
+                return Outcome::Interrupted;
+            }
+            let Some(start) = sink.call(|reply| EngineEvent::BeginStep { reply }) else {
+                return Outcome::Interrupted;
+            };
+            let step = start.step;
+            if step > max_steps {
+                return Outcome::Failed(Box::new(TurnError {
+                    message: format!(
+                        "the turn reached the step limit ({max_steps} model requests)"
+                    ),
+                    code: Some("max_steps_exceeded".into()),
+                    category: Some("local".into()),
+                    ..Default::default()
+                }));
+            }
+            let cache_key = req.thread_id.chars().take(64).collect::<String>();
+            let chat = ChatRequest {
+                model: req.model.clone(),
+                system: system.clone(),
+                messages: start.messages,
+                tools: tool_specs.clone(),
+                effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
+                max_output_tokens: None,
+                prompt_cache_key: Some(cache_key.clone()),
+                output_schema: req
+                    .output_schema
+                    .clone()
+                    .map(|s| json!({"name": "final_answer", "schema": s})),
+            };
+            let rc = context::request_context(
+                step,
+                &sections,
+                &system,
+                &chat.messages,
+                start.turn_start_index,
+                &chat.tools,
+                &cache_key,
+            );
+            trace.write(json!({
+                "type": "request", "thread_id": req.thread_id, "turn_id": req.turn_id,
+                "step": step, "provider": provider_id, "model": req.model,
+                "messages": chat.messages.len(), "tools": chat.tools.len(),
+                "system_hash": rc["system_hash"], "turn_prefix_hash": rc["turn_prefix_hash"],
+            }));
+            sink.emit(EngineEvent::Diagnostic(rc));
+            sink.emit(EngineEvent::Diagnostic(context::provider_state(
+                step,
+                &provider_id,
+                provider.protocol(),
+                chat.messages.len(),
+            )));
+            let started = now_ms();
+            let calls = match self.stream_step(provider.clone(), chat, &provider_id, sink, controls)
+            {
+                Ok(Some(calls)) => calls,
+                // A steer ended the stream at the visible text: next step.
+                Ok(None) => continue,
+                Err(end) => return end,
+            };
+            trace.write(json!({
+                "type": "response", "thread_id": req.thread_id, "turn_id": req.turn_id,
+                "step": step, "duration_ms": now_ms() - started,
+                "tool_calls": calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+                "usage": self.usage,
+            }));
+            if calls.is_empty() {
+                // The user may have added input before the answer settled: continue.
+                return match sink.call(|reply| EngineEvent::AnswerReady { reply }) {
+                    Some(true) => continue,
+                    Some(false) => Outcome::Completed,
+                    None => Outcome::Interrupted,
+                };
+            }
+            for call in calls {
+                self.run_tool(call, &req, sink, controls, &mut trace);
+            }
+        }
+    }
+}
+
+impl Builtin {
+    /// Streams one provider step. Returns the complete tool calls of the step (empty =
+    /// final answer), `None` when a steer cut the stream, or how the turn ended.
+    fn stream_step(
+        &mut self,
+        provider: Arc<dyn Provider>,
+        req: ChatRequest,
+        provider_id: &str,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Result<Option<Vec<ToolCall>>, Outcome> {
+        // Steer signals that arrived before this step were satisfied by BeginStep.
+        self.drain(controls);
+        if self.interrupted {
+            return Err(Outcome::Interrupted);
+        }
+        let handle = provider::start_stream(provider, req);
+        let mut calls: Vec<ToolCall> = vec![];
+        let mut reconnecting = false;
+        loop {
+            let ctl = self.controls(controls);
+            let ev = select! {
+                recv(handle.events) -> ev => ev,
+                recv(ctl) -> c => {
+                    match c {
+                        Ok(Control::Steer(_)) => {
+                            handle.cancel();
+                            sink.emit(EngineEvent::StreamCut);
+                            return Ok(None);
+                        }
+                        other => self.note(other),
+                    }
+                    if self.interrupted {
+                        handle.cancel();
+                        return Err(Outcome::Interrupted);
+                    }
+                    continue;
+                }
+            };
+            let Ok(ev) = ev else {
+                return Err(Outcome::Failed(Box::new(provider_failure(
+                    provider_id,
+                    ProviderError {
+                        kind: FailureKind::IncompleteStream,
+                        message: "the provider stream ended without a result".into(),
+                        status_code: None,
+                        attempts: 1,
+                        max_attempts: 1,
+                        stop_reason: "recovery_unavailable".into(),
+                    },
+                ))));
+            };
+            // Output of a new attempt = a successful reconnect. A final failure leaves
+            // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
+            if reconnecting
+                && !matches!(
+                    ev,
+                    StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
+                )
+            {
+                reconnecting = false;
+                sink.emit(EngineEvent::Connected);
+            }
+            match ev {
+                StreamEvent::TextDelta { text } => {
+                    sink.emit(EngineEvent::ContentDelta(text));
+                }
+                StreamEvent::ReasoningDelta { text } => {
+                    sink.emit(EngineEvent::ThinkingDelta(text));
+                }
+                StreamEvent::ReasoningDone { block } => {
+                    sink.emit(EngineEvent::ThinkingDone {
+                        text: Some(block.text.clone()),
+                        detail: serde_json::to_value(&block).ok(),
+                    });
+                }
+                StreamEvent::ToolCallStart { id, name } => {
+                    sink.emit(EngineEvent::ToolStart {
+                        call_id: id,
+                        name,
+                        arguments: None,
+                    });
+                }
+                StreamEvent::ToolCallDelta { id, delta } => {
+                    sink.emit(EngineEvent::ToolArgsDelta { call_id: id, delta });
+                }
+                StreamEvent::ToolCallEnd { call } => {
+                    sink.emit(EngineEvent::ToolArgs {
+                        call_id: call.id.clone(),
+                        name: call.name.clone(),
+                        arguments: call.arguments.clone(),
+                    });
+                    calls.push(call);
+                }
+                StreamEvent::Retrying {
+                    attempt,
+                    max_attempts,
+                    delay_ms,
+                    kind,
+                    message,
+                } => {
+                    // The failed attempt's partial output is void.
+                    calls.clear();
+                    reconnecting = true;
+                    sink.emit(EngineEvent::Reconnecting(Reconnecting {
+                        attempt,
+                        max_attempts,
+                        delay_ms,
+                        reason: serde_json::to_value(kind)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned)),
+                        message,
+                        discard_step: true,
+                    }));
+                }
+                StreamEvent::Done {
+                    usage,
+                    stop_reason,
+                    truncated,
+                    ..
+                } => {
+                    add(&mut self.usage, &usage);
+                    sink.emit(EngineEvent::Usage(usage));
+                    sink.emit(EngineEvent::StepEnd {
+                        stop_reason,
+                        truncated,
+                        has_calls: !calls.is_empty(),
+                    });
+                    return Ok(Some(calls));
+                }
+                StreamEvent::Failed { error } => {
+                    return Err(Outcome::Failed(Box::new(provider_failure(
+                        provider_id,
+                        error,
+                    ))));
+                }
+            }
+        }
+    }
+
+    /// Runs one complete tool call, streaming its output, until it ends or the turn is
+    /// interrupted (then the command's process group is killed).
+    fn run_tool(
+        &mut self,
+        call: ToolCall,
+        req: &TurnRequest,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+        trace: &mut Trace,
+    ) {
+        self.drain(controls);
+        let not_run = |sink: &EventSink, why: &str| {
+            sink.emit(EngineEvent::ToolEnd {
+                call_id: call.id.clone(),
+                output: None,
+                detail: None,
+                is_error: true,
+                error: Some(why.into()),
+                permission_denied: false,
+            });
+        };
+        if self.interrupted {
+            return not_run(sink, "not run: the turn was interrupted");
+        }
+        // The call is durable before its effect: after a crash its outcome is known to
+        // be unknown (an at-most-once tool is then never repeated automatically).
+        let at_most_once = tools::is_at_most_once(&call.name);
+        let recorded = sink.call(|reply| EngineEvent::ToolReady {
+            call_id: call.id.clone(),
+            at_most_once,
+            reply,
+        });
+        match recorded {
+            None => {
+                self.interrupted = true;
+                return;
+            }
+            // Without a durable record a crash would leave no trace of the effect.
+            Some(false) if at_most_once => {
+                return not_run(sink, "not run: the call could not be recorded in the store")
+            }
+            Some(_) => {}
+        }
+        let ctx = ToolContext {
+            workspace_root: req.workspace_root.clone(),
+            cwd: req.cwd.clone(),
+            permission_mode: req.permission_mode,
+            spill_dir: req.home.join("spill").join(&req.thread_id),
+            default_timeout_ms: req.limits.bash_timeout_ms,
+            output_cap_bytes: req.limits.output_cap_bytes,
+        };
+        let started = now_ms();
+        let handle = if self.host_tools.handles(&call.name) {
+            self.host_tools
+                .spawn(&req.turn_id, &call.id, &call.name, &call.arguments)
+        } else {
+            tools::spawn(&call.name, &call.arguments, ctx)
+        };
+        let mut cancelled = false;
+        let outcome: ToolOutcome = loop {
+            if self.interrupted && !cancelled {
+                handle.cancel();
+                cancelled = true;
+            }
+            let wait = if cancelled {
+                Duration::from_secs(10)
+            } else {
+                Duration::from_secs(3600)
+            };
+            let ctl = self.controls(controls);
+            select! {
+                recv(handle.events) -> ev => match ev {
+                    Ok(ToolEvent::Output { stream, text }) => {
+                        sink.emit(EngineEvent::ToolOutput {
+                            call_id: call.id.clone(),
+                            stream: Some(stream.to_owned()),
+                            text,
+                        });
+                    }
+                    Ok(ToolEvent::Done(o)) => break o,
+                    Err(_) => break ToolOutcome {
+                        output: "the tool ended without a result".into(),
+                        is_error: true,
+                        ..Default::default()
+                    },
+                },
+                recv(ctl) -> c => self.note(c),
+                default(wait) => {
+                    if cancelled {
+                        break ToolOutcome {
+                            output: "interrupted: the tool did not stop in time".into(),
+                            is_error: true,
+                            ..Default::default()
+                        };
+                    }
+                }
+            }
+        };
+        trace.write(json!({
+            "type": "tool", "thread_id": req.thread_id, "turn_id": req.turn_id,
+            "name": call.name, "arguments": crate::util::redact(&call.arguments),
+            "duration_ms": now_ms() - started, "is_error": outcome.is_error,
+            "permission_denied": outcome.permission_denied,
+        }));
+        if call.name == "todo_write" && !outcome.is_error {
+            let todo = json!({"todos": outcome.detail.get("todos").cloned().unwrap_or(json!([]))});
+            sink.emit(EngineEvent::Todo(todo));
+        }
+        sink.emit(EngineEvent::ToolEnd {
+            call_id: call.id.clone(),
+            error: outcome.is_error.then(|| outcome.output.clone()),
+            output: Some(outcome.output),
+            detail: Some(outcome.detail),
+            is_error: outcome.is_error,
+            permission_denied: outcome.permission_denied,
+        });
+    }
+}
+
+fn add(total: &mut Usage, u: &Usage) {
+    total.input_tokens += u.input_tokens;
+    total.output_tokens += u.output_tokens;
+    total.cache_read_tokens += u.cache_read_tokens;
+    total.cache_creation_tokens += u.cache_creation_tokens;
+    total.reasoning_tokens += u.reasoning_tokens;
+}
+
+/// Maps a provider failure to the turn error (issue 3: 401/403 → `auth`, 404 and server
+/// failures → `provider`, 400 → `invalid_request`, network → `network`).
+pub fn provider_failure(provider_id: &str, e: ProviderError) -> TurnError {
+    let category = match e.kind {
+        FailureKind::Authentication => "auth",
+        FailureKind::InvalidRequest
+        | FailureKind::ContextOverflow
+        | FailureKind::RequestTooLarge => "invalid_request",
+        FailureKind::Network | FailureKind::IncompleteStream => "network",
+        FailureKind::Cancelled => "cancelled",
+        _ => "provider",
+    };
+    let code = serde_json::to_value(e.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned));
+    TurnError {
+        message: e.message.clone(),
+        code: code.clone(),
+        category: Some(category.into()),
+        provider: Some(provider_id.to_owned()),
+        status_code: e.status_code,
+        recovery: Some(Recovery {
+            attempt_count: e.attempts,
+            retry_count: e.attempts.saturating_sub(1),
+            submission_count: e.attempts,
+            max_attempts: e.max_attempts,
+            stop_reason: e.stop_reason.clone(),
+            failure_category: code.unwrap_or_default(),
+            operation_id: String::new(),
+        }),
+    }
+}

@@ -1,0 +1,118 @@
+//! The session side of the engine seam: which engine runs a conversation's turns, the
+//! host tools offered to the built-in engine, and the native session reference an
+//! external engine persists (`engines.md` §1.1).
+//!
+//! The built-in engine is cheap and rebuilt for every turn (its provider instance is
+//! cached per process). An external engine's session is kept by the conversation's
+//! session thread between turns (it holds a reference on the shared native host) and
+//! dropped when the session parks or ends.
+
+use super::Session;
+use crate::engine::builtin::Builtin;
+use crate::engine::{Engine, FailingEngine, HostTools, BUILTIN};
+use crate::provider::ToolSpec;
+use crate::server::Shared;
+use crate::tools::{PermissionMode, ToolHandle};
+use std::sync::Arc;
+use wuu_protocol::TurnError;
+use wuu_store::ThreadRow;
+
+/// Key of the native session reference in the thread row's `extra`.
+pub const ENGINE_REF: &str = "engine_ref";
+
+/// The client-served tools of one conversation (`ask_user`, browser tools).
+pub struct ClientTools {
+    shared: Arc<Shared>,
+    thread_id: String,
+}
+
+impl HostTools for ClientTools {
+    fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec> {
+        super::client_tools::offered(&self.shared, mode)
+    }
+
+    fn handles(&self, name: &str) -> bool {
+        super::client_tools::handles(&self.shared, name)
+    }
+
+    fn spawn(&self, turn_id: &str, call_id: &str, name: &str, args: &str) -> ToolHandle {
+        super::client_tools::spawn(&self.shared, &self.thread_id, turn_id, call_id, name, args)
+    }
+}
+
+/// The engine id a thread is bound to (`""` = the built-in one).
+pub fn engine_id(thread: &ThreadRow) -> &str {
+    if thread.engine_id.is_empty() {
+        BUILTIN
+    } else {
+        &thread.engine_id
+    }
+}
+
+/// The persisted native session reference of a thread.
+pub fn engine_ref(thread: &ThreadRow) -> Option<String> {
+    thread
+        .extra
+        .get(ENGINE_REF)
+        .and_then(|v| v.as_str())
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+/// Persists a new native session reference before the turn proceeds.
+pub fn persist_ref(s: &mut Session, engine_ref: &str) -> Result<(), String> {
+    if !s.thread.extra.is_object() {
+        s.thread.extra = serde_json::json!({});
+    }
+    s.thread.extra[ENGINE_REF] = serde_json::Value::String(engine_ref.to_owned());
+    let thread = s.thread.clone();
+    s.persist(|st| st.update_thread(&thread))
+        .map(|_| ())
+        .map_err(|(_, e)| format!("cannot store the native session reference: {e}"))
+}
+
+/// The engine that runs this conversation's next turn: the kept external engine
+/// session, or a new one; the built-in engine for `wuu`. An engine that cannot be
+/// opened becomes one whose turns fail with the reason.
+pub fn open(s: &mut Session) -> Box<dyn Engine> {
+    let id = engine_id(&s.thread).to_owned();
+    if id == BUILTIN {
+        let provider_id = s.turns.last().map(|t| t.row.provider.clone());
+        let provider_id = provider_id.unwrap_or_else(|| s.thread.provider.clone());
+        return match super::turn::provider_for(&s.shared, &provider_id) {
+            Ok(p) => Box::new(Builtin::new(
+                p,
+                Arc::new(ClientTools {
+                    shared: s.shared.clone(),
+                    thread_id: s.id.clone(),
+                }),
+            )),
+            Err(message) => Box::new(FailingEngine {
+                id,
+                error: TurnError {
+                    message,
+                    code: Some("provider_unavailable".into()),
+                    category: Some("provider".into()),
+                    provider: Some(provider_id),
+                    ..Default::default()
+                },
+            }),
+        };
+    }
+    if let Some(e) = s.engine.take().filter(|e| e.id() == id) {
+        return e;
+    }
+    open_external(s, &id)
+}
+
+fn open_external(_s: &mut Session, id: &str) -> Box<dyn Engine> {
+    Box::new(FailingEngine {
+        id: id.to_owned(),
+        error: TurnError {
+            message: format!("engine {id:?} has no adapter in this build"),
+            code: Some("engine_unavailable".into()),
+            category: Some("local".into()),
+            ..Default::default()
+        },
+    })
+}
