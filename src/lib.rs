@@ -11,6 +11,7 @@
 //! - [`tools`]: the built-in tools.
 //! - [`exec`]: `wuu exec`, an in-process client projecting onto JSONL.
 //! - [`config`]: configuration layers.
+//! - [`usage`]: token usage views, engine ledgers and account quota.
 
 pub mod config;
 pub mod engine;
@@ -19,5 +20,6 @@ pub mod provider;
 pub mod server;
 pub mod session;
 pub mod tools;
+pub mod usage;
 
 pub mod util;

@@ -16,6 +16,7 @@ pub mod questions;
 pub mod run;
 pub mod schema;
 pub mod thread;
+pub mod usage;
 
 pub use clients::*;
 pub use config::*;
@@ -27,3 +28,4 @@ pub use notifications::*;
 pub use questions::*;
 pub use run::*;
 pub use thread::*;
+pub use usage::*;

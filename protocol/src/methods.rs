@@ -17,6 +17,7 @@ use crate::input::*;
 use crate::questions::*;
 use crate::run::*;
 use crate::thread::*;
+use crate::usage::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -168,6 +169,8 @@ client_methods! {
     UserQuestionHold => "user-question/hold", UserQuestionHoldParams, UserQuestionResolveResult, |_| Route::Inline;
     WorkspaceList => "workspace/list", WorkspaceListParams, WorkspaceListResult, |_| Route::Catalog;
     WorkspaceStateCleanup => "workspace/state/cleanup", WorkspaceStateCleanupParams, WorkspaceStateCleanupResult, |_| Route::Catalog;
+    UsageOverview => "usage/overview", UsageParams, UsageOverviewResult, |_| Route::Catalog;
+    SettingsUsage => "settings/usage", UsageParams, SettingsUsageResult, |_| Route::Catalog;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

@@ -266,6 +266,8 @@ fn handle(
         req @ (ClientRequest::WorkspaceList(_) | ClientRequest::WorkspaceStateCleanup(_)) => {
             super::workspace::handle(shared, store, req, reply)
         }
+        ClientRequest::UsageOverview(p) => crate::usage::serve_overview(shared, store, p, reply),
+        ClientRequest::SettingsUsage(p) => crate::usage::serve_settings(shared, store, p, reply),
         ClientRequest::RunInterrupt(p) => {
             crate::session::run::run_interrupt_catalog(shared, store, p, reply)
         }

@@ -208,6 +208,8 @@ pub struct Shared {
     pub store_checked: AtomicBool,
     /// Runs of ephemeral conversations (never stored).
     pub ephemeral_runs: Mutex<std::collections::HashMap<String, wuu_protocol::Run>>,
+    /// Usage views' shared scans and caches, quota snapshots.
+    pub usage: crate::usage::UsageState,
     shutdown_once: Mutex<bool>,
 }
 
@@ -475,6 +477,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         providers: Mutex::new(Default::default()),
         live_runs: Mutex::new(Default::default()),
         ephemeral_runs: Mutex::new(Default::default()),
+        usage: Default::default(),
         store_error: Mutex::new(None),
         list_gen: Default::default(),
         list_cache: Mutex::new(vec![]),

@@ -28,6 +28,7 @@ mod rows;
 mod schema;
 mod store;
 mod threads;
+mod usage;
 mod util;
 
 pub use error::{Result, StoreError};
@@ -40,6 +41,7 @@ pub use rows::{
 };
 pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
 pub use threads::SNIPPET_CHARS;
+pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};
 
 #[cfg(test)]
 mod tests;
