@@ -33,7 +33,8 @@ pub struct ProviderConfig {
     /// Extra HTTP headers.
     #[serde(default)]
     pub headers: Option<BTreeMap<String, String>>,
-    /// Socket idle timeout of a stream, ms (default 300 000).
+    /// Longest silence between two pieces of a streaming answer, ms (default 90 000):
+    /// past it the attempt counts as stalled and is retried.
     #[serde(default)]
     pub stream_idle_timeout_ms: Option<u64>,
     /// Connect / first-header timeout, ms (default 60 000).
@@ -48,6 +49,18 @@ pub struct ProviderConfig {
     /// Initial backoff, ms (default 1 000).
     #[serde(default)]
     pub initial_backoff_ms: Option<u64>,
+    /// Longest time a request may go without progress (no event, counted from its start
+    /// or the last event received) before retrying stops, ms (default 120 000).
+    #[serde(default)]
+    pub max_retry_time_ms: Option<u64>,
+    /// Output limit in tokens sent with every request of this provider (Responses
+    /// `max_output_tokens`, Chat `max_tokens`, Messages `max_tokens`); unset: Chat and
+    /// Responses send none, Messages sends 8192 (32000 with thinking).
+    #[serde(default)]
+    pub max_output_tokens: Option<u32>,
+    /// Per-model output limits (model id → tokens), overriding `max_output_tokens`.
+    #[serde(default)]
+    pub model_max_output_tokens: Option<BTreeMap<String, u32>>,
 }
 
 use serde_json::{Map, Value};

@@ -287,6 +287,13 @@ impl Builtin {
                     });
                     calls.push(call);
                 }
+                // Arguments cut off (output limit): never run, never in history.
+                StreamEvent::ToolCallCutOff { id, reason, .. } => {
+                    sink.emit(EngineEvent::ToolWithdrawn {
+                        call_id: id,
+                        reason,
+                    });
+                }
                 StreamEvent::Retrying {
                     attempt,
                     max_attempts,

@@ -368,6 +368,15 @@ pub enum EngineEvent {
         /// Whether tool calls follow (the open message is then complete).
         has_calls: bool,
     },
+    /// A started tool call will never run: its arguments are not complete JSON (the
+    /// output limit cut them off). The host withdraws its item: it is not executed and
+    /// does not enter history.
+    ToolWithdrawn {
+        /// Tool call id.
+        call_id: String,
+        /// Why (for logs).
+        reason: String,
+    },
     /// A steer cut the streaming answer at the visible text: the open message is kept
     /// as an incomplete fragment, unfinished calls of the step are withdrawn.
     StreamCut,

@@ -188,6 +188,8 @@ pub struct Parser {
     stop_reason: Option<String>,
     message_id: Option<String>,
     any_tool_call: bool,
+    /// A started call was withdrawn ([`StreamEvent::ToolCallCutOff`]).
+    cut_off: bool,
 }
 
 impl Parser {
@@ -201,6 +203,7 @@ impl Parser {
             stop_reason: None,
             message_id: None,
             any_tool_call: false,
+            cut_off: false,
         }
     }
 
@@ -348,19 +351,24 @@ impl WireParser for Parser {
             }
             "content_block_stop" => match self.blocks.remove(&index) {
                 Some(Block::Tool { id, name, json }) => {
-                    self.any_tool_call = true;
-                    out.push(StreamEvent::ToolCallEnd {
-                        call: ToolCall {
-                            id,
-                            name,
-                            arguments: if json.trim().is_empty() {
-                                "{}".into()
-                            } else {
-                                json
-                            },
-                            item_id: None,
-                        },
-                    });
+                    match super::finished_arguments(&json, false) {
+                        Ok(arguments) => {
+                            self.any_tool_call = true;
+                            out.push(StreamEvent::ToolCallEnd {
+                                call: ToolCall {
+                                    id,
+                                    name,
+                                    arguments,
+                                    item_id: None,
+                                },
+                            });
+                        }
+                        Err(reason) => {
+                            log::warn!("tool call {id} ({name}) not run: {reason}");
+                            self.cut_off = true;
+                            out.push(StreamEvent::ToolCallCutOff { id, name, reason });
+                        }
+                    }
                 }
                 Some(Block::Thinking { text, signature }) => {
                     let sig = (!signature.is_empty()).then_some(signature);
@@ -382,13 +390,30 @@ impl WireParser for Parser {
                 }
             }
             "message_stop" => {
+                // Tool blocks never stopped were cut off.
+                let open: Vec<u64> = self
+                    .blocks
+                    .iter()
+                    .filter(|(_, b)| matches!(b, Block::Tool { .. }))
+                    .map(|(i, _)| *i)
+                    .collect();
+                for i in open {
+                    if let Some(Block::Tool { id, name, .. }) = self.blocks.remove(&i) {
+                        self.cut_off = true;
+                        out.push(StreamEvent::ToolCallCutOff {
+                            id,
+                            name,
+                            reason: "the message ended before the call's input was complete".into(),
+                        });
+                    }
+                }
                 let stop_reason = self
                     .stop_reason
                     .clone()
                     .or_else(|| self.any_tool_call.then(|| "tool_use".to_string()));
                 return Some(Ok(StreamEvent::Done {
                     usage: self.usage,
-                    truncated: stop_reason.as_deref() == Some("max_tokens"),
+                    truncated: stop_reason.as_deref() == Some("max_tokens") || self.cut_off,
                     stop_reason,
                     response_id: self.message_id.clone(),
                     message_item_id: None,
@@ -405,6 +430,32 @@ impl WireParser for Parser {
             _ => {} // ping and unknown events
         }
         None
+    }
+
+    /// A `message` object: `message_start`, one start/stop pair per content block (whole
+    /// text, thinking with its signature, tool input), `message_delta` with the stop
+    /// reason and usage, `message_stop`.
+    fn json_body_events(&self, v: &Value) -> Option<Vec<String>> {
+        if v.get("type").and_then(Value::as_str) != Some("message") {
+            return None;
+        }
+        let blocks = v.get("content")?.as_array()?;
+        let usage = v.get("usage").cloned().unwrap_or(Value::Null);
+        let mut start = v.clone();
+        start["content"] = json!([]);
+        let mut out = vec![json!({"type": "message_start", "message": start}).to_string()];
+        for (i, b) in blocks.iter().enumerate() {
+            out.push(
+                json!({"type": "content_block_start", "index": i, "content_block": b}).to_string(),
+            );
+            out.push(json!({"type": "content_block_stop", "index": i}).to_string());
+        }
+        out.push(
+            json!({"type": "message_delta", "delta": {"stop_reason": v.get("stop_reason")}, "usage": usage})
+                .to_string(),
+        );
+        out.push(json!({"type": "message_stop"}).to_string());
+        Some(out)
     }
 
     fn on_eof(&mut self, _out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {

@@ -4,7 +4,7 @@
 //! cancel can shut its socket down) with `http_status_as_error(false)` so error bodies and
 //! `retry-after` headers can be read (§0), a connect + first-header timeout
 //! (`stream_connect_timeout_ms`, default 60 s) and a per-read idle timeout
-//! (`stream_idle_timeout_ms`, default 300 s).
+//! (`stream_idle_timeout_ms`, default [`DEFAULT_IDLE_TIMEOUT_MS`] = 90 s).
 
 use std::io::{BufReader, Read};
 use std::time::Duration;
@@ -18,12 +18,18 @@ use super::{
 };
 use crate::config::ProviderConfig;
 
-/// Default idle timeout of a stream (300 s).
-pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 300_000;
+/// Default idle timeout of a stream (90 s): the longest silence accepted between two
+/// pieces of a streaming answer (the socket read timeout once the headers arrived).
+/// Healthy streams send something far more often: tokens, Anthropic `ping`s, SSE comment
+/// keep-alives (OpenRouter, DeepSeek); a reasoning model that thinks silently for longer
+/// needs a larger `stream_idle_timeout_ms`.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 90_000;
 /// Default connect / first-header timeout (60 s).
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 60_000;
 /// Largest error body read from a non-2xx response (1 MiB).
 const MAX_ERROR_BODY: u64 = 1024 * 1024;
+/// Largest complete JSON answer read from a 2xx response to a streaming request (64 MiB).
+const MAX_JSON_ANSWER: u64 = 64 * 1024 * 1024;
 
 /// A provider reached over HTTP(S).
 #[derive(Debug)]
@@ -36,6 +42,8 @@ pub struct HttpProvider {
     policy: RetryPolicy,
     idle_timeout: Duration,
     connect_timeout: Duration,
+    max_output_tokens: Option<u32>,
+    model_max_output_tokens: std::collections::BTreeMap<String, u32>,
 }
 
 impl HttpProvider {
@@ -95,7 +103,24 @@ impl HttpProvider {
                 cfg.stream_connect_timeout_ms
                     .unwrap_or(DEFAULT_CONNECT_TIMEOUT_MS),
             ),
+            max_output_tokens: cfg.max_output_tokens.filter(|n| *n > 0),
+            model_max_output_tokens: cfg
+                .model_max_output_tokens
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, n)| *n > 0)
+                .collect(),
         })
+    }
+
+    /// The configured output limit for `model`: `model_max_output_tokens[model]`, else
+    /// `max_output_tokens`, else none (the protocol default applies).
+    pub fn output_limit(&self, model: &str) -> Option<u32> {
+        self.model_max_output_tokens
+            .get(model)
+            .copied()
+            .or(self.max_output_tokens)
     }
 
     /// The wire protocol.
@@ -222,7 +247,18 @@ impl Provider for HttpProvider {
         cancel: &CancelToken,
         sink: &mut dyn FnMut(StreamEvent) -> bool,
     ) {
-        let body = self.protocol.build_body(&self.id, &self.base_url, req);
+        let mut body = self.protocol.build_body(&self.id, &self.base_url, req);
+        if req.max_output_tokens.is_none() {
+            if let (Some(n), Some(o)) = (self.output_limit(&req.model), body.as_object_mut()) {
+                // The protocols' names: Responses `max_output_tokens`, Chat and Messages
+                // `max_tokens` (replacing the Messages default).
+                let field = match self.protocol {
+                    WireProtocol::OpenAiResponses => "max_output_tokens",
+                    WireProtocol::OpenAiChat | WireProtocol::Anthropic => "max_tokens",
+                };
+                o.insert(field.into(), Value::from(n));
+            }
+        }
         let body = serde_json::to_vec(&body).unwrap_or_default();
         retry::run_with_retries(&self.policy, cancel, sink, |_, sink| {
             self.attempt(&body, req, cancel, sink)
@@ -290,8 +326,9 @@ pub(crate) fn parse_model_list(v: &Value) -> Vec<String> {
 }
 
 /// Handles one HTTP (or replayed) response: a non-2xx status is classified from its body
-/// and headers; a 2xx JSON body (no stream) is treated as an error object or an
-/// unexpected answer; anything else is parsed as SSE.
+/// and headers; a 2xx JSON body (no stream) is an error object, or a complete answer of
+/// the protocol (read as the equivalent stream, [`WireParser::json_body_events`]), or
+/// refused as unexpected; anything else is parsed as SSE.
 pub(crate) fn handle_response(
     status: u16,
     header: &dyn Fn(&str) -> Option<String>,
@@ -318,7 +355,7 @@ pub(crate) fn handle_response(
     }
     if content_type.starts_with("application/json") {
         let mut text = Vec::new();
-        let _ = body.take(MAX_ERROR_BODY).read_to_end(&mut text);
+        let _ = body.take(MAX_JSON_ANSWER).read_to_end(&mut text);
         let text = String::from_utf8_lossy(&text);
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let (code, ty, msg) = retry::error_fields(&v);
@@ -328,6 +365,10 @@ pub(crate) fn handle_response(
                 ty.as_deref(),
                 msg.as_deref().unwrap_or(""),
             ));
+        }
+        // Some servers ignore `stream:true` and answer with the whole response at once.
+        if let Some(datas) = parser.json_body_events(&v) {
+            return super::drive_payloads(datas, parser, sink);
         }
         let mut e = AttemptError::new(
             FailureKind::InvalidRequest,
@@ -456,6 +497,18 @@ mod tests {
             .request_headers()
             .iter()
             .any(|(k, _)| k == "authorization"));
+    }
+
+    #[test]
+    fn default_stream_timeouts_bound_a_silent_provider() {
+        let p = provider(WireProtocol::OpenAiChat, "http://127.0.0.1:9/v1");
+        assert_eq!(p.idle_timeout, Duration::from_secs(90));
+        assert_eq!(p.policy.max_retry_time, Duration::from_secs(120));
+        // A provider that never sends a byte: no retry starts once 120 s passed without
+        // progress, so at most two idle periods (about 3 minutes), not five (25).
+        let attempts = 1 + p.policy.max_retry_time.as_secs() / p.idle_timeout.as_secs();
+        assert!(attempts <= 2);
+        assert_eq!(p.output_limit("m"), None);
     }
 
     #[test]

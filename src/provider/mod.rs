@@ -276,6 +276,20 @@ pub enum StreamEvent {
         /// The complete call.
         call: ToolCall,
     },
+    /// A started call that will never run: its arguments are not complete JSON (the output
+    /// limit cut it off — Chat `finish_reason:"length"`, Responses `response.incomplete`,
+    /// Messages `stop_reason:"max_tokens"` — or the server ended it broken). The consumer
+    /// withdraws the call: it is not executed and does not enter provider history. No
+    /// [`StreamEvent::ToolCallEnd`] follows for `id`; the terminal `Done` has
+    /// `truncated: true`.
+    ToolCallCutOff {
+        /// Call id (as in [`StreamEvent::ToolCallStart`]).
+        id: String,
+        /// Tool name.
+        name: String,
+        /// Why, for logs and the turn (e.g. `the output limit cut the arguments off`).
+        reason: String,
+    },
     /// A retry is about to happen (partial output of the failed attempt is void).
     Retrying {
         /// Attempt about to start (2 = first retry).
@@ -445,6 +459,44 @@ pub(crate) trait WireParser: Send {
 
     /// The stream ended (EOF) without a terminal event.
     fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, retry::AttemptError>;
+
+    /// A complete (non-streamed) JSON answer `v` to a streaming request, as the `data:`
+    /// payloads of the equivalent stream (fed through [`WireParser::on_event`]); `None`
+    /// when `v` is not an answer of this protocol.
+    fn json_body_events(&self, v: &Value) -> Option<Vec<String>>;
+}
+
+/// Feeds the `data:` payloads `datas` through `parser` as SSE events (see
+/// [`WireParser::json_body_events`]), forwarding events to `sink`.
+pub(crate) fn drive_payloads(
+    datas: Vec<String>,
+    parser: &mut dyn WireParser,
+    sink: &mut dyn FnMut(StreamEvent) -> bool,
+) -> retry::AttemptOutcome {
+    use retry::AttemptOutcome;
+    let mut out = Vec::new();
+    let mut end = None;
+    for data in datas {
+        let ev = sse::SseEvent {
+            event: None,
+            data,
+            id: None,
+        };
+        if let Some(t) = parser.on_event(&ev, &mut out) {
+            end = Some(t);
+            break;
+        }
+    }
+    let end = end.unwrap_or_else(|| parser.on_eof(&mut out));
+    for ev in out {
+        if !sink(ev) {
+            return AttemptOutcome::Stopped;
+        }
+    }
+    match end {
+        Ok(done) => AttemptOutcome::Done(done),
+        Err(e) => AttemptOutcome::Failed(e),
+    }
 }
 
 /// Test helper: feeds a whole SSE `body` through `parser`, returning the events it
@@ -729,6 +781,29 @@ pub(crate) fn output_schema_parts(v: &Value) -> (String, Value, bool) {
 /// `provider_id`/`req_model`.
 pub(crate) fn same_origin(provider: &str, model: &str, provider_id: &str, req_model: &str) -> bool {
     provider == provider_id && model == req_model
+}
+
+/// How a finished call's argument text ends up: `Ok(arguments)` (an empty text becomes
+/// `{}`, for tools without parameters) or `Err(reason)` when the call must not run: the
+/// text is not complete JSON, or it is empty while the output was cut off (`truncated`).
+pub(crate) fn finished_arguments(args: &str, truncated: bool) -> Result<String, String> {
+    if args.trim().is_empty() {
+        if truncated {
+            return Err("the output limit cut the call off before its arguments".into());
+        }
+        return Ok("{}".into());
+    }
+    match serde_json::from_str::<Value>(args) {
+        Ok(_) => Ok(args.to_string()),
+        Err(_) if truncated => Err(format!(
+            "the output limit cut the arguments off after {} bytes",
+            args.len()
+        )),
+        Err(e) => Err(format!(
+            "the arguments are not complete JSON ({e}) after {} bytes",
+            args.len()
+        )),
+    }
 }
 
 /// A unique synthesized tool-call id (`call_<24 hex>`), for servers that send none.

@@ -207,6 +207,8 @@ pub struct Parser {
     response_id: Option<String>,
     /// Whether any chunk carried a choice (an answer of some kind).
     saw_choice: bool,
+    /// A started call was withdrawn ([`StreamEvent::ToolCallCutOff`]).
+    cut_off: bool,
 }
 
 impl Parser {
@@ -223,6 +225,7 @@ impl Parser {
             usage: None,
             response_id: None,
             saw_choice: false,
+            cut_off: false,
         }
     }
 
@@ -243,10 +246,27 @@ impl Parser {
         });
     }
 
-    fn end_call(call: &mut Call, out: &mut Vec<StreamEvent>) {
+    /// Ends `call`: a [`StreamEvent::ToolCallEnd`] when its arguments are complete JSON,
+    /// else a [`StreamEvent::ToolCallCutOff`] (returns false then).
+    fn end_call(call: &mut Call, truncated: bool, out: &mut Vec<StreamEvent>) -> bool {
         if call.ended {
-            return;
+            return true;
         }
+        let arguments = match super::finished_arguments(&call.args, truncated) {
+            Ok(a) => a,
+            Err(reason) => {
+                call.ended = true;
+                log::warn!("tool call {} ({}) not run: {reason}", call.id, call.name);
+                if call.started {
+                    out.push(StreamEvent::ToolCallCutOff {
+                        id: call.id.clone(),
+                        name: call.name.clone(),
+                        reason,
+                    });
+                }
+                return false;
+            }
+        };
         if !call.started {
             call.started = true;
             out.push(StreamEvent::ToolCallStart {
@@ -265,20 +285,20 @@ impl Parser {
             call: ToolCall {
                 id: call.id.clone(),
                 name: call.name.clone(),
-                arguments: if call.args.is_empty() {
-                    "{}".into()
-                } else {
-                    call.args.clone()
-                },
+                arguments,
                 item_id: None,
             },
         });
+        true
     }
 
     fn end_all(&mut self, out: &mut Vec<StreamEvent>) {
         self.flush_reasoning(out);
+        let truncated = self.finish_reason.as_deref() == Some("length");
         for c in &mut self.calls {
-            Self::end_call(c, out);
+            if !Self::end_call(c, truncated, out) {
+                self.cut_off = true;
+            }
         }
         self.open.clear();
     }
@@ -369,7 +389,7 @@ impl Parser {
             && !args.is_empty()
             && serde_json::from_str::<Value>(&args).is_ok_and(|v| v.is_object())
         {
-            Self::end_call(call, out);
+            Self::end_call(call, false, out);
             self.open.remove(&index);
         }
     }
@@ -379,7 +399,7 @@ impl Parser {
         let reason = self.finish_reason.clone();
         StreamEvent::Done {
             usage: self.usage.unwrap_or_default(),
-            truncated: reason.as_deref() == Some("length"),
+            truncated: reason.as_deref() == Some("length") || self.cut_off,
             stop_reason: reason,
             response_id: self.response_id.clone(),
             message_item_id: None,
@@ -470,6 +490,14 @@ impl WireParser for Parser {
             self.end_all(out);
         }
         None
+    }
+
+    /// A `chat.completion` object: its `choices[0].message` read as one delta chunk
+    /// (content, reasoning, tool calls, finish reason, usage), then `[DONE]`.
+    fn json_body_events(&self, v: &Value) -> Option<Vec<String>> {
+        let first = v.get("choices")?.as_array()?.first()?;
+        first.get("message")?;
+        Some(vec![v.to_string(), "[DONE]".into()])
     }
 
     fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {

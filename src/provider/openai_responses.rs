@@ -24,7 +24,7 @@
 //! `error:{code,message}` preferred). `[DONE]` is tolerated. EOF before a terminal event =
 //! incomplete stream. Usage per §1.4.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
@@ -185,6 +185,8 @@ struct CallState {
     args: String,
     started: bool,
     ended: bool,
+    /// Withdrawn ([`StreamEvent::ToolCallCutOff`]): never ran.
+    cut: bool,
 }
 
 #[derive(Debug, Default)]
@@ -204,6 +206,15 @@ pub struct Parser {
     response_id: Option<String>,
     message_item_id: Option<String>,
     error: Option<AttemptError>,
+    /// Item keys (`item_id`, `item.id`, `item.call_id`) → output slot, for servers that
+    /// send no `output_index` (llama.cpp's `llama-server` sends `item_id` only).
+    keys: HashMap<String, u64>,
+    /// One past the highest slot in use.
+    next_slot: u64,
+    /// The slot of the item added last (for keyless events).
+    last_slot: u64,
+    /// A started call was withdrawn.
+    cut_off: bool,
 }
 
 impl Parser {
@@ -218,18 +229,57 @@ impl Parser {
             response_id: None,
             message_item_id: None,
             error: None,
+            keys: HashMap::new(),
+            next_slot: 0,
+            last_slot: 0,
+            cut_off: false,
         }
     }
 
-    fn index_of(&self, v: &Value) -> Option<u64> {
-        if let Some(i) = v.get("output_index").and_then(Value::as_u64) {
-            return Some(i);
+    /// The output slot an event is about: its `output_index` when present (OpenAI), else
+    /// the slot already keyed by its `item_id` / `item.id` / `item.call_id`; an
+    /// `output_item.added` (`added`) with an unknown key opens a new slot, any other
+    /// keyless event belongs to the item added last. Every key seen is remembered.
+    fn slot(&mut self, v: &Value, added: bool) -> u64 {
+        let mut keys: Vec<&str> = Vec::new();
+        if let Some(k) = v.get("item_id").and_then(Value::as_str) {
+            keys.push(k);
         }
-        let item_id = v.get("item_id").and_then(Value::as_str)?;
-        self.calls
+        if let Some(item) = v.get("item") {
+            for f in ["id", "call_id"] {
+                if let Some(k) = item.get(f).and_then(Value::as_str) {
+                    keys.push(k);
+                }
+            }
+        }
+        keys.retain(|k| !k.is_empty());
+        let idx = if let Some(i) = v.get("output_index").and_then(Value::as_u64) {
+            i
+        } else if let Some(i) = keys.iter().find_map(|k| self.keys.get(*k).copied()) {
+            i
+        } else if added || !keys.is_empty() {
+            self.next_slot
+        } else {
+            self.last_slot
+        };
+        self.next_slot = self.next_slot.max(idx.saturating_add(1));
+        if added {
+            self.last_slot = idx;
+        }
+        for k in keys {
+            self.keys.entry(k.to_string()).or_insert(idx);
+        }
+        idx
+    }
+
+    /// The slot of an item of the final `output` array at `pos`: the slot keyed by its id
+    /// or call id, else its position.
+    fn output_slot(&self, pos: usize, item: &Value) -> u64 {
+        ["id", "call_id"]
             .iter()
-            .find(|(_, c)| c.item_id.as_deref() == Some(item_id))
-            .map(|(i, _)| *i)
+            .filter_map(|f| item.get(*f).and_then(Value::as_str))
+            .find_map(|k| self.keys.get(k).copied())
+            .unwrap_or(pos as u64)
     }
 
     fn start_call(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
@@ -256,9 +306,15 @@ impl Parser {
         });
     }
 
-    fn end_call(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+    /// Ends the call of slot `idx` from its completed `item`: a [`StreamEvent::ToolCallEnd`]
+    /// when the arguments are complete JSON, else a [`StreamEvent::ToolCallCutOff`]
+    /// (`truncated`: the response was cut by the output limit; an item with `status:
+    /// "incomplete"` counts as cut too).
+    fn end_call(&mut self, idx: u64, item: &Value, truncated: bool, out: &mut Vec<StreamEvent>) {
         self.start_call(idx, item, out);
-        let st = self.calls.get_mut(&idx).expect("started");
+        let Some(st) = self.calls.get_mut(&idx) else {
+            return;
+        };
         if st.ended {
             return;
         }
@@ -279,18 +335,44 @@ impl Parser {
             st.name = n.to_string();
         }
         st.ended = true;
-        out.push(StreamEvent::ToolCallEnd {
-            call: ToolCall {
-                id: st.call_id.clone(),
-                name: st.name.clone(),
-                arguments: if st.args.is_empty() {
-                    "{}".into()
-                } else {
-                    st.args.clone()
+        let cut = truncated || item.get("status").and_then(Value::as_str) == Some("incomplete");
+        match super::finished_arguments(&st.args, cut) {
+            Ok(arguments) => out.push(StreamEvent::ToolCallEnd {
+                call: ToolCall {
+                    id: st.call_id.clone(),
+                    name: st.name.clone(),
+                    arguments,
+                    item_id: st.item_id.clone(),
                 },
-                item_id: st.item_id.clone(),
-            },
-        });
+            }),
+            Err(reason) => {
+                st.cut = true;
+                log::warn!("tool call {} ({}) not run: {reason}", st.call_id, st.name);
+                out.push(StreamEvent::ToolCallCutOff {
+                    id: st.call_id.clone(),
+                    name: st.name.clone(),
+                    reason,
+                });
+                self.cut_off = true;
+            }
+        }
+    }
+
+    /// Withdraws every started call that never ended (the response finished without
+    /// completing it).
+    fn cut_open_calls(&mut self, out: &mut Vec<StreamEvent>) {
+        for st in self.calls.values_mut() {
+            if st.started && !st.ended {
+                st.ended = true;
+                st.cut = true;
+                self.cut_off = true;
+                out.push(StreamEvent::ToolCallCutOff {
+                    id: st.call_id.clone(),
+                    name: st.name.clone(),
+                    reason: "the response ended before the call's arguments were complete".into(),
+                });
+            }
+        }
     }
 
     fn reasoning_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
@@ -351,7 +433,7 @@ impl Parser {
 
     fn item_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
         match item.get("type").and_then(Value::as_str) {
-            Some("function_call") => self.end_call(idx, item, out),
+            Some("function_call") => self.end_call(idx, item, false, out),
             Some("reasoning") => self.reasoning_done(idx, item, out),
             Some("message") => self.message_done(idx, item, out),
             _ => {}
@@ -365,12 +447,17 @@ impl Parser {
         incomplete: bool,
     ) -> StreamEvent {
         // Items that never got their output_item.done: take them from the final output.
+        let cut_by_limit = incomplete
+            && resp
+                .pointer("/incomplete_details/reason")
+                .and_then(Value::as_str)
+                .is_none_or(|r| r == "max_output_tokens");
         if let Some(items) = resp.get("output").and_then(Value::as_array) {
             for (i, item) in items.iter().enumerate() {
-                let idx = i as u64;
+                let idx = self.output_slot(i, item);
                 match item.get("type").and_then(Value::as_str) {
                     Some("function_call") if !self.calls.get(&idx).is_some_and(|c| c.ended) => {
-                        self.end_call(idx, item, out)
+                        self.end_call(idx, item, cut_by_limit, out)
                     }
                     Some("reasoning") if self.reasoning.contains_key(&idx) => {
                         self.reasoning_done(idx, item, out)
@@ -382,6 +469,7 @@ impl Parser {
                 }
             }
         }
+        self.cut_open_calls(out);
         if let Some(id) = resp.get("id").and_then(Value::as_str) {
             self.response_id = Some(id.to_string());
         }
@@ -390,7 +478,7 @@ impl Parser {
             .pointer("/incomplete_details/reason")
             .and_then(Value::as_str)
             .map(str::to_string);
-        let has_calls = self.calls.values().any(|c| c.ended);
+        let has_calls = self.calls.values().any(|c| c.ended && !c.cut);
         let stop_reason = if incomplete {
             reason.clone().or(Some("incomplete".into()))
         } else if has_calls {
@@ -401,7 +489,8 @@ impl Parser {
         StreamEvent::Done {
             usage,
             stop_reason,
-            truncated: incomplete && reason.as_deref() == Some("max_output_tokens"),
+            truncated: (incomplete && reason.as_deref() == Some("max_output_tokens"))
+                || self.cut_off,
             response_id: self.response_id.clone(),
             message_item_id: self.message_item_id.clone(),
         }
@@ -430,8 +519,9 @@ impl WireParser for Parser {
                 }
             }
             "response.output_item.added" => {
-                let idx = self.index_of(&v)?;
-                let item = v.get("item")?;
+                let item = v.get("item")?.clone();
+                let item = &item;
+                let idx = self.slot(&v, true);
                 match item.get("type").and_then(Value::as_str) {
                     Some("function_call") => self.start_call(idx, item, out),
                     Some("reasoning") => {
@@ -447,9 +537,8 @@ impl WireParser for Parser {
             }
             "response.output_text.delta" | "response.refusal.delta" => {
                 let delta = v.get("delta").and_then(Value::as_str).unwrap_or("");
-                if let Some(idx) = v.get("output_index").and_then(Value::as_u64) {
-                    self.text_streamed.insert(idx, true);
-                }
+                let idx = self.slot(&v, false);
+                self.text_streamed.insert(idx, true);
                 if !delta.is_empty() {
                     out.push(StreamEvent::TextDelta {
                         text: delta.to_string(),
@@ -457,7 +546,7 @@ impl WireParser for Parser {
                 }
             }
             "response.function_call_arguments.delta" => {
-                let idx = self.index_of(&v)?;
+                let idx = self.slot(&v, false);
                 let delta = v.get("delta").and_then(Value::as_str).unwrap_or("");
                 let st = self.calls.get_mut(&idx)?;
                 if st.ended || delta.is_empty() {
@@ -471,7 +560,7 @@ impl WireParser for Parser {
             }
             "response.function_call_arguments.done" => {
                 // Arguments complete; the call ends at its output_item.done (authoritative).
-                let idx = self.index_of(&v)?;
+                let idx = self.slot(&v, false);
                 if let Some(st) = self.calls.get_mut(&idx) {
                     if let Some(a) = v.get("arguments").and_then(Value::as_str) {
                         if st.args.is_empty() && !a.is_empty() && !st.ended {
@@ -485,7 +574,7 @@ impl WireParser for Parser {
                 }
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                let idx = v.get("output_index").and_then(Value::as_u64).unwrap_or(0);
+                let idx = self.slot(&v, false);
                 let delta = v.get("delta").and_then(Value::as_str).unwrap_or("");
                 let summary_index = v.get("summary_index").and_then(Value::as_u64);
                 let st = self.reasoning.entry(idx).or_default();
@@ -506,8 +595,8 @@ impl WireParser for Parser {
                 }
             }
             "response.output_item.done" => {
-                let idx = self.index_of(&v)?;
                 let item = v.get("item")?.clone();
+                let idx = self.slot(&v, false);
                 self.item_done(idx, &item, out);
             }
             "response.completed" | "response.done" => {
@@ -545,6 +634,18 @@ impl WireParser for Parser {
             _ => {}
         }
         None
+    }
+
+    /// A `response` object: the terminal event of its `status` (`completed`,
+    /// `incomplete`, `failed`), whose `output` carries every item.
+    fn json_body_events(&self, v: &Value) -> Option<Vec<String>> {
+        v.get("output")?.as_array()?;
+        let ty = match v.get("status").and_then(Value::as_str) {
+            Some("incomplete") => "response.incomplete",
+            Some("failed") => "response.failed",
+            _ => "response.completed",
+        };
+        Some(vec![json!({"type": ty, "response": v}).to_string()])
     }
 
     fn on_eof(&mut self, _out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {
@@ -620,6 +721,68 @@ mod tests {
             d.unwrap_err().kind,
             crate::provider::FailureKind::IncompleteStream
         );
+    }
+
+    #[test]
+    fn events_without_output_index_are_keyed_by_item_id() {
+        // llama-server: `item_id` only, function calls without `id`.
+        let body = concat!(
+            "data: {\"type\":\"response.output_item.added\",\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"content\":[]}}\n\n",
+            "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"delta\":\"he\"}\n\n",
+            "data: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"delta\":\"y\"}\n\n",
+            "data: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"function_call\",\"call_id\":\"fc_a\",\"name\":\"x\",\"arguments\":\"\"}}\n\n",
+            "data: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_a\",\"delta\":\"{}\"}\n\n",
+            "data: {\"type\":\"response.output_item.done\",\"item\":{\"id\":\"msg_1\",\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":\"hey\"}]}}\n\n",
+            "data: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"function_call\",\"call_id\":\"fc_a\",\"name\":\"x\",\"arguments\":\"{}\"}}\n\n",
+            "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"output\":[{\"id\":\"msg_1\",\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":\"hey\"}]},{\"type\":\"function_call\",\"call_id\":\"fc_a\",\"name\":\"x\",\"arguments\":\"{}\"}]}}\n\n",
+        );
+        let (out, done) = events(body);
+        let text: String = out
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(text, "hey");
+        let n = |f: fn(&StreamEvent) -> bool| out.iter().filter(|e| f(e)).count();
+        assert_eq!(n(|e| matches!(e, StreamEvent::ToolCallStart { .. })), 1);
+        assert_eq!(n(|e| matches!(e, StreamEvent::ToolCallDelta { .. })), 1);
+        assert_eq!(n(|e| matches!(e, StreamEvent::ToolCallEnd { .. })), 1);
+        assert!(matches!(
+            done.unwrap(),
+            StreamEvent::Done {
+                truncated: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_call_with_incomplete_arguments_is_cut_off() {
+        let body = concat!(
+            "data: {\"type\":\"response.output_item.added\",\"output_index\":0,\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"x\",\"arguments\":\"\"}}\n\n",
+            "data: {\"type\":\"response.function_call_arguments.delta\",\"output_index\":0,\"item_id\":\"fc_1\",\"delta\":\"{\\\"a\"}\n\n",
+            "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"r\",\"output\":[{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"x\",\"arguments\":\"{\\\"a\"}]}}\n\n",
+        );
+        let (out, done) = events(body);
+        assert!(!out
+            .iter()
+            .any(|e| matches!(e, StreamEvent::ToolCallEnd { .. })));
+        assert!(out
+            .iter()
+            .any(|e| matches!(e, StreamEvent::ToolCallCutOff { id, .. } if id == "call_1")));
+        match done.unwrap() {
+            StreamEvent::Done {
+                truncated,
+                stop_reason,
+                ..
+            } => {
+                assert!(truncated);
+                assert_eq!(stop_reason.as_deref(), Some("stop"));
+            }
+            e => panic!("{e:?}"),
+        }
     }
 
     #[test]

@@ -143,6 +143,7 @@ impl ReplayProvider {
                 initial_backoff: std::time::Duration::ZERO,
                 max_backoff: std::time::Duration::ZERO,
                 max_retries: retry::DEFAULT_MAX_RETRIES,
+                max_retry_time: std::time::Duration::from_millis(retry::DEFAULT_MAX_RETRY_TIME_MS),
                 sleep: false,
             },
             models: Vec::new(),

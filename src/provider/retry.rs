@@ -1,5 +1,9 @@
 //! Error classification and the retry loop (providers.md §4, §6.6).
 //!
+//! An error body may be JSON or (some servers answering a streaming request) an SSE
+//! stream whose first `data:` payload is the JSON error; either way the message is the
+//! provider's own text, never raw `data:` lines.
+//!
 //! Classification turns an HTTP status + body (+ `retry-after`/`retry-after-ms`/
 //! `x-should-retry` headers), or an in-stream error event, into an [`AttemptError`] with a
 //! [`FailureKind`] and a retryable flag:
@@ -10,9 +14,10 @@
 //! | 404 | `NotFound` | no |
 //! | 408, 409, 425, 5xx | `Server` | yes |
 //! | 413 | `RequestTooLarge` | no |
-//! | 429 | `RateLimit` (`Quota` for `insufficient_quota`) | yes (quota: no) |
+//! | 429 | `RateLimit`; `Quota` when the body names a quota/usage limit (`insufficient_quota`, `usage_limit_reached`, …) or the server asks to wait more than [`USAGE_LIMIT_WAIT`] | yes (quota: no) |
+//! | 402, 400 with quota text | `Quota` | no |
 //! | 529, `overloaded_error` | `Overloaded` | yes |
-//! | 400 with overflow text | `ContextOverflow` | no |
+//! | 400 with overflow text (incl. llama.cpp `exceed_context_size_error`) | `ContextOverflow` | no |
 //! | other 4xx | `InvalidRequest` | no |
 //! | connection errors | `Network` | yes |
 //! | EOF / stall before the terminal event | `IncompleteStream` | yes |
@@ -25,7 +30,7 @@
 //! output of the failed attempt.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -38,6 +43,12 @@ pub const DEFAULT_INITIAL_BACKOFF_MS: u64 = 1_000;
 pub const DEFAULT_MAX_BACKOFF_MS: u64 = 30_000;
 /// Default retries after the first attempt.
 pub const DEFAULT_MAX_RETRIES: u32 = 4;
+/// Default cap of the time a request may go without progress before it stops retrying
+/// (`max_retry_time_ms`, 120 s): counted from the request's start or the last event any
+/// attempt delivered; a retry whose backoff would end past it is not made. With the
+/// default idle timeout (90 s) a provider that never answers fails after two attempts,
+/// about three minutes, instead of five idle periods.
+pub const DEFAULT_MAX_RETRY_TIME_MS: u64 = 120_000;
 
 /// Backoff and budget of one logical request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,12 +59,16 @@ pub struct RetryPolicy {
     pub max_backoff: Duration,
     /// Retries after the first attempt.
     pub max_retries: u32,
+    /// Longest time without progress (no event from any attempt, counted from the start)
+    /// after which no retry is made ([`DEFAULT_MAX_RETRY_TIME_MS`]).
+    pub max_retry_time: Duration,
     /// Whether to actually sleep between attempts (the replay provider does not).
     pub sleep: bool,
 }
 
 impl RetryPolicy {
-    /// Reads `initial_backoff_ms`, `max_backoff_ms`, `max_retries` (defaults 1 s, 30 s, 4).
+    /// Reads `initial_backoff_ms`, `max_backoff_ms`, `max_retries`, `max_retry_time_ms`
+    /// (defaults 1 s, 30 s, 4, 120 s).
     pub fn from_config(cfg: &ProviderConfig) -> Self {
         RetryPolicy {
             initial_backoff: Duration::from_millis(
@@ -63,6 +78,9 @@ impl RetryPolicy {
                 cfg.max_backoff_ms.unwrap_or(DEFAULT_MAX_BACKOFF_MS),
             ),
             max_retries: cfg.max_retries.unwrap_or(DEFAULT_MAX_RETRIES),
+            max_retry_time: Duration::from_millis(
+                cfg.max_retry_time_ms.unwrap_or(DEFAULT_MAX_RETRY_TIME_MS),
+            ),
             sleep: true,
         }
     }
@@ -160,7 +178,33 @@ const OVERFLOW_MARKERS: &[&str] = &[
     "too many tokens",
     "context window",
     "model_context_window_exceeded",
+    // llama.cpp's llama-server: `{"error":{"code":400,"type":"exceed_context_size_error",
+    // "message":"the request exceeds the available context size, try increasing it"}}`.
+    "exceed_context_size_error",
+    "exceeds the available context size",
 ];
+
+/// Body-text markers of an exhausted quota or usage limit: waiting seconds does not help
+/// (OpenAI `insufficient_quota`, ChatGPT/Codex `usage_limit_reached`, Anthropic "credit
+/// balance is too low" / "reached your specified API usage limits", generic "quota
+/// exceeded").
+const QUOTA_MARKERS: &[&str] = &[
+    "insufficient_quota",
+    "exceeded your current quota",
+    "credit balance",
+    "usage_limit_reached",
+    "usage limit",
+    "usage_limit_exceeded",
+    "billing_hard_limit_reached",
+    "quota_exceeded",
+    "quota exceeded",
+    "reached your specified api usage limits",
+    "spend limit",
+];
+
+/// A server-requested wait longer than this on a 429 means a usage limit, not a transient
+/// rate limit: the request is not retried (10 min).
+pub const USAGE_LIMIT_WAIT: Duration = Duration::from_secs(600);
 
 fn is_overflow_text(text: &str) -> bool {
     let t = text.to_ascii_lowercase();
@@ -169,9 +213,43 @@ fn is_overflow_text(text: &str) -> bool {
 
 fn is_quota_text(text: &str) -> bool {
     let t = text.to_ascii_lowercase();
-    t.contains("insufficient_quota")
-        || t.contains("exceeded your current quota")
-        || t.contains("credit balance")
+    QUOTA_MARKERS.iter().any(|m| t.contains(m))
+}
+
+/// A reset time given in an error body (ChatGPT/Codex `resets_in_seconds`, or
+/// `resets_at` as Unix seconds), as a wait from now.
+fn body_reset_wait(v: &Value) -> Option<Duration> {
+    let e = v.get("error").filter(|e| e.is_object()).unwrap_or(v);
+    if let Some(s) = e.get("resets_in_seconds").and_then(Value::as_f64) {
+        if s.is_finite() && s >= 0.0 {
+            return Some(Duration::from_secs_f64(s.min(30.0 * 86_400.0)));
+        }
+    }
+    let at = e.get("resets_at").and_then(Value::as_i64)?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    Some(Duration::from_secs(
+        at.saturating_sub(now).clamp(0, 30 * 86_400) as u64,
+    ))
+}
+
+/// The JSON error object carried by a non-JSON body that is an SSE stream (some servers
+/// answer a streaming request's failure with `data: {"error":…}` and a 4xx/5xx status):
+/// the first `data:` payload that parses as JSON.
+fn sse_error_payload(body: &str) -> Option<Value> {
+    let t = body.trim_start();
+    if !(t.starts_with("data:") || t.starts_with("event:") || t.starts_with(':')) {
+        return None;
+    }
+    let mut r = super::sse::SseReader::new(body.as_bytes());
+    while let Ok(Some(ev)) = r.next_event() {
+        if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(&ev.data) {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// `(code, type, message)` of an error body in OpenAI (`{"error":{…}}`), Anthropic
@@ -205,11 +283,14 @@ pub fn classify_http(
     header: &dyn Fn(&str) -> Option<String>,
     body: &str,
 ) -> AttemptError {
-    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let parsed: Option<Value> = serde_json::from_str(body)
+        .ok()
+        .or_else(|| sse_error_payload(body));
     let (code, etype, msg) = parsed.as_ref().map(error_fields).unwrap_or_default();
     let message = match &msg {
         Some(m) => m.clone(),
         None if body.trim().is_empty() => format!("HTTP {status}"),
+        None if parsed.is_some() => format!("HTTP {status}"),
         None => {
             let mut b: String = body.trim().chars().take(500).collect();
             if b.len() < body.trim().len() {
@@ -221,6 +302,10 @@ pub fn classify_http(
     let code_s = code.as_deref().unwrap_or("");
     let type_s = etype.as_deref().unwrap_or("");
     let all_text = format!("{code_s} {type_s} {body}");
+    let retry_after = parse_retry_after(header);
+    let long_wait = retry_after
+        .or_else(|| parsed.as_ref().and_then(body_reset_wait))
+        .is_some_and(|w| w > USAGE_LIMIT_WAIT);
     let kind = match status {
         401 | 403 if is_quota_text(&all_text) => FailureKind::Quota,
         401 | 403 => FailureKind::Authentication,
@@ -228,8 +313,10 @@ pub fn classify_http(
         408 | 409 | 425 => FailureKind::Server,
         413 => FailureKind::RequestTooLarge,
         // Not plain "billing": OpenAI's ordinary rate-limit text links the billing page.
-        429 if is_quota_text(&all_text) => FailureKind::Quota,
+        429 if is_quota_text(&all_text) || long_wait => FailureKind::Quota,
         429 => FailureKind::RateLimit,
+        402 => FailureKind::Quota,
+        400 if is_quota_text(&all_text) => FailureKind::Quota,
         529 => FailureKind::Overloaded,
         _ if type_s == "overloaded_error" => FailureKind::Overloaded,
         500..=599 => FailureKind::Server,
@@ -246,7 +333,7 @@ pub fn classify_http(
         kind,
         message,
         status: Some(status),
-        retry_after: parse_retry_after(header),
+        retry_after,
         retryable,
     }
 }
@@ -263,7 +350,7 @@ pub fn classify_stream_error(
     let t = etype.unwrap_or("").to_ascii_lowercase();
     let m = message.to_ascii_lowercase();
     let has = |s: &str| c == s || t == s;
-    let kind = if has("insufficient_quota") || is_quota_text(&m) {
+    let kind = if is_quota_text(&format!("{c} {t} {m}")) {
         FailureKind::Quota
     } else if has("overloaded_error") || has("overloaded") || c == "529" || m.contains("overloaded")
     {
@@ -344,6 +431,7 @@ pub fn run_with_retries(
 ) {
     let max_attempts = policy.max_attempts();
     let mut n = 1;
+    let mut last_progress = Instant::now();
     loop {
         if cancel.is_cancelled() {
             return;
@@ -354,6 +442,7 @@ pub fn run_with_retries(
                 if matches!(ev, StreamEvent::ToolCallEnd { .. }) {
                     tool_call_ended = true;
                 }
+                last_progress = Instant::now();
                 !cancel.is_cancelled() && sink(ev)
             };
             attempt(n, &mut attempt_sink)
@@ -369,25 +458,41 @@ pub fn run_with_retries(
         if cancel.is_cancelled() {
             return;
         }
+        let delay = if policy.sleep {
+            policy.delay(n, err.retry_after)
+        } else {
+            Duration::ZERO
+        };
         let stop_reason = if !err.retryable {
             Some("non_retryable")
         } else if tool_call_ended {
             Some("replay_unsafe")
         } else if n >= max_attempts {
             Some("retry_limit")
+        } else if policy.sleep && last_progress.elapsed() + delay > policy.max_retry_time {
+            Some("retry_time_limit")
         } else {
             None
         };
         if let Some(stop_reason) = stop_reason {
+            let message = if stop_reason == "retry_time_limit" {
+                format!(
+                    "{} (gave up after {} s without progress, max_retry_time_ms {})",
+                    err.message,
+                    last_progress.elapsed().as_secs(),
+                    policy.max_retry_time.as_millis()
+                )
+            } else {
+                err.message.clone()
+            };
             log::warn!(
-                "provider request failed ({:?}, attempt {n}/{max_attempts}, {stop_reason}): {}",
+                "provider request failed ({:?}, attempt {n}/{max_attempts}, {stop_reason}): {message}",
                 err.kind,
-                err.message
             );
             sink(StreamEvent::Failed {
                 error: ProviderError {
                     kind: err.kind,
-                    message: err.message,
+                    message,
                     status_code: err.status,
                     attempts: n,
                     max_attempts,
@@ -396,11 +501,6 @@ pub fn run_with_retries(
             });
             return;
         }
-        let delay = if policy.sleep {
-            policy.delay(n, err.retry_after)
-        } else {
-            Duration::ZERO
-        };
         log::info!(
             "provider attempt {n}/{max_attempts} failed ({:?}): {}; retrying in {} ms",
             err.kind,
@@ -488,6 +588,41 @@ mod tests {
             c(502, "<html>bad gateway</html>").message,
             "HTTP 502: <html>bad gateway</html>"
         );
+        // llama.cpp's context error.
+        let e = c(
+            400,
+            r#"{"error":{"code":400,"message":"the request exceeds the available context size, try increasing it","type":"exceed_context_size_error"}}"#,
+        );
+        assert_eq!(e.kind, FailureKind::ContextOverflow);
+        // Usage limits are not transient.
+        let e = c(
+            429,
+            r#"{"error":{"type":"usage_limit_reached","message":"The usage limit has been reached","resets_in_seconds":3600}}"#,
+        );
+        assert_eq!((e.kind, e.retryable), (FailureKind::Quota, false));
+        let e = c(
+            429,
+            r#"{"error":{"type":"rate_limit","message":"slow down","resets_in_seconds":3600}}"#,
+        );
+        assert_eq!((e.kind, e.retryable), (FailureKind::Quota, false));
+        let e = classify_http(429, &hdr(&[("retry-after", "7200")]), "{}");
+        assert_eq!(e.kind, FailureKind::Quota);
+        let e = classify_http(429, &hdr(&[("retry-after", "20")]), "{}");
+        assert_eq!(e.kind, FailureKind::RateLimit);
+        let e = c(
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API."}}"#,
+        );
+        assert_eq!(e.kind, FailureKind::Quota);
+        // An SSE error body: the message, not the raw `data:` line.
+        let e = c(
+            503,
+            "data: {\"error\":{\"message\":\"loading model\",\"type\":\"unavailable_error\"}}\n\n",
+        );
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (FailureKind::Server, "loading model")
+        );
     }
 
     #[test]
@@ -555,6 +690,7 @@ mod tests {
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_millis(1000),
             max_retries: 4,
+            max_retry_time: Duration::from_secs(60),
             sleep: true,
         };
         for _ in 0..50 {
@@ -579,6 +715,7 @@ mod tests {
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(2),
             max_retries: retries,
+            max_retry_time: Duration::from_secs(60),
             sleep: true,
         }
     }

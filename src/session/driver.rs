@@ -764,6 +764,12 @@ impl<'a> Driver<'a> {
                     }
                 }
             }
+            EngineEvent::ToolWithdrawn { call_id, reason } => {
+                log::info!("tool call {call_id} withdrawn: {reason}");
+                if let Some(i) = self.find_call(&call_id) {
+                    self.remove_item(i);
+                }
+            }
             EngineEvent::StreamCut => self.end_at_visible_text(),
             EngineEvent::Reconnecting(r) => {
                 if r.discard_step {

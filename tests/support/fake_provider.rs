@@ -165,6 +165,26 @@ pub enum Ending {
     /// `response.failed`, Chat error chunk with `finish_reason:"error"`, Anthropic
     /// `event: error`).
     Error(StreamError),
+    /// The output limit cut the answer after the parts as given (a tool call's argument
+    /// fragments are then usually not complete JSON): Chat `finish_reason:"length"`,
+    /// Responses `response.incomplete` (`incomplete_details.reason:"max_output_tokens"`,
+    /// the last item `status:"incomplete"`; [`ServerKind::LlamaServer`] reports
+    /// `response.completed` regardless, as llama-server does), Messages
+    /// `stop_reason:"max_tokens"`.
+    Length,
+}
+
+/// Which server's dialect a stream imitates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// The vendors' own shapes (OpenAI, Anthropic).
+    Vendor,
+    /// llama.cpp's `llama-server` (tools/server/server-task.cpp): Responses events carry
+    /// no `output_index` and no `sequence_number` (`item_id` only), function-call items
+    /// have no `id` and a `call_id` of `fc_<id>` that the argument deltas use as
+    /// `item_id`; the terminal event is always `response.completed`, and usage has no
+    /// details objects.
+    LlamaServer,
 }
 
 /// The class of an in-stream error event.
@@ -286,6 +306,11 @@ pub enum Script {
         whole_tool_calls: bool,
         /// Buffer writes (64 KiB) instead of one flushed chunk per event (throughput).
         buffered: bool,
+        /// The dialect.
+        server: ServerKind,
+        /// Answer with one complete JSON body (`content-type: application/json`) instead
+        /// of an event stream, as servers that ignore `stream:true` do.
+        json_body: bool,
     },
     /// An HTTP error status with a protocol-shaped JSON body.
     Status {
@@ -330,6 +355,8 @@ impl Script {
             split_utf8: false,
             whole_tool_calls: false,
             buffered: false,
+            server: ServerKind::Vendor,
+            json_body: false,
         }
     }
 
@@ -389,6 +416,8 @@ impl Script {
             split_utf8: false,
             whole_tool_calls: false,
             buffered: true,
+            server: ServerKind::Vendor,
+            json_body: false,
         }
     }
 
@@ -464,6 +493,22 @@ impl Script {
         self
     }
 
+    /// Imitates `server`'s dialect (stream scripts only).
+    pub fn server(mut self, k: ServerKind) -> Script {
+        if let Script::Stream { server, .. } = &mut self {
+            *server = k;
+        }
+        self
+    }
+
+    /// Answers with one complete JSON body instead of a stream (stream scripts only).
+    pub fn json_body(mut self) -> Script {
+        if let Script::Stream { json_body, .. } = &mut self {
+            *json_body = true;
+        }
+        self
+    }
+
     /// Chat: each tool call in one delta (stream scripts only).
     pub fn whole_tool_calls(mut self) -> Script {
         if let Script::Stream {
@@ -495,18 +540,183 @@ fn sse(event: Option<&str>, data: &Value) -> String {
     }
 }
 
-fn render(
-    proto: Proto,
-    model: &str,
-    parts: &[Part],
-    usage: FakeUsage,
+/// How a stream is rendered besides its parts.
+#[derive(Debug, Clone, Copy)]
+struct RenderOpts {
     whole_calls: bool,
     err: Option<StreamError>,
-) -> Rendered {
+    /// [`Ending::Length`].
+    length: bool,
+    server: ServerKind,
+}
+
+fn render(proto: Proto, model: &str, parts: &[Part], usage: FakeUsage, o: RenderOpts) -> Rendered {
     match proto {
-        Proto::Responses => render_responses(model, parts, usage, err),
-        Proto::Chat => render_chat(model, parts, usage, whole_calls, err),
-        Proto::Anthropic => render_anthropic(model, parts, usage, err),
+        Proto::Responses if o.server == ServerKind::LlamaServer => {
+            render_responses_llama(model, parts, usage)
+        }
+        Proto::Responses => render_responses(model, parts, usage, o.err, o.length),
+        Proto::Chat => render_chat(model, parts, usage, o.whole_calls, o.err, o.length),
+        Proto::Anthropic => render_anthropic(model, parts, usage, o.err, o.length),
+    }
+}
+
+/// The complete (non-streamed) JSON answer of `parts` in `proto`'s shape.
+fn render_json_body(proto: Proto, model: &str, parts: &[Part], u: FakeUsage) -> Value {
+    let text: String = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Text(c) => Some(c.concat()),
+            _ => None,
+        })
+        .collect();
+    let reasoning: String = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Reasoning(c) => Some(c.concat()),
+            _ => None,
+        })
+        .collect();
+    let calls: Vec<(&String, &String, String)> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall { id, name, args } => Some((id, name, args.concat())),
+            _ => None,
+        })
+        .collect();
+    match proto {
+        Proto::Chat => {
+            let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+            if !reasoning.is_empty() {
+                msg["reasoning_content"] = json!(reasoning);
+            }
+            if !calls.is_empty() {
+                msg["tool_calls"] = calls
+                    .iter()
+                    .map(|(id, name, args)| json!({"id": id, "type": "function", "function": {"name": name, "arguments": args}}))
+                    .collect();
+            }
+            json!({"id": "chatcmpl-fake", "object": "chat.completion", "created": 1700000000, "model": model,
+                "choices": [{"index": 0, "message": msg, "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
+                "usage": {"prompt_tokens": u.input, "completion_tokens": u.output, "total_tokens": u.input + u.output}})
+        }
+        Proto::Responses => {
+            let mut output = vec![];
+            if !reasoning.is_empty() {
+                output.push(json!({"id": "rs_fake", "type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}], "status": "completed"}));
+            }
+            if !text.is_empty() {
+                output.push(json!({"id": "msg_fake", "type": "message", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]}));
+            }
+            for (id, name, args) in &calls {
+                output.push(json!({"id": format!("fc_{}", id.trim_start_matches("call_")), "type": "function_call", "status": "completed", "call_id": id, "name": name, "arguments": args}));
+            }
+            json!({"id": "resp_fake", "object": "response", "status": "completed", "model": model, "output": output,
+                "usage": {"input_tokens": u.input, "output_tokens": u.output, "total_tokens": u.input + u.output}})
+        }
+        Proto::Anthropic => {
+            let mut content = vec![];
+            if !text.is_empty() {
+                content.push(json!({"type": "text", "text": text}));
+            }
+            for (id, name, args) in &calls {
+                let input: Value = serde_json::from_str(args).unwrap_or(json!({}));
+                content.push(json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+            }
+            json!({"id": "msg_fake", "type": "message", "role": "assistant", "model": model, "content": content,
+                "stop_reason": if calls.is_empty() { "end_turn" } else { "tool_use" }, "stop_sequence": null,
+                "usage": {"input_tokens": u.input, "output_tokens": u.output}})
+        }
+    }
+}
+
+/// llama-server's Responses stream (see [`ServerKind::LlamaServer`]): partial events
+/// up to `cut`, then the final `output_item.done` events (reasoning, message, calls, in
+/// that order) and `response.completed`.
+fn render_responses_llama(model: &str, parts: &[Part], u: FakeUsage) -> Rendered {
+    let ev = |v: Value| {
+        let t = v["type"].as_str().unwrap_or("").to_string();
+        sse(Some(&t), &v)
+    };
+    let mut events = vec![
+        ev(
+            json!({"type": "response.created", "response": {"id": "resp_llama", "object": "response", "status": "in_progress"}}),
+        ),
+        ev(
+            json!({"type": "response.in_progress", "response": {"id": "resp_llama", "object": "response", "status": "in_progress"}}),
+        ),
+    ];
+    let (rs_id, msg_id) = ("rs_llama", "msg_llama");
+    let mut reasoning = String::new();
+    let mut text = String::new();
+    let mut calls = vec![];
+    for part in parts {
+        match part {
+            Part::Reasoning(chunks) => {
+                if reasoning.is_empty() {
+                    events.push(ev(json!({"type": "response.output_item.added", "item": {"id": rs_id, "summary": [], "type": "reasoning", "content": [], "encrypted_content": "", "status": "in_progress"}})));
+                }
+                for c in chunks {
+                    reasoning.push_str(c);
+                    events.push(ev(json!({"type": "response.reasoning_text.delta", "delta": c, "item_id": rs_id})));
+                }
+            }
+            Part::Text(chunks) => {
+                if text.is_empty() {
+                    events.push(ev(json!({"type": "response.output_item.added", "item": {"content": [], "id": msg_id, "role": "assistant", "status": "in_progress", "type": "message"}})));
+                    events.push(ev(json!({"type": "response.content_part.added", "item_id": msg_id, "part": {"type": "output_text", "text": ""}})));
+                }
+                for c in chunks {
+                    text.push_str(c);
+                    events.push(ev(json!({"type": "response.output_text.delta", "item_id": msg_id, "delta": c})));
+                }
+            }
+            Part::ToolCall { id, name, args } => {
+                let call_id = format!("fc_{id}");
+                events.push(ev(json!({"type": "response.output_item.added", "item": {"arguments": "", "call_id": call_id, "name": name, "type": "function_call", "status": "in_progress"}})));
+                for a in args {
+                    events.push(ev(json!({"type": "response.function_call_arguments.delta", "delta": a, "item_id": call_id})));
+                }
+                calls.push((call_id, name.clone(), args.concat()));
+            }
+        }
+    }
+    let cut = events.len();
+    let mut output = vec![];
+    if !reasoning.is_empty() {
+        let item = json!({"id": rs_id, "summary": [], "type": "reasoning", "content": [{"text": reasoning, "type": "reasoning_text"}], "encrypted_content": ""});
+        events.push(ev(
+            json!({"type": "response.output_item.done", "item": item}),
+        ));
+        output.push(item);
+    }
+    if !text.is_empty() {
+        events.push(ev(
+            json!({"type": "response.output_text.done", "item_id": msg_id, "text": text}),
+        ));
+        let part = json!({"type": "output_text", "annotations": [], "logprobs": [], "text": text});
+        events.push(ev(
+            json!({"type": "response.content_part.done", "item_id": msg_id, "part": part}),
+        ));
+        let item = json!({"type": "message", "status": "completed", "id": msg_id, "content": [part], "role": "assistant"});
+        events.push(ev(
+            json!({"type": "response.output_item.done", "item": item}),
+        ));
+        output.push(item);
+    }
+    for (call_id, name, args) in calls {
+        let item = json!({"type": "function_call", "status": "completed", "arguments": args, "call_id": call_id, "name": name});
+        events.push(ev(
+            json!({"type": "response.output_item.done", "item": item}),
+        ));
+        output.push(item);
+    }
+    events.push(ev(json!({"type": "response.completed", "response": {"id": "resp_llama", "object": "response", "created_at": 1700000000, "status": "completed", "model": model, "output": output,
+        "usage": {"input_tokens": u.input, "output_tokens": u.output, "total_tokens": u.input + u.output}}})));
+    Rendered {
+        events,
+        cut,
+        error: vec![],
     }
 }
 
@@ -515,6 +725,7 @@ fn render_responses(
     parts: &[Part],
     u: FakeUsage,
     err: Option<StreamError>,
+    length: bool,
 ) -> Rendered {
     let mut seq = 0u64;
     let mut ev = |v: Value| {
@@ -586,6 +797,10 @@ fn render_responses(
                 if last {
                     cut = events.len();
                 }
+                if last && length {
+                    output.push(json!({"id": item_id, "type": "function_call", "status": "incomplete", "arguments": full, "call_id": id, "name": name}));
+                    continue;
+                }
                 let item = json!({"id": item_id, "type": "function_call", "status": "completed", "arguments": full, "call_id": id, "name": name});
                 events.push(ev(json!({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": i, "name": name, "arguments": full})));
                 events.push(ev(
@@ -596,7 +811,13 @@ fn render_responses(
         }
     }
     let usage = json!({"input_tokens": u.input, "input_tokens_details": {"cached_tokens": u.cached}, "output_tokens": u.output, "output_tokens_details": {"reasoning_tokens": u.reasoning}, "total_tokens": u.input + u.output});
-    events.push(ev(json!({"type": "response.completed", "response": resp("completed", Value::Array(output), usage)})));
+    if length {
+        let mut r = resp("incomplete", Value::Array(output), usage);
+        r["incomplete_details"] = json!({"reason": "max_output_tokens"});
+        events.push(ev(json!({"type": "response.incomplete", "response": r})));
+    } else {
+        events.push(ev(json!({"type": "response.completed", "response": resp("completed", Value::Array(output), usage)})));
+    }
     let mut error = Vec::new();
     if let Some(k) = err {
         let (code, msg) = match k {
@@ -619,6 +840,7 @@ fn render_chat(
     u: FakeUsage,
     whole: bool,
     err: Option<StreamError>,
+    length: bool,
 ) -> Rendered {
     let chunk = |delta: Value, finish: Value| {
         sse(
@@ -661,7 +883,13 @@ fn render_chat(
     let cut = events.len();
     events.push(chunk(
         json!({}),
-        json!(if any_call { "tool_calls" } else { "stop" }),
+        json!(if length {
+            "length"
+        } else if any_call {
+            "tool_calls"
+        } else {
+            "stop"
+        }),
     ));
     events.push(sse(None, &json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1700000000, "model": model, "choices": [], "usage": {"prompt_tokens": u.input, "completion_tokens": u.output, "total_tokens": u.input + u.output, "prompt_tokens_details": {"cached_tokens": u.cached}, "completion_tokens_details": {"reasoning_tokens": u.reasoning}}})));
     events.push("data: [DONE]\n\n".to_string());
@@ -683,6 +911,7 @@ fn render_anthropic(
     parts: &[Part],
     u: FakeUsage,
     err: Option<StreamError>,
+    length: bool,
 ) -> Rendered {
     let ev = |v: Value| {
         let t = v["type"].as_str().unwrap_or("").to_string();
@@ -728,7 +957,14 @@ fn render_anthropic(
         }
         events.push(ev(json!({"type": "content_block_stop", "index": i})));
     }
-    events.push(ev(json!({"type": "message_delta", "delta": {"stop_reason": if any_call { "tool_use" } else { "end_turn" }, "stop_sequence": null}, "usage": {"output_tokens": u.output}})));
+    let stop = if length {
+        "max_tokens"
+    } else if any_call {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    events.push(ev(json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": u.output}})));
     events.push(ev(json!({"type": "message_stop"})));
     let mut error = Vec::new();
     if let Some(k) = err {
@@ -1213,14 +1449,27 @@ fn respond(
             split_utf8,
             whole_tool_calls,
             buffered,
+            server,
+            json_body,
         } => {
+            if json_body {
+                let b = render_json_body(proto, &model, &parts, usage);
+                write_fixed(stream, 200, &[], &b.to_string())?;
+                return Ok(true);
+            }
             let err = match &ending {
                 Ending::Error(k) => Some(*k),
                 _ => None,
             };
-            let r = render(proto, &model, &parts, usage, whole_tool_calls, err);
+            let opts = RenderOpts {
+                whole_calls: whole_tool_calls,
+                err,
+                length: ending == Ending::Length,
+                server,
+            };
+            let r = render(proto, &model, &parts, usage, opts);
             let to_send: Vec<&String> = match &ending {
-                Ending::Complete => r.events.iter().collect(),
+                Ending::Complete | Ending::Length => r.events.iter().collect(),
                 Ending::Truncate | Ending::Stall(_) => r.events[..r.cut].iter().collect(),
                 Ending::Error(_) => r.events[..r.cut].iter().chain(r.error.iter()).collect(),
             };
@@ -1263,7 +1512,7 @@ fn respond(
                 }
             }
             match ending {
-                Ending::Complete | Ending::Error(_) => {
+                Ending::Complete | Ending::Error(_) | Ending::Length => {
                     if chunked {
                         s.write_all(b"0\r\n\r\n")?;
                         s.flush()?;
