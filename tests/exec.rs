@@ -620,7 +620,12 @@ fn timeout_bounds_a_consumer_that_stops_reading() {
 fn overflow_fails_the_run_with_exit_6() {
     let env = Env::new();
     env.fake.push(Script::many_deltas(60_000, "abcdefghij"));
-    let child = env.spawn(&["--json", "stream a lot"]);
+    // The backpressure bound (default 20 s) shortened: past it, the run overflows.
+    let child = env
+        .command(&["--json", "stream a lot"])
+        .env("WUU_EXEC_BACKPRESSURE_MS", "300")
+        .spawn()
+        .unwrap();
     // Stop reading for a while: the pipe, the writer queue and the subscription fill.
     std::thread::sleep(Duration::from_secs(4));
     let o = finish(child, true);

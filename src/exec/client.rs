@@ -6,9 +6,14 @@
 //! - responses (`id`, no `method`) go to [`Subscription::responses`];
 //! - notifications go to [`Subscription::events`], a queue bounded at
 //!   [`MAX_PENDING_EVENTS`] events and [`MAX_PENDING_BYTES`] bytes (frame sizes). When a
-//!   notification does not fit, the subscription **overflows**: it stops delivering
-//!   events and reports [`Failure::Overflow`]. Nothing is dropped silently: the run then
-//!   fails with a protocol error (exit 6);
+//!   notification does not fit, the pump waits for room (**backpressure**: the server's
+//!   output, then the session and the provider stream, wait with it) for up to
+//!   [`DEFAULT_BACKPRESSURE`] (20 s; `WUU_EXEC_BACKPRESSURE_MS` overrides it), so a
+//!   consumer that pauses for a few seconds (a CI log shipper, a full pipe) costs nothing.
+//!   Only when the queue stays full that long does the subscription **overflow**: it stops
+//!   delivering events and reports [`Failure::Overflow`]. Nothing is dropped silently: the
+//!   run then fails with a protocol error (exit 6). The bound stays below the server's own
+//!   notification deadline (30 s), so exec is the one that reports it;
 //! - a request from the server (`method` and `id`) is a protocol failure
 //!   ([`Failure::ServerRequest`]): exec answers none;
 //! - an undecodable frame is [`Failure::BadFrame`]; the end of the stream is
@@ -17,18 +22,32 @@
 //! Only the first failure is reported (channel of capacity 1).
 
 use crate::server::{MemoryClient, ServerOptions};
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{bounded, unbounded, Receiver, SendTimeoutError, Sender};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Most notifications queued between the server and the JSONL writer.
 pub const MAX_PENDING_EVENTS: usize = 1024;
 
 /// Most bytes (serialized notification frames) queued between the server and the
-/// JSONL writer: 16 MiB.
+/// JSONL writer: 16 MiB (one larger notification is still taken when nothing is queued).
 pub const MAX_PENDING_BYTES: usize = 16 * 1024 * 1024;
+
+/// How long the pump holds a notification back while the queue is full before the
+/// subscription overflows (20 s).
+pub const DEFAULT_BACKPRESSURE: Duration = Duration::from_secs(20);
+
+/// The backpressure bound: `WUU_EXEC_BACKPRESSURE_MS` (milliseconds) when set and
+/// valid, else [`DEFAULT_BACKPRESSURE`].
+pub fn backpressure_limit() -> Duration {
+    std::env::var("WUU_EXEC_BACKPRESSURE_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(DEFAULT_BACKPRESSURE)
+}
 
 /// One notification from the server.
 #[derive(Debug, Clone)]
@@ -56,12 +75,15 @@ pub struct Response {
 /// failure (exit 6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Failure {
-    /// More than [`MAX_PENDING_EVENTS`] events or [`MAX_PENDING_BYTES`] bytes pending.
+    /// More than [`MAX_PENDING_EVENTS`] events or [`MAX_PENDING_BYTES`] bytes stayed
+    /// pending for the whole backpressure bound.
     Overflow {
         /// Events queued when it overflowed.
         events: usize,
         /// Bytes queued when it overflowed.
         bytes: usize,
+        /// How long the pump waited for room, ms.
+        waited_ms: u64,
     },
     /// The server sent a request (method named).
     ServerRequest(String),
@@ -74,9 +96,13 @@ pub enum Failure {
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Overflow { events, bytes } => write!(
+            Failure::Overflow {
+                events,
+                bytes,
+                waited_ms,
+            } => write!(
                 f,
-                "event subscription overflow: {events} events / {bytes} bytes pending (limits {MAX_PENDING_EVENTS} / {MAX_PENDING_BYTES}); the output consumer is not keeping up"
+                "event subscription overflow: {events} events / {bytes} bytes pending (limits {MAX_PENDING_EVENTS} / {MAX_PENDING_BYTES}) for {waited_ms} ms; the output consumer stopped reading"
             ),
             Failure::ServerRequest(m) => write!(
                 f,
@@ -190,6 +216,7 @@ fn pump(
     bytes: Arc<AtomicUsize>,
     closing: Arc<AtomicBool>,
 ) {
+    let limit = backpressure_limit();
     let mut failed = false;
     let fail = |f: Failure, failed: &mut bool| {
         if !*failed {
@@ -223,30 +250,41 @@ fn pump(
                 if failed {
                     continue;
                 }
-                let pending = bytes.fetch_add(size, Ordering::SeqCst) + size;
                 let mut v = v;
                 let n = Notification {
                     method,
                     params: v.get_mut("params").map(Value::take).unwrap_or(Value::Null),
                     size,
                 };
-                let over_bytes = pending > MAX_PENDING_BYTES;
-                let result = if over_bytes {
-                    Err(TrySendError::Full(n))
-                } else {
-                    events.try_send(n)
+                let started = Instant::now();
+                let deadline = started + limit;
+                // Wait (bounded) for byte budget, then for a slot.
+                let fits = |bytes: &AtomicUsize| {
+                    bytes.load(Ordering::SeqCst) + size <= MAX_PENDING_BYTES || events.is_empty()
                 };
-                if let Err(e) = result {
-                    bytes.fetch_sub(size, Ordering::SeqCst);
-                    if let TrySendError::Full(_) = e {
-                        fail(
-                            Failure::Overflow {
-                                events: events.len(),
-                                bytes: bytes.load(Ordering::SeqCst),
-                            },
-                            &mut failed,
-                        );
+                while !fits(&bytes) && Instant::now() < deadline && !closing.load(Ordering::SeqCst)
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let result = if fits(&bytes) {
+                    bytes.fetch_add(size, Ordering::SeqCst);
+                    let r = events.send_deadline(n, deadline);
+                    if r.is_err() {
+                        bytes.fetch_sub(size, Ordering::SeqCst);
                     }
+                    r.map_err(|e| matches!(e, SendTimeoutError::Timeout(_)))
+                } else {
+                    Err(!closing.load(Ordering::SeqCst))
+                };
+                if let Err(true) = result {
+                    fail(
+                        Failure::Overflow {
+                            events: events.len(),
+                            bytes: bytes.load(Ordering::SeqCst),
+                            waited_ms: started.elapsed().as_millis() as u64,
+                        },
+                        &mut failed,
+                    );
                 }
             }
             (None, Some(id)) => {

@@ -255,6 +255,33 @@ pub enum Event {
         /// The item.
         item_id: String,
     },
+    /// The provider stream of the current step failed and is retried (`status`
+    /// `retrying`; the failed attempt's partial text was already withdrawn by an
+    /// `agent_message_final`), the retried stream delivers output again
+    /// (`reconnected`; it may still fail later and be retried again), or retrying
+    /// stopped before any output (`failed`; `turn_failed` follows). Progress, not an error: the run goes on
+    /// unless a `turn_failed` comes. Item type `stream_reconnect` of the app-server.
+    StreamReconnect {
+        /// The conversation.
+        thread_id: String,
+        /// The turn.
+        turn_id: String,
+        /// The `stream_reconnect` item.
+        item_id: String,
+        /// `retrying` | `reconnected` | `failed`.
+        status: String,
+        /// Retries made so far, this one included (1 = first retry).
+        retry_count: u64,
+        /// Retry budget of the request.
+        max_retries: u64,
+        /// When the retry starts (Unix ms; `0` when unknown).
+        retry_at_ms: u64,
+        /// Failure category of the failed attempt (`incomplete_stream`, `rate_limit`,
+        /// `server`, `network`, `overloaded`, …).
+        reason: String,
+        /// The failure text.
+        message: String,
+    },
     /// A `bash` call started (same item as `tool_started`).
     CommandStarted(CommandInfo),
     /// `bash` output (same item as `tool_output_delta`).
@@ -361,9 +388,38 @@ pub struct RunResultEvent {
     pub error: String,
     /// The process exit code this result goes with (addition over the Go stream).
     pub exit_code: i32,
+    /// Machine-readable failure class (`""` on success): the turn's category
+    /// (`provider`, `auth`, `network`, `invalid_request`, `local`, `tool`,
+    /// `permission_denied`, `invalid_output`), or exec's own (`timeout`, `cancelled`,
+    /// `protocol`, `invalid_input`, `conflict`, `output`). Addition over the Go stream.
+    pub error_category: String,
+    /// The specific failure code when known (`""` otherwise): the provider failure kind of
+    /// a failed turn (`quota`, `rate_limit`, `context_overflow`, `authentication`,
+    /// `incomplete_stream`, …) or the run's code (`timeout`, `interrupted`,
+    /// `permission_denied`, `structured_output_retry_failed`, …).
+    pub error_code: String,
+    /// `true` when `final_message` is not a finished answer: the run did not complete,
+    /// or its last turn was cut off by the output limit.
+    pub final_message_partial: bool,
+    /// Tokens the run consumed so far (sum of the latest snapshot of every root turn),
+    /// also when it failed.
+    pub usage: RunUsage,
     /// The parsed answer, with `--output-schema` on success only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub structured_result: Option<Value>,
+}
+
+/// Token totals of a run (`result.usage`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RunUsage {
+    /// Fresh input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Cache creation tokens.
+    pub cache_creation_tokens: u64,
+    /// Cache read tokens.
+    pub cache_read_tokens: u64,
 }
 
 /// Kind of a diagnostic field: its default when absent.
@@ -484,6 +540,7 @@ impl Event {
             Event::ToolOutputDelta { .. } => "tool_output_delta",
             Event::ToolCompleted { .. } => "tool_completed",
             Event::ToolRemoved { .. } => "tool_removed",
+            Event::StreamReconnect { .. } => "stream_reconnect",
             Event::CommandStarted(_) => "command_started",
             Event::CommandOutputDelta { .. } => "command_output_delta",
             Event::CommandCompleted { .. } => "command_completed",

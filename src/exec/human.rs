@@ -120,6 +120,19 @@ impl Human {
                 };
                 self.line(&format!("file_changed: {} ({action})", fc.path));
             }
+            Event::StreamReconnect {
+                status,
+                retry_count,
+                max_retries,
+                message,
+                ..
+            } if status == "retrying" => {
+                self.tail.clear();
+                let first = message.lines().next().unwrap_or("");
+                self.line(&format!(
+                    "stream_reconnect: retry {retry_count}/{max_retries} ({first})"
+                ));
+            }
             Event::Error { error, .. } => {
                 self.line(&format!("structured_output_validation_failed: {error}"));
             }

@@ -320,6 +320,7 @@ fn run(opts: Options) -> i32 {
         conn: None,
         proj: Projector::default(),
         schema: None,
+        settled: None,
     };
     let code = match r.execute(prompt) {
         Ok(code) => code,
@@ -381,6 +382,8 @@ struct Runner {
     conn: Option<Connection>,
     proj: Projector,
     schema: Option<Value>,
+    /// Status and error of the settled run, once known.
+    settled: Option<(String, Option<wuu_protocol::RunError>)>,
 }
 
 impl Runner {
@@ -751,6 +754,7 @@ impl Runner {
     /// The result of a terminal run (spec §3.3, §5.4–§5.6).
     fn settle(&mut self, run: wuu_protocol::Run) -> Result<i32, Fail> {
         let (exit, error) = settlement(&run);
+        self.settled = Some((run.status.clone(), run.error.clone()));
         let final_message = if self.proj.message.is_empty() {
             run.result
                 .as_ref()
@@ -778,6 +782,16 @@ impl Runner {
                     Ok(v) => result.structured_result = Some(v),
                     Err(e) => {
                         let e = format!("final answer does not match --output-schema: {e}");
+                        self.settled = Some((
+                            run.status.clone(),
+                            Some(wuu_protocol::RunError {
+                                code: "output_schema_mismatch".into(),
+                                category: "invalid_output".into(),
+                                message: e.clone(),
+                                provider: None,
+                                status_code: None,
+                            }),
+                        ));
                         let ev = Event::Error {
                             thread_id: self.proj.thread_id.clone(),
                             turn_id: self.proj.turn_id.clone(),
@@ -804,7 +818,49 @@ impl Runner {
     }
 
     fn result_base(&self, exit: i32, error: String, final_message: String) -> RunResultEvent {
+        let run_error = self.settled.as_ref().and_then(|(_, e)| e.as_ref());
+        let (error_category, error_code) = if exit == code::OK {
+            (String::new(), String::new())
+        } else {
+            let turn_failed = run_error.is_none_or(|e| e.code == "turn_failed")
+                && !self.proj.turn_error_category.is_empty();
+            if turn_failed {
+                (
+                    self.proj.turn_error_category.clone(),
+                    self.proj.turn_error_code.clone(),
+                )
+            } else if let Some(e) = run_error.filter(|e| !e.category.is_empty()) {
+                (e.category.clone(), e.code.clone())
+            } else {
+                let category = match exit {
+                    code::INVALID_INPUT => "invalid_input",
+                    code::PERMISSION_DENIED => "permission_denied",
+                    code::TIMEOUT => "timeout",
+                    code::INTERRUPTED => "cancelled",
+                    code::PROTOCOL => "protocol",
+                    code::PROVIDER => "provider",
+                    code::TOOL => "tool",
+                    code::CONFLICT => "conflict",
+                    _ => "failed",
+                };
+                let code = match exit {
+                    code::TIMEOUT => "timeout",
+                    code::INTERRUPTED => "interrupted",
+                    code::CONFLICT => "thread_busy",
+                    _ => "",
+                };
+                (category.to_owned(), code.to_owned())
+            }
+        };
+        let completed = self
+            .settled
+            .as_ref()
+            .is_some_and(|(status, _)| status == "completed");
         RunResultEvent {
+            error_category,
+            error_code,
+            final_message_partial: !completed || self.proj.truncated,
+            usage: self.proj.usage_total(),
             status: status_of(exit).to_owned(),
             thread_id: self.proj.thread_id.clone(),
             turn_id: self.proj.turn_id.clone(),

@@ -11,7 +11,12 @@
 //! - a `tool_call` item announced with empty arguments (the model is still streaming
 //!   them) is held back until the server re-announces it with its arguments, or until it
 //!   completes, so `tool_started.arguments` is never an empty placeholder;
-//! - `turn_completed` also carries the cache token counts.
+//! - `turn_completed` also carries the cache token counts;
+//! - a retried provider stream is visible: the app-server withdraws the failed attempt's
+//!   items (`item/removed`); a withdrawn agent message yields an `agent_message_final`
+//!   with the text that survives (so deltas of a failed attempt never end up in
+//!   `final_message`), and each retry is a `stream_reconnect` progress event (never
+//!   `error`).
 
 use super::events::*;
 use crate::util::redact;
@@ -46,8 +51,21 @@ pub struct Projector {
     /// While true, `turn/error` of interrupted root turns is swallowed (exec synthesises
     /// its own `turn_interrupted` with the reason it knows: `timeout` or `interrupted`).
     pub suppress_interrupted: bool,
+    /// The last root turn completed cut off by the output limit (`truncated`).
+    pub truncated: bool,
+    /// Category of the last failed root turn (`turn/error`).
+    pub turn_error_category: String,
+    /// Code (provider failure kind) of the last failed root turn.
+    pub turn_error_code: String,
     tools: HashMap<String, ToolItem>,
     agents: HashSet<String>,
+    /// Agent-message items of the current root turn, in order: (item id, text). The
+    /// message buffer is their concatenation.
+    messages: Vec<(String, String)>,
+    /// Latest usage snapshot per root turn.
+    usage: HashMap<String, RunUsage>,
+    /// `stream_reconnect` items announced and not yet settled.
+    reconnects: HashMap<String, Event>,
 }
 
 fn s(v: &Value, k: &str) -> String {
@@ -59,6 +77,46 @@ fn u(v: &Value, k: &str) -> u64 {
 }
 
 impl Projector {
+    /// Tokens of the run so far: the sum of every root turn's latest snapshot.
+    pub fn usage_total(&self) -> RunUsage {
+        self.usage
+            .values()
+            .fold(RunUsage::default(), |a, u| RunUsage {
+                input_tokens: a.input_tokens + u.input_tokens,
+                output_tokens: a.output_tokens + u.output_tokens,
+                cache_creation_tokens: a.cache_creation_tokens + u.cache_creation_tokens,
+                cache_read_tokens: a.cache_read_tokens + u.cache_read_tokens,
+            })
+    }
+
+    fn note_usage(&mut self, thread: &str, turn: &str, p: &Value) {
+        if self.is_root(thread) && !turn.is_empty() {
+            self.usage.insert(
+                turn.to_owned(),
+                RunUsage {
+                    input_tokens: u(p, "input_tokens"),
+                    output_tokens: u(p, "output_tokens"),
+                    cache_creation_tokens: u(p, "cache_creation_tokens"),
+                    cache_read_tokens: u(p, "cache_read_tokens"),
+                },
+            );
+        }
+    }
+
+    fn reconnect(&self, thread: &str, turn: &str, item: &Value, status: &str) -> Event {
+        Event::StreamReconnect {
+            thread_id: thread.to_owned(),
+            turn_id: turn.to_owned(),
+            item_id: s(item, "id"),
+            status: status.to_owned(),
+            retry_count: u(item, "retry_count"),
+            max_retries: u(item, "max_retries"),
+            retry_at_ms: u(item, "retry_at_ms"),
+            reason: s(item, "reason"),
+            message: s(item, "text"),
+        }
+    }
+
     /// A projector for conversation `thread_id`.
     pub fn new(thread_id: &str) -> Self {
         Projector {
@@ -91,6 +149,8 @@ impl Projector {
                 if self.is_root(&thread) {
                     self.turn_id = turn_id.clone();
                     self.message.clear();
+                    self.messages.clear();
+                    self.truncated = false;
                     out.push(Event::TurnStarted {
                         thread_id: thread,
                         turn_id,
@@ -99,6 +159,14 @@ impl Projector {
             }
             "item/agentMessage/delta" if self.is_current(&thread, &turn) => {
                 let delta = s(p, "delta");
+                let item = s(p, "item_id");
+                match self.messages.last_mut() {
+                    Some((id, text)) if *id == item => text.push_str(&delta),
+                    _ => match self.messages.iter_mut().find(|(id, _)| *id == item) {
+                        Some((_, text)) => text.push_str(&delta),
+                        None => self.messages.push((item, delta.clone())),
+                    },
+                }
                 self.message.push_str(&delta);
                 out.push(Event::AgentMessageDelta {
                     thread_id: thread,
@@ -109,20 +177,24 @@ impl Projector {
             "item/agentMessage/replace" if self.is_current(&thread, &turn) => {
                 let text = s(p, "text");
                 self.message = text.clone();
+                self.messages = vec![(s(p, "item_id"), text.clone())];
                 out.push(Event::AgentMessageFinal {
                     thread_id: thread,
                     turn_id: turn,
                     message: text,
                 });
             }
-            "turn/usage" => out.push(Event::UsageUpdated {
-                thread_id: thread,
-                turn_id: turn,
-                input_tokens: u(p, "input_tokens"),
-                output_tokens: u(p, "output_tokens"),
-                cache_creation_tokens: u(p, "cache_creation_tokens"),
-                cache_read_tokens: u(p, "cache_read_tokens"),
-            }),
+            "turn/usage" => {
+                self.note_usage(&thread, &turn, p);
+                out.push(Event::UsageUpdated {
+                    thread_id: thread,
+                    turn_id: turn,
+                    input_tokens: u(p, "input_tokens"),
+                    output_tokens: u(p, "output_tokens"),
+                    cache_creation_tokens: u(p, "cache_creation_tokens"),
+                    cache_read_tokens: u(p, "cache_read_tokens"),
+                })
+            }
             "turn/completed" => {
                 let turn_id = p
                     .pointer("/turn/id")
@@ -130,8 +202,10 @@ impl Projector {
                     .unwrap_or("")
                     .to_owned();
                 let trace = s(p, "trace_path");
+                self.note_usage(&thread, &turn_id, p);
                 if self.is_root(&thread) {
                     self.turn_id = turn_id.clone();
+                    self.truncated = p.get("truncated").and_then(Value::as_bool) == Some(true);
                     let content = s(p, "content");
                     if !content.is_empty() {
                         self.message = content;
@@ -163,6 +237,10 @@ impl Projector {
                     .pointer("/turn/status")
                     .and_then(Value::as_str)
                     .unwrap_or("");
+                if root && status != "interrupted" {
+                    self.turn_error_category = s(p, "category");
+                    self.turn_error_code = s(p, "code");
+                }
                 if status == "interrupted" {
                     if !(root && self.suppress_interrupted) {
                         out.push(Event::TurnInterrupted {
@@ -182,6 +260,11 @@ impl Projector {
             }
             "item/started" => {
                 let item = p.get("item").cloned().unwrap_or(Value::Null);
+                if s(&item, "type") == "stream_reconnect" {
+                    let ev = self.reconnect(&thread, &turn, &item, "retrying");
+                    self.reconnects.insert(s(&item, "id"), ev.clone());
+                    out.push(ev);
+                }
                 if s(&item, "type") == "tool_call" {
                     let id = s(&item, "id");
                     let name = s(&item, "name");
@@ -212,6 +295,10 @@ impl Projector {
             }
             "item/completed" => {
                 let item = p.get("item").cloned().unwrap_or(Value::Null);
+                if s(&item, "type") == "stream_reconnect" {
+                    self.reconnects.remove(&s(&item, "id"));
+                    out.push(self.reconnect(&thread, &turn, &item, "failed"));
+                }
                 if s(&item, "type") == "tool_call" {
                     self.completed(&mut out, thread, turn, &item);
                 }
@@ -220,6 +307,42 @@ impl Projector {
                 // Only tool items are withdrawn in this stream (the Go runner also
                 // reported removed message and reconnect rows as `tool_removed`, §11.2).
                 let id = s(p, "item_id");
+                if let Some(pos) = self.messages.iter().position(|(m, _)| *m == id) {
+                    // A withdrawn attempt's text: replace the buffer with what survives.
+                    self.messages.remove(pos);
+                    self.message = self.messages.iter().map(|(_, t)| t.as_str()).collect();
+                    if self.is_current(&thread, &turn) {
+                        out.push(Event::AgentMessageFinal {
+                            thread_id: thread.clone(),
+                            turn_id: turn.clone(),
+                            message: self.message.clone(),
+                        });
+                    }
+                }
+                if let Some(Event::StreamReconnect {
+                    thread_id,
+                    turn_id,
+                    item_id,
+                    retry_count,
+                    max_retries,
+                    retry_at_ms,
+                    reason,
+                    message,
+                    ..
+                }) = self.reconnects.remove(&id)
+                {
+                    out.push(Event::StreamReconnect {
+                        thread_id,
+                        turn_id,
+                        item_id,
+                        status: "reconnected".into(),
+                        retry_count,
+                        max_retries,
+                        retry_at_ms,
+                        reason,
+                        message,
+                    });
+                }
                 if let Some(t) = self.tools.remove(&id) {
                     out.push(Event::ToolRemoved {
                         thread_id: thread.clone(),
