@@ -237,3 +237,230 @@ fn the_phone_connects_without_a_workspace_id() {
             .contains("bogus")
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// History pages as the clients read them
+// ---------------------------------------------------------------------------------------
+
+/// A server with the fake provider, initialized as the desktop does.
+fn setup() -> (FakeProvider, App) {
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    app.call(
+        "initialize",
+        json!({"protocol_version": "wuu-app-server/v0.1",
+               "client": {"name": "wuu-desktop", "version": "test"},
+               "capabilities": {"reverse_rpc": {"methods": []}}}),
+    );
+    (fake, app)
+}
+
+/// Runs one turn to its end; returns the settled turn.
+fn run_turn(app: &mut App, th: &Value, params: Value) -> Value {
+    let mut p = params;
+    p["thread_id"] = th.clone();
+    let started = app.call("turn/start", p);
+    let tid = started["turn"]["id"].clone();
+    let done = app.wait_for("turn/completed", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == tid
+    });
+    done["params"]["turn"].clone()
+}
+
+fn b64url_json(s: &str) -> Value {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(s)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+fn png_b64(w: u32, h: u32) -> String {
+    use base64::Engine as _;
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([
+            (x * 7 % 256) as u8,
+            (y * 13 % 256) as u8,
+            ((x ^ y) % 256) as u8,
+        ])
+    });
+    let mut out = std::io::Cursor::new(vec![]);
+    image::DynamicImage::ImageRgb8(img)
+        .write_to(&mut out, image::ImageFormat::Png)
+        .unwrap();
+    base64::engine::general_purpose::STANDARD.encode(out.into_inner())
+}
+
+#[test]
+fn history_page_keeps_tool_items_and_speaks_go_cursors() {
+    let (fake, mut app) = setup();
+    std::fs::write(app.workdir.join("a.txt"), "x").unwrap();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    // 25 turns; the last one uses a tool.
+    for i in 0..24 {
+        fake.push(Script::text(&[&format!("answer {i}")]));
+        run_turn(&mut app, &th, json!({"prompt": format!("q{i}")}));
+    }
+    fake.push(Script::tool_call("c1", "list_files", r#"{"path":"."}"#));
+    fake.push(Script::text(&["listed"]));
+    let last = run_turn(&mut app, &th, json!({"prompt": "list"}));
+    // The phone's resume: every item, 20 turns, a Go cursor, no broadcast.
+    let r = app.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true, "history_page": true}),
+    );
+    let t = &r["thread"];
+    assert_eq!(t["history_paged"], true);
+    let turns = t["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 20);
+    let types: Vec<&str> = turns[19]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert!(types.contains(&"tool_call"), "{types:?}");
+    assert!(!types.contains(&"process_summary"), "{types:?}");
+    assert_eq!(turns[19]["id"], last["id"]);
+    let cursor = t["history_cursor"].as_str().unwrap();
+    assert_eq!(cursor, format!("turn:{}", turns[0]["id"].as_str().unwrap()));
+    let older = app.call(
+        "thread/history/read",
+        json!({"thread_id": th, "cursor": cursor}),
+    );
+    assert_eq!(older["cursor"], cursor);
+    assert_eq!(older["turns"].as_array().unwrap().len(), 5);
+    assert!(older.get("history_cursor").is_none());
+    // The desktop bridge cuts thread/updated snapshots itself and hands the phone a
+    // `turn:` cursor of any turn.
+    let mid = turns[10]["id"].as_str().unwrap();
+    let page = app.call(
+        "thread/history/read",
+        json!({"thread_id": th, "cursor": format!("turn:{mid}")}),
+    );
+    assert_eq!(page["turns"].as_array().unwrap().len(), 15);
+    // `item:` cursors start inside a turn.
+    let items = turns[19]["items"].as_array().unwrap();
+    let item_id = items[1]["id"].as_str().unwrap();
+    use base64::Engine as _;
+    let c = format!(
+        "item:{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(json!([last["id"], item_id]).to_string())
+    );
+    let page = app.call("thread/history/read", json!({"thread_id": th, "cursor": c}));
+    let pt = page["turns"].as_array().unwrap();
+    let tail = pt.last().unwrap();
+    assert_eq!(tail["id"], last["id"]);
+    assert_eq!(tail["items"].as_array().unwrap().len(), 1, "{tail}");
+    if let Some(next) = page["history_cursor"].as_str() {
+        assert!(
+            next.starts_with("turn:") || next.starts_with("item:"),
+            "{next}"
+        );
+    }
+    // Garbage and vanished boundaries.
+    let e = app.call_err(
+        "thread/history/read",
+        json!({"thread_id": th, "cursor": "item:!!"}),
+    );
+    assert_eq!(e["code"], "invalid_params");
+    let e = app.call_err(
+        "thread/history/read",
+        json!({"thread_id": th, "cursor": "turn:nope"}),
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("history changed"),
+        "{e}"
+    );
+    // conversation_history keeps folding.
+    let r = app.call(
+        "thread/resume",
+        json!({"session_id": th, "conversation_history": true}),
+    );
+    let tail = r["thread"]["turns"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        tail["items"].to_string().contains("process_summary"),
+        "{tail}"
+    );
+    // No thread/resumed was broadcast for the paged reads.
+    assert!(!app.seen.iter().any(|v| v["method"] == "thread/resumed"));
+}
+
+#[test]
+fn large_images_go_by_reference_and_read_back_in_slices() {
+    let (fake, mut app) = setup();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    let png = png_b64(900, 700);
+    assert!(png.len() > 200 * 1024, "{}", png.len());
+    fake.push(Script::text(&["nice picture"]));
+    let turn = run_turn(
+        &mut app,
+        &th,
+        json!({"prompt": "look", "images": [{"media_type": "image/png", "data": png}], "files": []}),
+    );
+    let r = app.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true, "history_page": true}),
+    );
+    let item = &r["thread"]["turns"][0]["items"][0];
+    assert_eq!(item["type"], "user_message");
+    let img = &item["images"][0];
+    assert_eq!(img["data"], "");
+    let rref = img["remote_ref"].as_str().unwrap();
+    let loc = b64url_json(rref.strip_prefix("thread:").unwrap());
+    assert_eq!(loc[0], th);
+    assert_eq!(loc[1], turn["id"]);
+    assert_eq!(loc[2], item["id"]);
+    assert_eq!(loc[3], 0);
+    // The desktop bridge's read loop (remoteAppServerBridge.ts).
+    let params = |offset: usize, preview: bool| {
+        json!({"thread_id": loc[0], "turn_id": loc[1], "item_id": loc[2], "index": loc[3],
+               "sha256": loc[4], "offset": offset, "preview": preview})
+    };
+    let mut got = String::new();
+    let mut total = 1;
+    while got.len() < total {
+        let c = app.call("thread/attachment/read", params(got.len(), false));
+        assert_eq!(c["offset"].as_u64().unwrap() as usize, got.len());
+        assert_eq!(c["content_type"], "image/png");
+        let d = c["data"].as_str().unwrap();
+        assert!(!d.is_empty() && d.len() <= 128 * 1024);
+        got.push_str(d);
+        total = c["total"].as_u64().unwrap() as usize;
+    }
+    assert_eq!(got, png);
+    // The phone's preview: one JPEG slice no larger than 384 px.
+    let p = app.call("thread/attachment/read", params(0, true));
+    assert_eq!(p["content_type"], "image/jpeg");
+    let data = p["data"].as_str().unwrap();
+    assert_eq!(p["total"].as_u64().unwrap() as usize, data.len());
+    assert!(data.len() <= 128 * 1024);
+    use base64::Engine as _;
+    let jpeg = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .unwrap();
+    let im = image::load_from_memory(&jpeg).unwrap();
+    assert!(im.width() <= 384 && im.height() <= 384);
+    assert_eq!(im.width(), 384);
+    // A stale reference.
+    let mut bad = params(0, false);
+    bad["sha256"] = json!("0".repeat(64));
+    let e = app.call_err("thread/attachment/read", bad);
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("attachment changed"),
+        "{e}"
+    );
+    // Previews of the conversation carry the reference too.
+    let pv = app.call("thread/preview", json!({"thread_id": th, "limit": 1}));
+    assert_eq!(pv["turns"].as_array().unwrap().len(), 1);
+    assert_eq!(pv["turns"][0]["items"][0]["images"][0]["remote_ref"], rref);
+}

@@ -4,9 +4,12 @@
 //! seed "每个对话保留自己的模型和权限选择").
 //!
 //! Formats:
-//! - history cursor: opaque `base64url(JSON [turn_id, item_id | null])` naming the first
-//!   retained element of the page just returned (`null`: the page starts at the turn's
-//!   beginning). Appends never shift pages; when the named element no longer exists the
+//! - history cursor, compact pages (`conversation_history: true`): opaque
+//!   `base64url(JSON [turn_id, item_id | null])` naming the first retained element of the
+//!   page just returned (`null`: the page starts at the turn's beginning).
+//! - history cursor, item pages (`history_page: true`, the Go server's format):
+//!   `turn:<turn_id>` (the page starts at that turn) or `item:` + `base64url(JSON
+//!   [turn_id, item_id])` (it starts at that item). Appends never shift pages; when the named element no longer exists the
 //!   read is refused with `history changed; reopen the conversation`.
 //! - content reference (`remote_content_ref`): `"content:" + base64url(JSON [thread_id,
 //!   turn_id, item_id, sha256hex])`, where the hash is over the full item JSON served by
@@ -21,6 +24,11 @@ use serde_json::Value;
 pub const HISTORY_PAGE_TURNS: usize = 100;
 /// Most bytes of serialized (projected) items a history page holds (seed: 1 MiB).
 pub const HISTORY_PAGE_BYTES: usize = 1024 * 1024;
+/// Most turns of a page with the Go-compatible cursors (`history_page: true`; spec
+/// §5.8: 20 turns).
+pub const ITEM_PAGE_TURNS: usize = 20;
+/// Most bytes of serialized items of such a page (spec §5.8: 256 KiB).
+pub const ITEM_PAGE_BYTES: usize = 256 * 1024;
 /// Serialized size above which an item is sent cut, with a `remote_content_ref`
 /// (spec §5.8: 64 KiB).
 pub const INLINE_ITEM_BYTES: usize = 64 * 1024;
@@ -57,8 +65,11 @@ pub struct ItemActivity {
 pub struct HistoryReadParams {
     /// The conversation.
     pub thread_id: String,
-    /// A `history_cursor` from `thread/resume {conversation_history: true}` or from the
-    /// previous `thread/history/read`.
+    /// A `history_cursor` from `thread/resume` or from the previous
+    /// `thread/history/read`. Also the Go formats `turn:<turn_id>` and
+    /// `item:<base64url JSON [turn_id, item_id]>` (e.g. cut by the desktop bridge from a
+    /// `thread/updated` snapshot): those pages hold every item (no folding) and answer
+    /// cursors in the same formats.
     pub cursor: String,
 }
 

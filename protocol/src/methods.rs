@@ -171,6 +171,8 @@ client_methods! {
     WorkspaceStateCleanup => "workspace/state/cleanup", WorkspaceStateCleanupParams, WorkspaceStateCleanupResult, |_| Route::Catalog;
     UsageOverview => "usage/overview", UsageParams, UsageOverviewResult, |_| Route::Catalog;
     SettingsUsage => "settings/usage", UsageParams, SettingsUsageResult, |_| Route::Catalog;
+    ThreadPreview => "thread/preview", ThreadPreviewParams, ThreadPreviewResult, |_| Route::Catalog;
+    ThreadAttachmentRead => "thread/attachment/read", AttachmentReadParams, AttachmentReadResult, |_| Route::Catalog;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.
@@ -247,13 +249,17 @@ pub struct ThreadResumeParams {
     /// Do not broadcast `thread/resumed`.
     #[serde(default)]
     pub response_only: Option<bool>,
-    /// Return only the newest history page (legacy name of `conversation_history`).
+    /// Return only the newest history page with every item (no folding): ≤ 20 turns,
+    /// ≤ 256 KiB of items, large images as `remote_ref`, `history_paged: true`, and a
+    /// `history_cursor` in the Go formats (`turn:<id>` / `item:<…>`). Answers the
+    /// requester only (no `thread/resumed` broadcast). What the desktop's phone bridge
+    /// sends.
     #[serde(default)]
     pub history_page: Option<bool>,
     /// Compact history (seed: paged history): finished tool activity folded into
     /// `process_summary` items, `turns` = the newest page (≤ 100 turns, ≤ 1 MiB of
-    /// items), `history_paged: true`, `history_cursor` for `thread/history/read`. Like
-    /// `history_page`, it answers the requester only (no `thread/resumed` broadcast).
+    /// items), `history_paged: true`, `history_cursor` for `thread/history/read`. Wins
+    /// over `history_page`; answers the requester only (no `thread/resumed` broadcast).
     #[serde(default)]
     pub conversation_history: Option<bool>,
 }

@@ -254,9 +254,13 @@ fn handle(
             ),
             Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
         },
+        ClientRequest::ThreadAttachmentRead(p) => {
+            session::attachments::serve_catalog(shared, store, p, reply)
+        }
         req @ (ClientRequest::ThreadHistoryRead(_)
         | ClientRequest::ThreadActivityRead(_)
-        | ClientRequest::ThreadContentRead(_)) => {
+        | ClientRequest::ThreadContentRead(_)
+        | ClientRequest::ThreadPreview(_)) => {
             session::history_page::serve_catalog(shared, store, req, reply)
         }
         ClientRequest::ConfigModelUpdate(p) => {

@@ -2,7 +2,15 @@
 //! `app-server.md` §5.8–§5.9 with the seed's limits: pages of at most
 //! [`HISTORY_PAGE_TURNS`] turns and [`HISTORY_PAGE_BYTES`] of serialized items).
 //!
-//! - **Folding.** In a finished turn, each run of consecutive tool calls, reasoning and
+//! - **Two kinds of pages.** *Compact* pages (`thread/resume {conversation_history:
+//!   true}` and their opaque cursors) fold tool activity (below) and hold ≤
+//!   [`HISTORY_PAGE_TURNS`] turns / [`HISTORY_PAGE_BYTES`]. *Item* pages (`history_page:
+//!   true`, and every read of a Go-format cursor `turn:<id>` / `item:<base64url [turn,
+//!   item]>`) hold every item, ≤ [`ITEM_PAGE_TURNS`] turns / [`ITEM_PAGE_BYTES`], and
+//!   answer Go-format cursors. The cursor's format decides the kind of the next page.
+//! - **Images.** In both kinds, images over 16 KiB of base64 are sent as `remote_ref`
+//!   (see [`super::attachments`]), read with `thread/attachment/read`.
+//! - **Folding** (compact pages only). In a finished turn, each run of consecutive tool calls, reasoning and
 //!   non-final assistant narration becomes one `process_summary` item (`summary:
 //!   {item_count, tool_count, tools, first_item_id, last_item_id}`, `activity:
 //!   {last_item_id}`, id `<first_item_id>-summary`). User messages, final answers
@@ -127,6 +135,22 @@ impl<'a> Source<'a> {
         }
     }
 
+    fn turn_after(&self, after: i64) -> Result<Option<(i64, TurnRow)>, Refusal> {
+        match self.store {
+            Some(st) => {
+                let found = st.turn_after(&self.thread_id, after).map_err(internal)?;
+                Ok(found.map(|(o, row)| match self.mem_turn(&row.id) {
+                    Some(live) => (o, live.row.clone()),
+                    None => (o, row),
+                }))
+            }
+            None => Ok(self
+                .mem
+                .get(after.max(0) as usize)
+                .map(|t| (after.max(0) + 1, t.row.clone()))),
+        }
+    }
+
     fn heads(&self, turn_id: &str) -> Result<Vec<ItemHead>, Refusal> {
         if let Some(t) = self.mem_turn(turn_id) {
             return Ok(t.items.iter().map(mem_head).collect());
@@ -188,26 +212,67 @@ impl<'a> Source<'a> {
         Ok(found.then(|| (hex(&hasher.finalize()), cutter.out)))
     }
 
-    /// The wire item of `head` as a page carries it, and its serialized size.
+    /// The full item of `head`, from memory or the store.
+    fn full_item(&self, turn_id: &str, item_id: &str) -> Result<Option<ThreadItem>, Refusal> {
+        Ok(match self.mem_turn(turn_id) {
+            Some(t) => t.items.iter().find(|i| i.id == item_id).cloned(),
+            None => match self.store {
+                Some(st) => st
+                    .get_item(&self.thread_id, item_id)
+                    .map_err(internal)?
+                    .map(|r| item_wire(&r)),
+                None => None,
+            },
+        })
+    }
+
+    /// The wire item of `head` as a page carries it, and its serialized size: large
+    /// images as `remote_ref`, then — if still larger than [`INLINE_ITEM_BYTES`] — cut,
+    /// with a `remote_content_ref` to the full stored item.
     fn load(&self, turn_id: &str, head: &ItemHead) -> Result<Option<(ThreadItem, usize)>, Refusal> {
+        let mut cut: Option<(String, Vec<u8>)> = None;
+        let mut full: Option<ThreadItem> = None;
         if !head.large {
-            let full = match self.mem_turn(turn_id) {
-                Some(t) => t.items.iter().find(|i| i.id == head.id).cloned(),
-                None => match self.store {
-                    Some(st) => st
-                        .get_item(&self.thread_id, &head.id)
-                        .map_err(internal)?
-                        .map(|r| item_wire(&r)),
-                    None => None,
-                },
-            };
-            let Some(full) = full else { return Ok(None) };
-            let size = serde_json::to_vec(&full).map(|v| v.len()).unwrap_or(0);
-            if size <= INLINE_ITEM_BYTES {
-                return Ok(Some((full, size)));
+            full = self.full_item(turn_id, &head.id)?;
+            if full.is_none() {
+                return Ok(None);
             }
+        } else {
+            let Some((sha, bytes)) = self.cut_stream(turn_id, &head.id)? else {
+                return Ok(None);
+            };
+            // An item carrying images: its images go by reference, which may leave it
+            // small enough to send whole (the cut copy would have cut the image data).
+            let media = serde_json::from_slice::<ThreadItem>(&bytes)
+                .map(|i| super::attachments::has_media(&i))
+                .unwrap_or(false);
+            if media {
+                full = self.full_item(turn_id, &head.id)?;
+            }
+            cut = Some((sha, bytes));
         }
-        let Some((sha, cut)) = self.cut_stream(turn_id, &head.id)? else {
+        if let Some(mut item) = full {
+            super::attachments::project_item(&mut item, &self.thread_id, turn_id);
+            let bytes = serde_json::to_vec(&item).unwrap_or_default();
+            if bytes.len() <= INLINE_ITEM_BYTES {
+                return Ok(Some((item, bytes.len())));
+            }
+            // Still large: cut the projected item; the reference names the stored one.
+            let sha = match cut.take() {
+                Some((sha, _)) => sha,
+                None => {
+                    let mut h = Sha256::new();
+                    if !self.stream_full(turn_id, &head.id, &mut |b| h.update(b))? {
+                        return Ok(None);
+                    }
+                    hex(&h.finalize())
+                }
+            };
+            let mut cutter = Cutter::default();
+            cutter.feed(&bytes);
+            cut = Some((sha, cutter.out));
+        }
+        let Some((sha, cut)) = cut else {
             return Ok(None);
         };
         let mut item = serde_json::from_slice::<ThreadItem>(&cut).unwrap_or_else(|e| {
@@ -474,17 +539,98 @@ fn summary_item(heads: &[ItemHead]) -> ThreadItem {
 // Cursors and pages
 // ---------------------------------------------------------------------------------------
 
-/// Encodes a history cursor: `base64url(JSON [turn_id, item_id | null])`.
+/// What a page holds and how its cursors look (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageMode {
+    /// Folded activity, ≤ 100 turns / 1 MiB, opaque cursors (`conversation_history`).
+    Compact,
+    /// Every item, ≤ 20 turns / 256 KiB, Go-format cursors (`history_page`).
+    Items,
+}
+
+impl PageMode {
+    fn max_turns(self) -> usize {
+        match self {
+            PageMode::Compact => HISTORY_PAGE_TURNS,
+            PageMode::Items => ITEM_PAGE_TURNS,
+        }
+    }
+
+    fn max_bytes(self) -> usize {
+        match self {
+            PageMode::Compact => HISTORY_PAGE_BYTES,
+            PageMode::Items => ITEM_PAGE_BYTES,
+        }
+    }
+
+    /// The elements of a turn as this kind of page shows them.
+    fn elements(self, row: &TurnRow, heads: Vec<ItemHead>) -> Vec<Element> {
+        match self {
+            PageMode::Compact => fold(row, heads),
+            PageMode::Items => heads.into_iter().map(Element::Item).collect(),
+        }
+    }
+
+    /// The cursor naming the first retained element (`item_id: None` = the turn start).
+    pub fn cursor(self, turn_id: &str, item_id: Option<&str>) -> String {
+        match (self, item_id) {
+            (PageMode::Compact, _) => encode_cursor(turn_id, item_id),
+            (PageMode::Items, None) => format!("turn:{turn_id}"),
+            (PageMode::Items, Some(i)) => format!(
+                "item:{}",
+                URL_SAFE_NO_PAD.encode(json!([turn_id, i]).to_string())
+            ),
+        }
+    }
+}
+
+/// Encodes a compact-page cursor: `base64url(JSON [turn_id, item_id | null])`.
 pub fn encode_cursor(turn_id: &str, item_id: Option<&str>) -> String {
     URL_SAFE_NO_PAD.encode(json!([turn_id, item_id]).to_string())
 }
 
-/// Decodes a history cursor. Errors: `invalid history cursor`.
+/// Decodes a history cursor of either kind: `(turn_id, item_id, kind of page)`.
+/// Errors: `invalid history cursor`.
+pub fn decode_any_cursor(cursor: &str) -> Result<(String, Option<String>, PageMode), Refusal> {
+    let bad = || {
+        (
+            ErrorCode::InvalidParams,
+            format!(
+                "invalid params: invalid history cursor {:?}",
+                crate::util::clip(cursor, 80)
+            ),
+        )
+    };
+    let c = cursor.trim();
+    if let Some(turn) = c.strip_prefix("turn:") {
+        if turn.is_empty() {
+            return Err(bad());
+        }
+        return Ok((turn.to_owned(), None, PageMode::Items));
+    }
+    if let Some(b) = c.strip_prefix("item:") {
+        let bytes = URL_SAFE_NO_PAD
+            .decode(b.trim_end_matches('='))
+            .map_err(|_| bad())?;
+        let (turn, item): (String, String) = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        if turn.is_empty() || item.is_empty() {
+            return Err(bad());
+        }
+        return Ok((turn, Some(item), PageMode::Items));
+    }
+    let (turn, item) = decode_cursor(c)?;
+    Ok((turn, item, PageMode::Compact))
+}
+
+/// Decodes a compact-page cursor. Errors: `invalid history cursor`.
 pub fn decode_cursor(cursor: &str) -> Result<(String, Option<String>), Refusal> {
     let bad = || {
         (
             ErrorCode::InvalidParams,
-            format!("invalid params: invalid history cursor {cursor:?}"),
+            format!(
+                "invalid params: invalid history cursor {:?}",
+                crate::util::clip(cursor, 80)
+            ),
         )
     };
     let bytes = URL_SAFE_NO_PAD.decode(cursor.trim()).map_err(|_| bad())?;
@@ -530,13 +676,14 @@ fn element_item(
 pub fn read_page(
     src: &Source<'_>,
     boundary: Option<(String, Option<String>)>,
+    mode: PageMode,
 ) -> Result<Page, Refusal> {
     // The turn being walked, its ordinal, its folded elements and how many of them are
     // still to take (elements[..end]).
     let mut cur: Option<(i64, TurnRow, Vec<Element>, usize)> = match boundary {
         None => match src.turn_before(None)? {
             Some((o, row)) => {
-                let els = fold(&row, src.heads(&row.id)?);
+                let els = mode.elements(&row, src.heads(&row.id)?);
                 let n = els.len();
                 Some((o, row, els, n))
             }
@@ -555,7 +702,7 @@ pub fn read_page(
                     if row.id != turn_id {
                         return Err(stale());
                     }
-                    let els = fold(&row, src.heads(&row.id)?);
+                    let els = mode.elements(&row, src.heads(&row.id)?);
                     let pos = els
                         .iter()
                         .position(|e| e.id() == item_id)
@@ -567,7 +714,7 @@ pub fn read_page(
     };
     if let Some((_, row, els, end)) = cur.as_mut() {
         if *end == usize::MAX {
-            *els = fold(row, src.heads(&row.id)?);
+            *els = mode.elements(row, src.heads(&row.id)?);
             *end = els.len();
         }
     }
@@ -577,22 +724,19 @@ pub fn read_page(
     'walk: while let Some((ord, row, els, end)) = cur.take() {
         let mut taken: Vec<ThreadItem> = vec![];
         let mut first_taken: Option<usize> = None;
-        if page_turns.len() >= HISTORY_PAGE_TURNS {
+        if page_turns.len() >= mode.max_turns() {
             // Nothing of this turn fits: the page starts at the next newer turn.
-            cursor = page_turns.last().map(|t| encode_cursor(&t.row.id, None));
+            cursor = page_turns.last().map(|t| mode.cursor(&t.row.id, None));
             break 'walk;
         }
         for i in (0..end).rev() {
             let (item, n) = element_item(src, &row.id, &els[i])?;
-            if bytes + n > HISTORY_PAGE_BYTES && (bytes > 0 || !page_turns.is_empty()) {
+            if bytes + n > mode.max_bytes() && (bytes > 0 || !page_turns.is_empty()) {
                 // Stop: the first retained element is i + 1 of this turn, or the start
                 // of the newer turn when nothing of this one was taken.
                 cursor = match first_taken {
-                    Some(j) => Some(encode_cursor(
-                        &row.id,
-                        (j > 0).then(|| els[j].id()).as_deref(),
-                    )),
-                    None => page_turns.last().map(|t| encode_cursor(&t.row.id, None)),
+                    Some(j) => Some(mode.cursor(&row.id, (j > 0).then(|| els[j].id()).as_deref())),
+                    None => page_turns.last().map(|t| mode.cursor(&t.row.id, None)),
                 };
                 if first_taken.is_some() {
                     taken.reverse();
@@ -618,7 +762,7 @@ pub fn read_page(
         }
         cur = match src.turn_before(Some(ord))? {
             Some((o, r)) => {
-                let e = fold(&r, src.heads(&r.id)?);
+                let e = mode.elements(&r, src.heads(&r.id)?);
                 let n = e.len();
                 Some((o, r, e, n))
             }
@@ -641,15 +785,15 @@ impl Session {
     /// The compact newest page for `thread/resume {conversation_history: true}`: the
     /// thread snapshot with `turns` = the newest page, `history_paged: true` and
     /// `history_cursor` when older history exists.
-    pub fn paged_thread_wire(&self) -> Result<Thread, Refusal> {
+    pub fn paged_thread_wire(&self, mode: PageMode) -> Result<Thread, Refusal> {
         let running = self.running.load(Ordering::SeqCst);
         let live: &[TurnState] = match self.turns.last() {
             Some(t) if t.row.status == "in_progress" => std::slice::from_ref(t),
             _ => &[],
         };
         let page = match self.store.as_ref() {
-            Some(st) => read_page(&Source::store(&self.id, st, live), None)?,
-            None => read_page(&Source::memory(&self.id, &self.turns), None)?,
+            Some(st) => read_page(&Source::store(&self.id, st, live), None, mode)?,
+            None => read_page(&Source::memory(&self.id, &self.turns), None, mode)?,
         };
         let mut thread = thread_wire(&self.thread, &[], running);
         thread.latest_completed_turn_id = if self.history_loaded {
@@ -682,6 +826,7 @@ pub fn serve_catalog(shared: &Arc<Shared>, store: &Store, req: ClientRequest, re
         ClientRequest::ThreadHistoryRead(p) => p.thread_id.trim().to_owned(),
         ClientRequest::ThreadActivityRead(p) => p.thread_id.trim().to_owned(),
         ClientRequest::ThreadContentRead(p) => p.thread_id.trim().to_owned(),
+        ClientRequest::ThreadPreview(p) => p.thread_id.trim().to_owned(),
         other => {
             return reply.err(
                 ErrorCode::InternalError,
@@ -728,6 +873,21 @@ fn serve(src: &Source<'_>, req: ClientRequest, reply: Responder) {
         ClientRequest::ThreadHistoryRead(p) => history_read(src, p).map(serde_json::to_value),
         ClientRequest::ThreadActivityRead(p) => activity_read(src, p).map(serde_json::to_value),
         ClientRequest::ThreadContentRead(p) => content_read(src, p).map(serde_json::to_value),
+        ClientRequest::ThreadPreview(p) => preview(src, &p).map(serde_json::to_value),
+        ClientRequest::ThreadAttachmentRead(p) => {
+            let item = src
+                .mem
+                .iter()
+                .find(|t| t.row.id == p.turn_id.trim())
+                .and_then(|t| t.items.iter().find(|i| i.id == p.item_id.trim()));
+            match item {
+                Some(i) => super::attachments::read_from_item(i, &p).map(serde_json::to_value),
+                None => Err((
+                    ErrorCode::Error,
+                    super::attachments::ATTACHMENT_CHANGED.to_owned(),
+                )),
+            }
+        }
         other => Err((
             ErrorCode::InternalError,
             format!("{} is not a history method", other.method()),
@@ -740,10 +900,42 @@ fn serve(src: &Source<'_>, req: ClientRequest, reply: Responder) {
     }
 }
 
+/// Default and most turns of `thread/preview`.
+pub const PREVIEW_TURNS: (u32, u32) = (3, 20);
+
+/// `thread/preview`: the first turns, oldest first, every item (projected as in an item
+/// page), within [`ITEM_PAGE_BYTES`] (a turn that does not fit is cut at an item).
+pub fn preview(src: &Source<'_>, p: &ThreadPreviewParams) -> Result<ThreadPreviewResult, Refusal> {
+    let limit = p.limit.unwrap_or(PREVIEW_TURNS.0).clamp(1, PREVIEW_TURNS.1) as usize;
+    let mut turns = vec![];
+    let mut bytes = 0usize;
+    let mut after = 0i64;
+    'turns: while turns.len() < limit {
+        let Some((ord, row)) = src.turn_after(after)? else {
+            break;
+        };
+        after = ord;
+        let mut items = vec![];
+        for h in src.heads(&row.id)? {
+            let Some((item, n)) = src.load(&row.id, &h)? else {
+                continue;
+            };
+            if bytes + n > ITEM_PAGE_BYTES && bytes > 0 {
+                turns.push(turn_wire(&TurnState { row, items }));
+                break 'turns;
+            }
+            bytes += n;
+            items.push(item);
+        }
+        turns.push(turn_wire(&TurnState { row, items }));
+    }
+    Ok(ThreadPreviewResult { turns })
+}
+
 /// `thread/history/read`: the page older than `cursor`.
 pub fn history_read(src: &Source<'_>, p: HistoryReadParams) -> Result<HistoryReadResult, Refusal> {
-    let boundary = decode_cursor(&p.cursor)?;
-    let page = read_page(src, Some(boundary))?;
+    let (turn, item, mode) = decode_any_cursor(&p.cursor)?;
+    let page = read_page(src, Some((turn, item)), mode)?;
     Ok(HistoryReadResult {
         thread_id: src.thread_id.clone(),
         cursor: p.cursor,

@@ -384,10 +384,17 @@ impl Session {
     }
 
     pub(super) fn resume(&mut self, p: ThreadResumeParams, reply: Responder) {
-        // Compact paged history (seed: paged history; see history_page.rs).
-        let paged = p.conversation_history.unwrap_or(false) || p.history_page.unwrap_or(false);
+        // Paged history (seed: paged history; see history_page.rs): compact pages with
+        // `conversation_history`, every item with `history_page` (what the clients send).
+        let compact = p.conversation_history.unwrap_or(false);
+        let paged = compact || p.history_page.unwrap_or(false);
+        let mode = if compact {
+            super::history_page::PageMode::Compact
+        } else {
+            super::history_page::PageMode::Items
+        };
         let thread = if paged {
-            match self.paged_thread_wire() {
+            match self.paged_thread_wire(mode) {
                 Ok(t) => t,
                 Err((c, m)) => return reply.err(c, m),
             }

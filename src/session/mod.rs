@@ -7,6 +7,7 @@
 //! Idle persisted sessions park (the thread ends; the state lives in the store).
 //! Ephemeral conversations never touch the database and never park.
 
+pub mod attachments;
 pub mod browser;
 pub mod client_tools;
 pub mod convert;
@@ -253,7 +254,11 @@ impl Session {
             // Issue 6 (history, selection): see history_page.rs and selection.rs.
             req @ (ClientRequest::ThreadHistoryRead(_)
             | ClientRequest::ThreadActivityRead(_)
-            | ClientRequest::ThreadContentRead(_)) => history_page::serve_session(self, req, reply),
+            | ClientRequest::ThreadContentRead(_)
+            | ClientRequest::ThreadPreview(_)
+            | ClientRequest::ThreadAttachmentRead(_)) => {
+                history_page::serve_session(self, req, reply)
+            }
             ClientRequest::ConfigModelUpdate(p) => self.update_selection(p, reply),
             ClientRequest::TurnStart(p) => turn::turn_start(self, p, reply),
             ClientRequest::TurnInterrupt(p) => turn::turn_interrupt(self, p, reply),

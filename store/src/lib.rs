@@ -22,6 +22,7 @@
 mod error;
 mod history;
 mod lease;
+mod organization;
 mod pages;
 mod records;
 mod rows;
@@ -33,6 +34,7 @@ mod util;
 
 pub use error::{Result, StoreError};
 pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE, TOOL_OUTCOME_UNKNOWN};
+pub use organization::FolderRow;
 pub use pages::{ItemHead, SMALL_BODY_BYTES};
 pub use rows::{
     input_mode, input_state, turn_status, DeleteOutcome, InputRow, ItemRow, LeaseOutcome,

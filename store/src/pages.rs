@@ -40,7 +40,7 @@ pub struct ItemHead {
     pub large: bool,
 }
 
-const TURN_COLS: &str = "thread_id, id, kind, status, provider, model, error, \
+pub(crate) const TURN_COLS: &str = "thread_id, id, kind, status, provider, model, error, \
     started_at_ms, completed_at_ms, answer_ready_at_ms, input_tokens, output_tokens, \
     cache_read_tokens, cache_creation_tokens, finish_reason, stop_reason, truncated, extra";
 

@@ -146,6 +146,17 @@ CREATE TABLE instances (
     heartbeat_at_ms INTEGER NOT NULL
 ) STRICT;
 "#,
+    // 2: conversation folders (`sessionFolder/*`); a conversation's folder is
+    // `threads.extra.folder_id`.
+    r#"
+CREATE TABLE session_folders (
+    id            TEXT    NOT NULL PRIMARY KEY,
+    name          TEXT    NOT NULL,
+    sort_order    INTEGER NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this build migrates to.
