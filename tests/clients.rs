@@ -464,3 +464,66 @@ fn large_images_go_by_reference_and_read_back_in_slices() {
     assert_eq!(pv["turns"].as_array().unwrap().len(), 1);
     assert_eq!(pv["turns"][0]["items"][0]["images"][0]["remote_ref"], rref);
 }
+
+// ---------------------------------------------------------------------------------------
+// Event shapes the renderer reads (AppState.ts reduceNotification)
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn turn_events_nest_and_usage_carries_the_context_meter() {
+    let fake = FakeProvider::start();
+    let mut cfg = config_for(&fake.base_url());
+    cfg["providers"]["fake"]["context_window"] = json!(128_000);
+    let mut app = App::start(Some(cfg));
+    app.call("initialize", json!({}));
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    fake.push(
+        Script::text(&["hi"]).usage(support::fake_provider::FakeUsage {
+            input: 1500,
+            cached: 1000,
+            output: 7,
+            reasoning: 0,
+        }),
+    );
+    run_turn(&mut app, &th, json!({"prompt": "hello"}));
+    let events: Vec<Value> = app
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "turn/event")
+        .map(|v| v["params"]["event"].clone())
+        .collect();
+    let rc = events
+        .iter()
+        .find(|e| e["type"] == "request_context")
+        .expect("request_context");
+    // requestContextDigestFromRecord needs these four numbers.
+    for k in [
+        "step_index",
+        "message_count",
+        "stable_prefix",
+        "turn_prefix",
+    ] {
+        assert!(rc["request_context"][k].is_number(), "{k}: {rc}");
+    }
+    assert!(
+        rc["request_context"]["prompt_cache_key"].is_string(),
+        "{rc}"
+    );
+    assert!(rc.get("step_index").is_none(), "flat fields remain: {rc}");
+    let ps = events
+        .iter()
+        .find(|e| e["type"] == "provider_state")
+        .expect("provider_state");
+    assert_eq!(ps["provider_state"]["transport"], "sse");
+    assert_eq!(ps["provider_state"]["fallback_active"], false);
+    let usage = app
+        .seen
+        .iter()
+        .rev()
+        .find(|v| v["method"] == "turn/usage")
+        .unwrap()["params"]
+        .clone();
+    assert_eq!(usage["context_window_tokens"], 128_000);
+    assert_eq!(usage["context_tokens"], 1500, "{usage}");
+    assert_eq!(usage["output_tokens"], 7);
+}

@@ -187,13 +187,45 @@ pub struct TurnUsage {
     /// Reasoning tokens (part of output).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_tokens: Option<u64>,
-    /// Context size of the last request.
+    /// Context size of the last request: its input tokens including cached ones
+    /// (the composer's context meter).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_tokens: Option<u64>,
+    /// Context window of the turn's model, from the model catalog (or the provider's
+    /// `context_window` in the config), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window_tokens: Option<u64>,
+}
+
+/// Kinds of `turn/event` whose payload is nested under a member named like the kind
+/// (the desktop renderer reads `event.request_context`, `event.provider_state`,
+/// `event.lifecycle`).
+pub const NESTED_TURN_EVENTS: &[&str] = &["request_context", "provider_state", "lifecycle"];
+
+/// The wire form of a `turn/event` payload: a flat `{type: K, …fields}` of a kind in
+/// [`NESTED_TURN_EVENTS`] becomes `{type: K, K: {…fields}}`; other kinds and payloads
+/// that are already nested are returned unchanged.
+pub fn nest_turn_event(event: Value) -> Value {
+    let Value::Object(mut m) = event else {
+        return event;
+    };
+    let kind = match m.get("type").and_then(Value::as_str) {
+        Some(k) if NESTED_TURN_EVENTS.contains(&k) => k.to_owned(),
+        _ => return Value::Object(m),
+    };
+    if m.get(&kind).is_some_and(Value::is_object) {
+        return Value::Object(m);
+    }
+    m.remove("type");
+    let mut out = serde_json::Map::new();
+    out.insert("type".into(), Value::String(kind.clone()));
+    out.insert(kind, Value::Object(m));
+    Value::Object(out)
 }
 
 /// `turn/event {thread_id, turn_id, event}`: typed diagnostics (`request_context`,
-/// `provider_state`, `todo_update`, …). `event.type` names the kind.
+/// `provider_state`, `todo_update`, …). `event.type` names the kind; the payload of the
+/// kinds in [`NESTED_TURN_EVENTS`] is `event.<kind>` (see [`nest_turn_event`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct TurnEvent {
     /// The conversation.

@@ -26,6 +26,10 @@ pub struct ProviderConfig {
     /// Known models.
     #[serde(default)]
     pub models: Option<Vec<String>>,
+    /// Context window of this provider's models, in tokens (reported as
+    /// `turn/usage.context_window_tokens`; overrides the model catalog).
+    #[serde(default)]
+    pub context_window: Option<u64>,
     /// `replay` only: the cassette file (relative paths resolve against the config file's
     /// directory).
     #[serde(default)]

@@ -360,8 +360,14 @@ impl Projector {
                 }
             }
             "turn/event" => {
-                let ev = p.get("event").cloned().unwrap_or(Value::Null);
-                match ev.get("type").and_then(Value::as_str).unwrap_or("") {
+                let outer = p.get("event").cloned().unwrap_or(Value::Null);
+                let kind = outer.get("type").and_then(Value::as_str).unwrap_or("");
+                // Diagnostics nest their payload under the kind (`event.request_context`).
+                let ev = match outer.get(kind) {
+                    Some(Value::Object(inner)) => Value::Object(inner.clone()),
+                    _ => outer.clone(),
+                };
+                match kind {
                     "todo_update" => out.push(Event::TodoUpdated {
                         thread_id: thread,
                         turn_id: turn,

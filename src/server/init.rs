@@ -87,13 +87,51 @@ const EMBEDDED: &[EmbeddedService] = &[
     ),
 ];
 
+/// Published context windows (tokens) of the models wuu ships in its catalog.
+const KNOWN_WINDOWS: &[(&str, u64)] = &[
+    ("gpt-5.1", 400_000),
+    ("gpt-5.1-codex", 400_000),
+    ("gpt-5-mini", 400_000),
+    ("openai/gpt-5.1", 400_000),
+    ("claude-sonnet-4-5", 200_000),
+    ("claude-opus-4-1", 200_000),
+    ("claude-haiku-4-5", 200_000),
+    ("anthropic/claude-sonnet-4.5", 200_000),
+    ("deepseek-chat", 128_000),
+    ("deepseek-reasoner", 128_000),
+];
+
 fn catalog_model(id: &str) -> CatalogModel {
     CatalogModel {
         id: id.to_owned(),
         name: None,
         tool_call: true,
-        context_window: None,
+        context_window: KNOWN_WINDOWS
+            .iter()
+            .find(|(m, _)| *m == id)
+            .map(|(_, w)| *w),
     }
+}
+
+/// The context window (tokens) of `model` at `provider`: the provider's
+/// `context_window` in the config, else the model catalog's entry, else `None`.
+pub fn context_window(shared: &Shared, provider: &str, model: &str) -> Option<u64> {
+    if let Some(w) = shared
+        .config()
+        .provider(provider)
+        .and_then(|p| p.context_window)
+    {
+        return Some(w);
+    }
+    let catalog = shared.model_catalog.lock();
+    catalog
+        .iter()
+        .filter(|c| c.id == provider)
+        .chain(catalog.iter())
+        .filter_map(|c| c.models.as_ref())
+        .flatten()
+        .find(|m| m.id == model)
+        .and_then(|m| m.context_window)
 }
 
 /// The catalog at start: the embedded services plus every configured provider that is

@@ -76,6 +76,8 @@ pub struct Driver<'a> {
     trace: Trace,
     opts: TurnOptions,
     last_usage_emit: i64,
+    /// Input size (fresh + cached tokens) of the last provider request.
+    last_context_tokens: Option<u64>,
     /// Messages of the turns before this one (computed once per turn).
     prior_messages: Option<usize>,
     /// The answer text once the engine marked it final.
@@ -117,6 +119,7 @@ impl<'a> Driver<'a> {
             trace,
             opts,
             last_usage_emit: 0,
+            last_context_tokens: None,
             prior_messages: None,
             final_content: None,
             steers_sent: vec![],
@@ -227,7 +230,7 @@ impl<'a> Driver<'a> {
         let n = TurnEvent {
             thread_id: self.thread_id(),
             turn_id: self.turn_id(),
-            event,
+            event: nest_turn_event(event),
         };
         self.notify(&n);
     }
@@ -247,7 +250,11 @@ impl<'a> Driver<'a> {
             cache_creation_tokens: self.usage.cache_creation_tokens,
             cache_read_tokens: self.usage.cache_read_tokens,
             reasoning_tokens: Some(self.usage.reasoning_tokens).filter(|n| *n > 0),
-            context_tokens: None,
+            context_tokens: self.last_context_tokens,
+            context_window_tokens: {
+                let row = &self.s.turns[self.turn_idx].row;
+                crate::server::init::context_window(&self.s.shared, &row.provider, &row.model)
+            },
         };
         self.notify(&n);
     }
@@ -1032,6 +1039,8 @@ impl<'a> Driver<'a> {
     }
 
     fn add_usage(&mut self, u: Usage) {
+        self.last_context_tokens =
+            Some(u.input_tokens + u.cache_read_tokens + u.cache_creation_tokens);
         self.usage.input_tokens += u.input_tokens;
         self.usage.output_tokens += u.output_tokens;
         self.usage.cache_read_tokens += u.cache_read_tokens;
