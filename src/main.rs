@@ -26,6 +26,12 @@ Environment:
 ";
 
 fn main() -> ExitCode {
+    // The command launcher: nothing else (no logger, no threads) runs before it.
+    let mut raw = std::env::args_os();
+    if raw.nth(1).as_deref() == Some(std::ffi::OsStr::new(wuu::tools::sandbox::LAUNCHER_ARG)) {
+        return wuu::tools::sandbox::launcher_main(raw.collect());
+    }
+    wuu::tools::sandbox::protect_host();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .target(env_logger::Target::Stderr)
         .init();

@@ -880,7 +880,7 @@ fn second_turn_start_while_busy_is_thread_busy() {
 // ---------------------------------------------------------------------------------------
 
 #[test]
-fn read_only_refuses_bash_and_writes_and_records_denials() {
+fn read_only_confines_bash_refuses_writes_and_records_denials() {
     each_proto(|proto| {
         let mut e = Env::with(
             proto,
@@ -911,7 +911,9 @@ fn read_only_refuses_bash_and_writes_and_records_denials() {
         let done = t.completed();
         let calls = items_of_type(t.items(), "tool_call");
         assert_eq!(calls.len(), 4, "{}", t.dump());
-        for c in &calls[..3] {
+        // bash runs in the read-only sandbox: the write fails inside the command.
+        assert_eq!(calls[0]["status"], "failed", "{}", calls[0]);
+        for c in &calls[1..3] {
             assert_eq!(c["status"], "failed", "{c}");
             assert!(
                 c["error"].as_str().unwrap().contains("permission denied"),
@@ -930,11 +932,12 @@ fn read_only_refuses_bash_and_writes_and_records_denials() {
             .iter()
             .map(|d| d["tool"].as_str().unwrap())
             .collect();
-        assert_eq!(tools, ["bash", "write_file", "edit_file"], "{denials:?}");
-        // The model saw the refusals as tool results.
+        assert_eq!(tools, ["write_file", "edit_file"], "{denials:?}");
+        // The model saw the refusals and the command's own error as tool results.
         let pairs = paired_results(proto, &e.fp.requests()[1].body);
         assert_eq!(pairs.len(), 4);
-        assert!(pairs[0].1.contains("permission denied"), "{pairs:?}");
+        assert!(pairs[0].1.contains("Permission denied"), "{pairs:?}");
+        assert!(pairs[1].1.contains("permission denied"), "{pairs:?}");
     });
 }
 

@@ -106,6 +106,36 @@ pub struct AgentConfig {
     /// (default 30 000; spec §1.5).
     #[serde(default)]
     pub reverse_request_timeout_ms: Option<u64>,
+    /// The environment of commands (user-owned): which secret-looking variables pass.
+    #[serde(default)]
+    pub shell_env: Option<ShellEnvConfig>,
+    /// Extra roots of the command sandbox (user-owned).
+    #[serde(default)]
+    pub sandbox: Option<SandboxConfig>,
+}
+
+/// `agent.shell_env`: commands run without the `api_key_env` variables of every
+/// configured provider and without any variable whose name contains `KEY`, `TOKEN`,
+/// `SECRET` or `PASSWORD` (case-insensitive); `keep` names variables to pass anyway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ShellEnvConfig {
+    /// Exact variable names passed through to commands although they look secret.
+    #[serde(default)]
+    pub keep: Option<Vec<String>>,
+}
+
+/// `agent.sandbox`: directories added to what `standard` / `read_only` commands may
+/// read or write. Absolute paths, or `~/…` for the home directory; others are ignored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxConfig {
+    /// Directories commands may also read and execute from.
+    #[serde(default)]
+    pub readable_roots: Option<Vec<String>>,
+    /// Directories commands may also write (in `standard` mode only).
+    #[serde(default)]
+    pub writable_roots: Option<Vec<String>>,
 }
 
 /// Engine settings (`engines` object).
@@ -149,6 +179,8 @@ pub const USER_OWNED: &[&str] = &[
     "/agent/permission_mode",
     "/agent/model",
     "/agent/effort",
+    "/agent/shell_env",
+    "/agent/sandbox",
 ];
 
 /// Project layer file names, in load order (later wins). Only the first of `.wuu.json` /

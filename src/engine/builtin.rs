@@ -390,6 +390,8 @@ impl Builtin {
             spill_dir: req.home.join("spill").join(&req.thread_id),
             default_timeout_ms: req.limits.bash_timeout_ms,
             output_cap_bytes: req.limits.output_cap_bytes,
+            temp_dir: req.home.join("tmp").join(&req.thread_id),
+            sandbox: req.limits.sandbox.clone(),
         };
         let started = now_ms();
         let handle = if self.host_tools.handles(&call.name) {

@@ -69,6 +69,8 @@ pub struct Limits {
     pub bash_timeout_ms: u64,
     /// Bytes of each tool output stream kept inline.
     pub output_cap_bytes: usize,
+    /// Command sandbox roots and environment rules (`agent.sandbox`, `agent.shell_env`).
+    pub sandbox: crate::tools::sandbox::SandboxSettings,
 }
 
 impl Default for Limits {
@@ -77,6 +79,7 @@ impl Default for Limits {
             max_steps: 200,
             bash_timeout_ms: 120_000,
             output_cap_bytes: 64 * 1024,
+            sandbox: Default::default(),
         }
     }
 }

@@ -232,6 +232,14 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
             message: e,
         });
     }
+    if let Some(why) = crate::tools::sandbox::unavailable_issue() {
+        // Informational: unconfined conversations still work.
+        issues.push(RuntimeIssue {
+            code: "sandbox_unavailable".into(),
+            provider: None,
+            message: why,
+        });
+    }
     let caps = shared.capabilities.read().clone();
     let reverse: Vec<String> = caps.reverse_rpc.map(|r| r.methods).unwrap_or_default();
     let browser = crate::session::reverse::BROWSER_METHODS

@@ -142,13 +142,27 @@ pub(crate) fn specs(mode: PermissionMode) -> Vec<ToolSpec> {
     vec![
         spec(
             "bash",
-            disabled(
+            format!(
                 "Run a shell command with `bash -c` in the workspace. stdin is closed; stdout \
                  and stderr are captured separately and streamed. The result shows the exit \
                  code, stdout and stderr; long output is truncated (head and tail kept) and \
                  the full output is saved to a file whose path is given. The whole process \
                  group (including background jobs) is killed when the command ends, times \
-                 out, or is interrupted.",
+                 out, or is interrupted.{}",
+                match mode {
+                    PermissionMode::ReadOnly => {
+                        " read_only mode: the command runs in a read-only sandbox: it can read \
+                         the workspace and system files but write only to $TMPDIR (a private \
+                         temp dir); secret-looking environment variables are removed."
+                    }
+                    PermissionMode::Standard => {
+                        " The command runs in a sandbox: it can write only inside the \
+                         workspace and $TMPDIR (a private temp dir), read only the workspace, \
+                         system and toolchain directories; secret-looking environment \
+                         variables are removed."
+                    }
+                    PermissionMode::Unconfined => "",
+                }
             ),
             json!({
                 "type": "object",

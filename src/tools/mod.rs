@@ -38,12 +38,20 @@
 //!
 //! # Permission modes
 //!
-//! * `read_only`: `bash`, `write_file`, `edit_file`, `apply_patch` are refused; reads
-//!   (`read_file`, `list_files`, `grep`, `glob`) only inside the workspace.
-//! * `standard`: file paths (read and write) and `bash`'s `workdir` must resolve inside
-//!   the canonical workspace root (`..` and symlinks, including dangling ones, are
-//!   resolved first). The command run by `bash` itself is not sandboxed.
-//! * `unconfined`: anything.
+//! * `read_only`: `write_file`, `edit_file`, `apply_patch` are refused; reads
+//!   (`read_file`, `list_files`, `grep`, `glob`) only inside the workspace; `bash` runs in
+//!   a read-only sandbox (it may write only its private temp dir, see `sandbox`).
+//! * `standard`: file paths (read and write) and `bash`'s `workdir` must lie inside the
+//!   workspace root; every file operation is resolved beneath the root by the kernel
+//!   (`beneath`), so `..`, symlinks and symlinks swapped in mid-call cannot lead out, and
+//!   writes replace files atomically (a hard-linked name is replaced, its other names are
+//!   untouched). `bash` runs in the sandbox: it writes only inside the workspace, its temp
+//!   dir and the spill dir, and reads only those plus system and toolchain directories.
+//!   Without Landlock, `bash` is refused in both confined modes (fail closed).
+//! * `unconfined`: anything (commands still die with the host).
+//!
+//! Commands never see the provider keys: see [`sandbox::command_env`] for the scrubbed
+//! environment.
 //!
 //! A refusal is `ToolOutcome{is_error: true, permission_denied: true, output:
 //! "permission denied: …"}`. [`specs`] lists all tools in every mode.
@@ -56,9 +64,9 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
-    /// No writes; `bash` refused.
+    /// No writes; `bash` runs in a read-only sandbox.
     ReadOnly,
-    /// Writes only inside the workspace (canonical paths; symlink escapes refused).
+    /// Writes only inside the workspace (kernel-resolved paths; commands sandboxed).
     #[default]
     Standard,
     /// Anything.
@@ -100,6 +108,11 @@ pub struct ToolContext {
     pub default_timeout_ms: u64,
     /// Bytes of each output stream kept inline in the result.
     pub output_cap_bytes: usize,
+    /// The conversation's private temp dir for commands (`TMPDIR`; created on demand,
+    /// writable in every mode).
+    pub temp_dir: PathBuf,
+    /// Extra sandbox roots and the command environment rules.
+    pub sandbox: sandbox::SandboxSettings,
 }
 
 /// One event of a running tool call.
@@ -141,6 +154,7 @@ mod files;
 mod patch;
 mod paths;
 mod revision;
+pub mod sandbox;
 mod search;
 mod shell;
 mod todo;

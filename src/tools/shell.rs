@@ -340,19 +340,15 @@ fn spawn_reader<R: Read + Send + 'static>(
         .map(|_| ())
 }
 
-/// Runs `bash`. Refused in `read_only`; `workdir` must stay inside the workspace in
-/// `standard` mode.
+/// Runs `bash` through the sandbox launcher (see `sandbox`): confined to the workspace
+/// in `standard`, to read-only access in `read_only` (refused in both when Landlock is
+/// unavailable); `workdir` must stay inside the workspace in those modes.
 pub(crate) fn run(
     a: BashArgs,
     ctx: &ToolContext,
     cancel: &Cancel,
     events: &Sender<ToolEvent>,
 ) -> Result<ToolOutcome, Fail> {
-    if ctx.permission_mode == PermissionMode::ReadOnly {
-        return Err(Fail::Denied(
-            "bash is disabled in read_only mode; use read_file, list_files, grep or glob".into(),
-        ));
-    }
     if a.command.trim().is_empty() {
         return Err(Fail::Error("command must not be empty".into()));
     }
@@ -373,10 +369,42 @@ pub(crate) fn run(
     }
     .min(MAX_TIMEOUT_MS);
 
-    let mut child = Command::new(shell_path())
+    super::sandbox::check(ctx)?;
+    if let Err(e) = fs::create_dir_all(&ctx.temp_dir) {
+        return Err(Fail::Error(format!(
+            "cannot create the command temp dir {}: {e}",
+            ctx.temp_dir.display()
+        )));
+    }
+    let mut cmd = match super::sandbox::launcher() {
+        Ok(launcher) => {
+            let mut c = Command::new(launcher);
+            c.arg(super::sandbox::LAUNCHER_ARG)
+                .arg("--ppid")
+                .arg(std::process::id().to_string())
+                .arg("--mode")
+                .arg(ctx.permission_mode.as_str())
+                .args(super::sandbox::policy_args(ctx))
+                .arg("--")
+                .arg(shell_path());
+            c
+        }
+        Err(e) if ctx.permission_mode == PermissionMode::Unconfined => {
+            log::warn!("bash: {e}; running the shell directly (it will not die with the host)");
+            Command::new(shell_path())
+        }
+        Err(e) => {
+            return Err(Fail::Error(format!(
+                "cannot start the command sandbox: {e}"
+            )))
+        }
+    };
+    let mut child = cmd
         .arg("-c")
         .arg(&a.command)
         .current_dir(&dir)
+        .env_clear()
+        .envs(super::sandbox::command_env(ctx))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -29,6 +29,8 @@ impl Ws {
             spill_dir: self.spill.path().join("spill"),
             default_timeout_ms: 20_000,
             output_cap_bytes: 4096,
+            temp_dir: self.spill.path().join("tmp"),
+            sandbox: Default::default(),
         }
     }
     fn write(&self, rel: &str, content: &str) {
@@ -424,7 +426,7 @@ x\n\
 // ----------------------------------------------------------------------------- permissions
 
 #[test]
-fn read_only_refuses_writes_and_bash_but_reads() {
+fn read_only_refuses_writes_and_confines_bash_but_reads() {
     let ws = Ws::new();
     ws.write("r.txt", "content\n");
     let ro = PermissionMode::ReadOnly;
@@ -446,7 +448,19 @@ fn read_only_refuses_writes_and_bash_but_reads() {
         "apply_patch",
         json!({"patch": "*** Begin Patch\n*** Add File: x.txt\n+a\n*** End Patch"}),
     ));
-    assert_denied(&call(&ws, ro, "bash", json!({"command": "touch x.txt"})));
+    // bash runs, read-only: the workspace cannot be written, the private temp dir can.
+    let o = call(&ws, ro, "bash", json!({"command": "touch x.txt"}));
+    assert!(
+        o.is_error && o.output.contains("Permission denied"),
+        "{o:?}"
+    );
+    let o = call(
+        &ws,
+        ro,
+        "bash",
+        json!({"command": "cat r.txt && echo t > \"$TMPDIR/t\" && cat \"$TMPDIR/t\""}),
+    );
+    assert!(!o.is_error && o.output.contains("content\nt\n"), "{o:?}");
     assert!(!ws.root().join("x.txt").exists());
     assert_eq!(ws.read("r.txt"), "content\n");
     let o = call(&ws, ro, "read_file", json!({"path": "r.txt"}));
@@ -480,6 +494,8 @@ fn standard_refuses_dotdot_and_symlink_escapes() {
         spill_dir: spill.path().to_path_buf(),
         default_timeout_ms: 10_000,
         output_cap_bytes: 4096,
+        temp_dir: spill.path().join("tmp"),
+        sandbox: Default::default(),
     };
     let st = || ctx(PermissionMode::Standard);
     let run = |c: ToolContext, name: &str, args: Value| call_ctx(name, &args.to_string(), c).1;
@@ -1040,6 +1056,8 @@ fn symlink_swap_race_never_reaches_outside() {
         spill_dir: spill.path().to_path_buf(),
         default_timeout_ms: 10_000,
         output_cap_bytes: 4096,
+        temp_dir: spill.path().join("tmp"),
+        sandbox: Default::default(),
     };
     let patch =
         "*** Begin Patch\n*** Update File: race/victim.txt\n@@\n-victim\n+pwned\n*** End Patch";
