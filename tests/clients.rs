@@ -527,3 +527,203 @@ fn turn_events_nest_and_usage_carries_the_context_meter() {
     assert_eq!(usage["context_tokens"], 1500, "{usage}");
     assert_eq!(usage["output_tokens"], 7);
 }
+
+// ---------------------------------------------------------------------------------------
+// Conversation actions
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn pins_and_folders_persist() {
+    let (_fake, mut app) = setup();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    let r = app.call("thread/pin", json!({"thread_id": th, "pinned": true}));
+    assert_eq!(r["thread"]["pinned"], true);
+    let up = app.notification("thread/updated");
+    assert_eq!(up["params"]["thread"]["pinned"], true);
+    let org = app.call("sessionOrganization/list", json!({}));
+    assert_eq!(org["organization"]["folders"], json!([]));
+    let a = app.call("sessionFolder/create", json!({"name": "  Work  "}));
+    assert_eq!(a["group"]["name"], "Work");
+    assert_eq!(a["group"]["sort_order"], 0);
+    let fa = a["group"]["id"].clone();
+    let b = app.call("sessionFolder/create", json!({"name": "Later"}));
+    let fb = b["group"]["id"].clone();
+    assert_eq!(b["organization"]["folders"].as_array().unwrap().len(), 2);
+    let e = app.call_err("sessionFolder/create", json!({"name": " "}));
+    assert_eq!(e["code"], "invalid_params");
+    let r = app.call("sessionFolder/update", json!({"id": fa, "name": "Work 2"}));
+    assert_eq!(r["group"]["name"], "Work 2");
+    let r = app.call("sessionFolder/reorder", json!({"ids": [fb, fa]}));
+    assert_eq!(r["organization"]["folders"][0]["id"], fb);
+    let e = app.call_err("sessionFolder/reorder", json!({"ids": [fb]}));
+    assert_eq!(e["code"], "invalid_params");
+    let r = app.call(
+        "thread/organization/update",
+        json!({"thread_id": th, "folder_id": fa}),
+    );
+    assert_eq!(r["thread"]["folder_id"], fa);
+    let e = app.call_err(
+        "thread/organization/update",
+        json!({"thread_id": th, "folder_id": "fld_nope"}),
+    );
+    assert_eq!(e["code"], "invalid_params");
+    // Listings carry the organization; a restart keeps it.
+    app.restart();
+    app.call("initialize", json!({}));
+    let l = app.call("thread/list", json!({"summary_only": true}));
+    assert_eq!(l["threads"][0]["pinned"], true);
+    assert_eq!(l["threads"][0]["folder_id"], fa);
+    let org = app.call("sessionOrganization/list", json!({}));
+    assert_eq!(org["organization"]["folders"][0]["id"], fb);
+    assert_eq!(org["organization"]["folders"][1]["name"], "Work 2");
+    // Deleting the folder moves the conversation out of it.
+    let r = app.call("sessionFolder/delete", json!({"id": fa}));
+    assert_eq!(r["organization"]["folders"].as_array().unwrap().len(), 1);
+    let up = app.notification("thread/updated");
+    assert_eq!(up["params"]["thread"]["id"], th);
+    assert!(up["params"]["thread"].get("folder_id").is_none());
+    let e = app.call_err("sessionFolder/delete", json!({"id": fa}));
+    assert_eq!(e["code"], "invalid_params");
+    let r = app.call("thread/pin", json!({"thread_id": th, "pinned": false}));
+    assert!(r["thread"].get("pinned").is_none());
+    // Clearing a folder with an absent id.
+    app.call(
+        "thread/organization/update",
+        json!({"thread_id": th, "folder_id": fb}),
+    );
+    let r = app.call("thread/organization/update", json!({"thread_id": th}));
+    assert!(r["thread"].get("folder_id").is_none());
+}
+
+#[test]
+fn edit_message_rewinds_and_the_model_forgets() {
+    let (fake, mut app) = setup();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    for (q, a) in [
+        ("first question", "first answer"),
+        ("second question", "second answer"),
+        ("third", "third answer"),
+    ] {
+        fake.push(Script::text(&[a]));
+        run_turn(&mut app, &th, json!({"prompt": q}));
+    }
+    let full = app.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    let turns = full["thread"]["turns"].as_array().unwrap().clone();
+    let second = &turns[1];
+    let r = app.call(
+        "thread/edit-message",
+        json!({"thread_id": th, "turn_id": second["id"], "item_id": second["items"][0]["id"]}),
+    );
+    assert_eq!(r["draft"]["prompt"], "second question");
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 1);
+    app.notification("thread/updated");
+    let e = app.call_err(
+        "thread/edit-message",
+        json!({"thread_id": th, "turn_id": second["id"], "item_id": second["items"][0]["id"]}),
+    );
+    assert_eq!(e["code"], "invalid_params");
+    // The edited message goes out again; the model sees only the first exchange.
+    fake.push(Script::text(&["edited answer"]));
+    run_turn(&mut app, &th, json!({"prompt": "second question, edited"}));
+    let last = fake.requests().last().unwrap().body["messages"].to_string();
+    assert!(
+        last.contains("first answer") && last.contains("edited"),
+        "{last}"
+    );
+    assert!(
+        !last.contains("second answer") && !last.contains("third answer"),
+        "{last}"
+    );
+    // Persisted: a restart sees the rewound history.
+    app.restart();
+    let full = app.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    let texts = full["thread"]["turns"].to_string();
+    assert!(!texts.contains("third answer"), "{texts}");
+    assert_eq!(full["thread"]["turns"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn context_composition_breaks_down_the_next_request() {
+    let (fake, mut app) = setup();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    fake.push(Script::text(&["an answer"]));
+    run_turn(&mut app, &th, json!({"prompt": "a question"}));
+    let c = app.call("thread/context-composition", json!({"thread_id": th}));
+    assert_eq!(c["available"], true);
+    assert_eq!(c["thread_id"], th);
+    let ids: Vec<&str> = c["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap())
+        .collect();
+    for want in ["system", "tools", "user", "assistant"] {
+        assert!(ids.contains(&want), "{ids:?}");
+    }
+    let sum: u64 = c["categories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(c["total_bytes"].as_u64().unwrap(), sum);
+    assert!(c["estimated_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(c["request_context"]["message_count"], 2);
+    assert!(c["last_context_tokens"].is_number(), "{c}");
+}
+
+#[test]
+fn requeue_turns_a_pending_steer_into_the_next_turn() {
+    let (fake, mut app) = setup();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    fake.push(Script::tool_call("c1", "bash", r#"{"command":"sleep 2"}"#));
+    fake.push(Script::text(&["first done"]));
+    fake.push(Script::text(&["queued done"]));
+    let started = app.call("turn/start", json!({"thread_id": th, "prompt": "work"}));
+    let turn = started["turn"]["id"].clone();
+    app.wait_for("bash started", |v| {
+        v["method"] == "item/started" && v["params"]["item"]["type"] == "tool_call"
+    });
+    app.call(
+        "turn/steer",
+        json!({"thread_id": th, "expected_turn_id": turn, "prompt": "also this", "client_id": "s-9",
+               "images": [], "files": []}),
+    );
+    app.notification("turn/steered");
+    let r = app.call("turn/requeue", json!({"thread_id": th, "steer_id": "s-9"}));
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["state"], "queued");
+    assert_eq!(r["queued"]["id"], "s-9");
+    app.notification("turn/unsteered");
+    let q = app.notification("turn/queued");
+    assert_eq!(q["params"]["queued"]["id"], "s-9");
+    let done = app.wait_for("first turn", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == turn
+    });
+    // The steer did not enter the first turn.
+    assert!(!done["params"]["turn"].to_string().contains("also this"));
+    let first = turn.clone();
+    let next = app.wait_for("the queued turn", move |v| {
+        v["method"] == "turn/started" && v["params"]["turn"]["id"] != first
+    });
+    assert_eq!(next["params"]["queue_id"], "s-9");
+    let second = next["params"]["turn"]["id"].clone();
+    let done = app.wait_for("queued turn", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == second
+    });
+    assert!(done["params"]["turn"].to_string().contains("also this"));
+    let e = app.call_err(
+        "turn/requeue",
+        json!({"thread_id": th, "steer_id": "s-404"}),
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("no pending steer"),
+        "{e}"
+    );
+}

@@ -150,6 +150,16 @@ client_methods! {
     ThreadHistoryRead => "thread/history/read", HistoryReadParams, HistoryReadResult, |_| Route::Catalog;
     ThreadActivityRead => "thread/activity/read", ActivityReadParams, ActivityReadResult, |_| Route::Catalog;
     ThreadContentRead => "thread/content/read", ContentReadParams, ContentReadResult, |_| Route::Catalog;
+    ThreadPin => "thread/pin", ThreadPinParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
+    ThreadOrganizationUpdate => "thread/organization/update", ThreadOrganizationUpdateParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
+    ThreadEditMessage => "thread/edit-message", ThreadEditMessageParams, ThreadEditMessageResult, |p| Route::Session(p.thread_id.clone());
+    ThreadContextComposition => "thread/context-composition", ThreadIdParams, ThreadContextCompositionResult, |p| Route::Session(p.thread_id.clone());
+    TurnRequeue => "turn/requeue", TurnRequeueParams, TurnRequeueResult, |p| Route::Session(p.thread_id.clone());
+    SessionOrganizationList => "sessionOrganization/list", EmptyParams, SessionOrganizationResult, |_| Route::Catalog;
+    SessionFolderCreate => "sessionFolder/create", SessionFolderCreateParams, SessionFolderResult, |_| Route::Catalog;
+    SessionFolderUpdate => "sessionFolder/update", SessionFolderUpdateParams, SessionFolderResult, |_| Route::Catalog;
+    SessionFolderReorder => "sessionFolder/reorder", SessionFolderReorderParams, SessionOrganizationResult, |_| Route::Catalog;
+    SessionFolderDelete => "sessionFolder/delete", SessionFolderDeleteParams, SessionOrganizationResult, |_| Route::Catalog;
     ConfigModelUpdate => "config/model/update", ConfigModelUpdateParams, ConfigModelUpdateResult, |p| match p.thread_id.as_deref().map(str::trim) {
         Some(t) if !t.is_empty() => Route::Session(t.to_owned()),
         _ => Route::Catalog,

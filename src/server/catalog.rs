@@ -267,6 +267,13 @@ fn handle(
             session::selection::update_defaults(shared, p, reply)
         }
         ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(shared, reply),
+        req @ (ClientRequest::SessionOrganizationList(_)
+        | ClientRequest::SessionFolderCreate(_)
+        | ClientRequest::SessionFolderUpdate(_)
+        | ClientRequest::SessionFolderReorder(_)
+        | ClientRequest::SessionFolderDelete(_)) => {
+            super::folders::handle(shared, store, req, reply)
+        }
         req @ (ClientRequest::WorkspaceList(_) | ClientRequest::WorkspaceStateCleanup(_)) => {
             super::workspace::handle(shared, store, req, reply)
         }

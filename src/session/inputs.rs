@@ -391,6 +391,58 @@ impl Session {
         }
     }
 
+    /// `turn/requeue`: a pending (or held) steer becomes a queued turn of the same
+    /// content and id, run after the current turn (`turn/unsteered`, then `turn/queued`
+    /// or `turn/held`, after the response). A steer the running turn already took
+    /// answers `{ok: false, state: "consumed"}`.
+    pub(crate) fn requeue(&mut self, p: TurnRequeueParams, reply: Responder) {
+        let id = p.steer_id.trim().to_owned();
+        match self.input_get(&id) {
+            Some(mut row)
+                if row.mode == input_mode::STEER
+                    && (row.state == input_state::PENDING || row.state == input_state::HELD) =>
+            {
+                let held = row.state == input_state::HELD;
+                row.mode = input_mode::QUEUE.into();
+                if let Err((c, m)) = self.input_put(row.clone()) {
+                    return reply.err(c, m);
+                }
+                reply.ok(&TurnRequeueResult {
+                    ok: true,
+                    state: "queued".into(),
+                    queued: Some(queued_of(&row)),
+                });
+                let _ = self.shared.notify(&TurnUnsteered {
+                    thread_id: self.id.clone(),
+                    steer_id: id,
+                });
+                if held {
+                    self.notify_held(None);
+                } else {
+                    let _ = self.shared.notify(&TurnQueued {
+                        queued: queued_of(&row),
+                        message: message_of(&row),
+                    });
+                    self.drain_queue();
+                }
+            }
+            Some(row) if row.mode == input_mode::STEER && row.state == input_state::CONSUMED => {
+                reply.ok(&TurnRequeueResult {
+                    ok: false,
+                    state: "consumed".into(),
+                    queued: None,
+                })
+            }
+            _ => reply.err(
+                ErrorCode::Error,
+                format!(
+                    "no pending steer {:?} (it was removed or never arrived)",
+                    crate::util::clip(&id, 60)
+                ),
+            ),
+        }
+    }
+
     /// `turn/steer`.
     pub(crate) fn steer(&mut self, p: TurnSteerParams, reply: Responder) {
         match self.steer_inner(p) {

@@ -7,6 +7,7 @@
 //! Idle persisted sessions park (the thread ends; the state lives in the store).
 //! Ephemeral conversations never touch the database and never park.
 
+pub mod actions;
 pub mod attachments;
 pub mod browser;
 pub mod client_tools;
@@ -210,10 +211,17 @@ impl Session {
 
     /// Handles one mailbox message.
     pub fn handle(&mut self, msg: SessionMsg) {
+        // Requests that never need the whole history loaded.
         let paged_read = matches!(
             &msg,
             SessionMsg::Request { req: ClientRequest::ThreadResume(p), .. }
                 if p.conversation_history == Some(true) || p.history_page == Some(true)
+        ) || matches!(
+            &msg,
+            SessionMsg::Request {
+                req: ClientRequest::ThreadPin(_) | ClientRequest::ThreadOrganizationUpdate(_),
+                ..
+            }
         );
         if !matches!(msg, SessionMsg::Shutdown { .. } | SessionMsg::Title { .. }) {
             self.refresh_from_store();
@@ -268,6 +276,11 @@ impl Session {
             ClientRequest::TurnDequeue(p) => self.dequeue(p, reply),
             ClientRequest::TurnSteer(p) => self.steer(p, reply),
             ClientRequest::TurnUnsteer(p) => self.unsteer(p, reply),
+            ClientRequest::TurnRequeue(p) => self.requeue(p, reply),
+            ClientRequest::ThreadPin(p) => self.pin(p, reply),
+            ClientRequest::ThreadOrganizationUpdate(p) => self.organize(p, reply),
+            ClientRequest::ThreadEditMessage(p) => self.edit_message(p, reply),
+            ClientRequest::ThreadContextComposition(_) => self.context_composition(reply),
             ClientRequest::RunInterrupt(p) => run::run_interrupt_idle(self, p, reply),
             other => reply.err(
                 ErrorCode::InternalError,

@@ -185,10 +185,17 @@ impl Tx<'_> {
         }
     }
 
-    /// Removes `from_turn_id` and every later turn of a thread (their items with them),
-    /// and the explicit-continue claims of those turns. Returns the ids of the removed
-    /// turns, oldest first; [`StoreError::NotFound`] when the turn does not exist.
-    pub fn truncate_history(&self, thread_id: &str, from_turn_id: &str) -> Result<Vec<String>> {
+    /// Rewinds a thread's history: removes `from_turn_id` and every later turn (their
+    /// items with them) — or, with `from_seq`, keeps that turn and removes only its items
+    /// from that `seq` on, plus every later turn — and the explicit-continue claims of the
+    /// removed turns. Returns the ids of the removed turns, oldest first;
+    /// [`StoreError::NotFound`] when the turn does not exist.
+    pub fn truncate_history(
+        &self,
+        thread_id: &str,
+        from_turn_id: &str,
+        from_seq: Option<u64>,
+    ) -> Result<Vec<String>> {
         let ord: i64 = self
             .conn
             .query_row(
@@ -201,11 +208,19 @@ impl Tx<'_> {
                 kind: "turn",
                 id: format!("{thread_id}/{from_turn_id}"),
             })?;
+        let first_removed = if from_seq.is_some() { ord + 1 } else { ord };
+        if let Some(seq) = from_seq {
+            let seq = i64::try_from(seq).map_err(|_| StoreError::Invalid("seq".into()))?;
+            self.conn.execute(
+                "DELETE FROM items WHERE thread_id = ?1 AND turn_id = ?2 AND seq >= ?3",
+                params![thread_id, from_turn_id, seq],
+            )?;
+        }
         let mut stmt = self.conn.prepare_cached(
             "SELECT id FROM turns WHERE thread_id = ?1 AND ordinal >= ?2 ORDER BY ordinal",
         )?;
         let ids: Vec<String> = stmt
-            .query_map(params![thread_id, ord], |r| r.get(0))?
+            .query_map(params![thread_id, first_removed], |r| r.get(0))?
             .collect::<std::result::Result<_, _>>()?;
         for id in &ids {
             self.conn.execute(
@@ -216,11 +231,11 @@ impl Tx<'_> {
         self.conn.execute(
             "DELETE FROM items WHERE thread_id = ?1 AND turn_id IN \
              (SELECT id FROM turns WHERE thread_id = ?1 AND ordinal >= ?2)",
-            params![thread_id, ord],
+            params![thread_id, first_removed],
         )?;
         self.conn.execute(
             "DELETE FROM turns WHERE thread_id = ?1 AND ordinal >= ?2",
-            params![thread_id, ord],
+            params![thread_id, first_removed],
         )?;
         Ok(ids)
     }
@@ -278,8 +293,13 @@ impl Store {
     }
 
     /// See [`Tx::truncate_history`].
-    pub fn truncate_history(&mut self, thread_id: &str, from_turn_id: &str) -> Result<Vec<String>> {
-        self.transaction(|tx| tx.truncate_history(thread_id, from_turn_id))
+    pub fn truncate_history(
+        &mut self,
+        thread_id: &str,
+        from_turn_id: &str,
+        from_seq: Option<u64>,
+    ) -> Result<Vec<String>> {
+        self.transaction(|tx| tx.truncate_history(thread_id, from_turn_id, from_seq))
     }
 }
 
@@ -341,10 +361,16 @@ mod tests {
             s.insert_turn(&TurnRow::new("t1", format!("u{i}"), "user", i))
                 .unwrap();
         }
-        let removed = s.truncate_history("t1", "u2").unwrap();
+        let removed = s.truncate_history("t1", "u2", None).unwrap();
         assert_eq!(removed, vec!["u2", "u3"]);
         assert_eq!(s.turn_after("t1", 0).unwrap().unwrap().1.id, "u1");
         assert!(s.turn_after("t1", 1).unwrap().is_none());
-        assert!(s.truncate_history("t1", "u9").is_err());
+        assert!(s.truncate_history("t1", "u9", None).is_err());
+        // Keeping the turn, from an item on.
+        assert_eq!(
+            s.truncate_history("t1", "u1", Some(5)).unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(s.turn_after("t1", 0).unwrap().unwrap().1.id, "u1");
     }
 }
