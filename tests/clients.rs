@@ -727,3 +727,65 @@ fn requeue_turns_a_pending_steer_into_the_next_turn() {
         "{e}"
     );
 }
+
+#[test]
+fn deferred_content_stops_inline_image_echoes() {
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    app.call(
+        "initialize",
+        json!({"capabilities": {"deferred_notification_content": true}}),
+    );
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    let png = png_b64(1400, 1000);
+    assert!(png.len() > 1024 * 1024, "{}", png.len());
+    fake.push(Script::text(&["seen"]));
+    let id = app.send(
+        "turn/start",
+        json!({"thread_id": th, "prompt": "what is this",
+               "images": [{"media_type": "image/png", "data": png}]}),
+    );
+    let r = app.response(&id);
+    let img = &r["result"]["turn"]["items"][0]["images"][0];
+    assert_eq!(img["data"], "", "response echoes the image");
+    let rref = img["remote_ref"].as_str().unwrap().to_owned();
+    let tid = r["result"]["turn"]["id"].clone();
+    app.wait_for("turn/completed", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == tid
+    });
+    // No frame carried the image inline.
+    let biggest = app.seen.iter().map(|v| v.to_string().len()).max().unwrap();
+    assert!(biggest < 64 * 1024, "a frame of {biggest} bytes");
+    let started = app
+        .seen
+        .iter()
+        .find(|v| v["method"] == "turn/started")
+        .unwrap();
+    assert_eq!(
+        started["params"]["turn"]["items"][0]["images"][0]["remote_ref"],
+        rref
+    );
+    // The model still got the image.
+    assert!(fake.requests()[0].body.to_string().len() > png.len());
+    // The reference reads back.
+    let loc = b64url_json(rref.strip_prefix("thread:").unwrap());
+    let c = app.call(
+        "thread/attachment/read",
+        json!({"thread_id": loc[0], "turn_id": loc[1], "item_id": loc[2], "index": loc[3],
+               "sha256": loc[4], "offset": 0}),
+    );
+    assert_eq!(c["total"].as_u64().unwrap() as usize, png.len());
+    // Without the capability the desktop gets its images inline, as before.
+    app.call("initialize", json!({"capabilities": {}}));
+    let full = app.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    assert_eq!(
+        full["thread"]["turns"][0]["items"][0]["images"][0]["data"]
+            .as_str()
+            .unwrap()
+            .len(),
+        png.len()
+    );
+}

@@ -42,7 +42,9 @@ pub struct ClientCapabilities {
     /// Reverse requests the client serves.
     #[serde(default)]
     pub reverse_rpc: Option<ReverseRpcCapabilities>,
-    /// Opt into large-content references in snapshot notifications.
+    /// Large images by reference in responses and notifications: an image whose base64
+    /// data exceeds 16 KiB is sent as `{data: "", remote_ref: "thread:…"}` (read it with
+    /// `thread/attachment/read`) instead of echoing megabytes inline.
     #[serde(default)]
     pub deferred_notification_content: Option<bool>,
     /// Notification families the client reads, e.g. `user-question` (questions are

@@ -319,6 +319,9 @@ pub fn handle_inline(shared: &Arc<Shared>, req: ClientRequest, reply: Responder)
                 }
             }
             if let Some(c) = p.capabilities {
+                shared
+                    .outbox
+                    .set_defer_content(c.deferred_notification_content == Some(true));
                 *shared.capabilities.write() = c;
             }
             reply.ok(&initialize_result(shared))

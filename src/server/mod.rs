@@ -229,6 +229,18 @@ impl Shared {
         frame.extend_from_slice(b",\"params\":");
         serde_json::to_writer(&mut frame, n).expect("serialize notification");
         frame.push(b'}');
+        if self.outbox.defer_content() && frame.len() > wuu_protocol::INLINE_IMAGE_CHARS {
+            // Deferred content: large images go by reference.
+            if let Ok(mut v) = serde_json::to_value(n) {
+                if crate::session::attachments::project_frame(&mut v) {
+                    frame = serde_json::to_vec(&Notification {
+                        method: N::METHOD.to_owned(),
+                        params: v,
+                    })
+                    .expect("serialize notification");
+                }
+            }
+        }
         self.outbox.send_within(frame, transport::NOTIFY_DEADLINE)
     }
 
@@ -335,6 +347,8 @@ pub struct Responder {
     outbox: Outbox,
     method: &'static str,
     answered: bool,
+    /// The conversation the request names (locates images of a deferred-content result).
+    thread: Option<String>,
 }
 
 impl Responder {
@@ -349,7 +363,15 @@ impl Responder {
             outbox,
             method,
             answered: false,
+            thread: None,
         }
+    }
+
+    /// Names the conversation of the request (images of its result are located in it
+    /// when the client asked for deferred content).
+    pub fn with_thread(mut self, thread_id: &str) -> Self {
+        self.thread = Some(thread_id.to_owned());
+        self
     }
 
     /// Whether this request is counted as in flight (it has an id and no answer yet).
@@ -366,7 +388,10 @@ impl Responder {
     pub fn ok<T: Serialize>(mut self, result: &T) {
         self.answered = true;
         if let Some(id) = self.id.take() {
-            let value = serde_json::to_value(result).expect("serialize result");
+            let mut value = serde_json::to_value(result).expect("serialize result");
+            if self.outbox.defer_content() {
+                crate::session::attachments::project_frame_at(&mut value, self.thread.as_deref());
+            }
             let frame = serde_json::to_vec(&Response::ok(id, value)).expect("serialize");
             self.outbox.send_direct(frame);
             self.outbox.answered();

@@ -146,6 +146,7 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
                     "invalid params: thread_id is required",
                 );
             } else {
+                let reply = reply.with_thread(&thread_id);
                 shared.registry.dispatch(
                     shared,
                     &thread_id,

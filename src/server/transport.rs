@@ -180,6 +180,9 @@ pub struct Outbox {
     tx: Sender<Frame>,
     inflight: std::sync::Arc<InFlight>,
     out: std::sync::Arc<Output>,
+    /// The client asked for deferred content (`capabilities.deferred_notification_content`):
+    /// large images go by reference in responses and notifications.
+    defer: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The sink, shared by the writer thread and uncontended direct writes
@@ -203,6 +206,16 @@ struct InFlight {
 pub const NOTIFY_DEADLINE: Duration = Duration::from_secs(30);
 
 impl Outbox {
+    /// Turns deferred content on or off (`initialize`).
+    pub fn set_defer_content(&self, on: bool) {
+        self.defer.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether large images go by reference in frames.
+    pub fn defer_content(&self) -> bool {
+        self.defer.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Enqueues a serialized frame, waiting at most `deadline` for room.
     pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
         use std::sync::atomic::Ordering::SeqCst;
@@ -349,6 +362,7 @@ pub fn start_writer(
             tx,
             inflight: Default::default(),
             out,
+            defer: Default::default(),
         },
         handle,
     )

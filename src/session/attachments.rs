@@ -155,6 +155,12 @@ pub fn project_frame(v: &mut Value) -> bool {
     walk(v, None, None)
 }
 
+/// [`project_frame`] with the conversation known from the request (a `turn/start`
+/// result names no thread).
+pub fn project_frame_at(v: &mut Value, thread_id: Option<&str>) -> bool {
+    walk(v, thread_id, None)
+}
+
 fn walk(v: &mut Value, thread: Option<&str>, turn: Option<&str>) -> bool {
     match v {
         Value::Array(a) => {
