@@ -255,6 +255,7 @@ fn a_run_that_fails_after_stalled_attempts_reports_one_partial_text() {
     let tf = o.all("turn_failed");
     assert_eq!(tf.len(), 1);
     assert_eq!(tf[0]["category"], r["error_category"]);
+    assert_eq!(tf[0]["code"], "incomplete_stream");
     let retries = o
         .all("stream_reconnect")
         .iter()

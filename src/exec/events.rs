@@ -197,6 +197,9 @@ pub enum Event {
         error: String,
         /// Error category (`auth`, `provider`, `network`, …; `""` when unknown).
         category: String,
+        /// The specific failure kind (`quota`, `rate_limit`, `context_overflow`,
+        /// `incomplete_stream`, …; `""` when unknown). Addition over the Go stream.
+        code: String,
     },
     /// A turn was interrupted.
     TurnInterrupted {

@@ -255,6 +255,7 @@ impl Projector {
                         turn_id: turn,
                         error: s(p, "error"),
                         category: s(p, "category"),
+                        code: s(p, "code"),
                     });
                 }
             }

@@ -21,7 +21,10 @@
 //!
 //! Stream (§3.4): keyed off the JSON `type` (the `event:` line is not required):
 //! `message_start` (id, input/cache usage), `content_block_start/delta/stop` for text,
-//! tool_use (`input_json_delta`; the call ends at `content_block_stop`), thinking
+//! tool_use (`input_json_delta`; the call ends at `content_block_stop` — one without any
+//! input at `message_stop`, withdrawn when the stop reason is `max_tokens` — and is
+//! withdrawn, [`StreamEvent::ToolCallCutOff`], when its input is not complete JSON),
+//! thinking
 //! (`thinking_delta` + `signature_delta`, ends as a `ReasoningDone` carrying the
 //! signature) and redacted_thinking; `message_delta` (stop reason, cumulative output
 //! usage, repeated input/cache fields); `message_stop` terminal; `error` terminal and
@@ -190,6 +193,8 @@ pub struct Parser {
     any_tool_call: bool,
     /// A started call was withdrawn ([`StreamEvent::ToolCallCutOff`]).
     cut_off: bool,
+    /// Calls whose block stopped without any input, decided at `message_stop`.
+    empty_calls: Vec<(String, String)>,
 }
 
 impl Parser {
@@ -204,6 +209,7 @@ impl Parser {
             message_id: None,
             any_tool_call: false,
             cut_off: false,
+            empty_calls: Vec::new(),
         }
     }
 
@@ -350,6 +356,11 @@ impl WireParser for Parser {
                 }
             }
             "content_block_stop" => match self.blocks.remove(&index) {
+                Some(Block::Tool { id, name, json }) if json.trim().is_empty() => {
+                    // No input at all: a tool without parameters, or a call the output
+                    // limit cut off at once. `message_stop` decides (stop reason).
+                    self.empty_calls.push((id, name));
+                }
                 Some(Block::Tool { id, name, json }) => {
                     match super::finished_arguments(&json, false) {
                         Ok(arguments) => {
@@ -405,6 +416,26 @@ impl WireParser for Parser {
                             name,
                             reason: "the message ended before the call's input was complete".into(),
                         });
+                    }
+                }
+                let cut = self.stop_reason.as_deref() == Some("max_tokens");
+                for (id, name) in std::mem::take(&mut self.empty_calls) {
+                    match super::finished_arguments("", cut) {
+                        Ok(arguments) => {
+                            self.any_tool_call = true;
+                            out.push(StreamEvent::ToolCallEnd {
+                                call: ToolCall {
+                                    id,
+                                    name,
+                                    arguments,
+                                    item_id: None,
+                                },
+                            });
+                        }
+                        Err(reason) => {
+                            self.cut_off = true;
+                            out.push(StreamEvent::ToolCallCutOff { id, name, reason });
+                        }
                     }
                 }
                 let stop_reason = self
@@ -472,6 +503,45 @@ mod tests {
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
         crate::provider::parse_body(&mut Parser::new("a", "claude"), body)
+    }
+
+    #[test]
+    fn calls_without_complete_input_are_cut_off() {
+        let call = |partial: &str, stop: &str| {
+            format!(
+                concat!(
+                    "data: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"usage\":{{\"input_tokens\":1}}}}}}\n\n",
+                    "data: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"x\",\"input\":{{}}}}}}\n\n",
+                    "data: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":{}}}}}\n\n",
+                    "data: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n",
+                    "data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{}\"}},\"usage\":{{\"output_tokens\":3}}}}\n\n",
+                    "data: {{\"type\":\"message_stop\"}}\n\n",
+                ),
+                serde_json::Value::String(partial.into()),
+                stop
+            )
+        };
+        let verdict = |body: String| {
+            let (out, end) = run(&body);
+            let ended = out
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolCallEnd { .. }));
+            let cut = out
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolCallCutOff { .. }));
+            let truncated = matches!(
+                end.unwrap(),
+                StreamEvent::Done {
+                    truncated: true,
+                    ..
+                }
+            );
+            (ended, cut, truncated)
+        };
+        assert_eq!(verdict(call("{\"a\":", "max_tokens")), (false, true, true));
+        assert_eq!(verdict(call("", "max_tokens")), (false, true, true));
+        assert_eq!(verdict(call("", "tool_use")), (true, false, false));
+        assert_eq!(verdict(call("{\"a\":1}", "tool_use")), (true, false, false));
     }
 
     #[test]
