@@ -257,3 +257,148 @@ fn crash_recovery_settles_the_tool_item_rows_of_the_interrupted_turn() {
     let text = r.to_string();
     assert!(!text.contains("\"in_progress\""), "{text}");
 }
+
+/// Runs `wuu exec ARGS` with a fresh home (a fake provider config) and closed stdin;
+/// returns (exit code, stdout, stderr).
+fn exec(args: &[&str]) -> (i32, String, String) {
+    let fake = FakeProvider::start();
+    for _ in 0..4 {
+        fake.push(Script::text(&["done"]));
+    }
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.json"),
+        config_for(&fake.base_url()).to_string(),
+    )
+    .unwrap();
+    let out = std::process::Command::new(support::app::wuu_bin())
+        .arg("exec")
+        .args(args)
+        .current_dir(ws.path())
+        .env("WUU_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exec_subcommand_words_in_the_wrong_place_and_review_are_usage_errors() {
+    for args in [
+        &["--json", "resume", "thr_x", "p"][..],
+        &["--json", "fork", "thr_x"],
+        &["review", "--uncommitted"],
+        &["--json", "review"],
+    ] {
+        let (code, stdout, stderr) = exec(args);
+        assert_eq!(code, 2, "{args:?}: stdout {stdout} stderr {stderr}");
+        assert!(
+            !stdout.contains("\"turn_started\""),
+            "{args:?} ran a turn: {stdout}"
+        );
+        assert!(
+            stderr.contains(args.iter().find(|a| !a.starts_with('-')).unwrap()),
+            "{stderr}"
+        );
+    }
+    // Quoted or after `--`, the word is prompt text.
+    let (code, stdout, _) = exec(&["--json", "--", "review", "this"]);
+    assert_eq!(code, 0, "{stdout}");
+    let (code, stdout, _) = exec(&["--json", "review this please"]);
+    assert_eq!(code, 0, "{stdout}");
+}
+
+#[test]
+fn search_queries_are_bounded_and_searches_never_hold_up_listings() {
+    let mut app = App::start(None);
+    let big = "x".repeat(8 * 1024 * 1024);
+    let e = app.call_err("thread/search", json!({"query": big}));
+    assert_eq!(e["code"], "invalid_params", "{e}");
+    let msg = e["message"].as_str().unwrap();
+    assert!(
+        msg.contains("limit of 4096 bytes") && msg.len() < 200,
+        "{msg}"
+    );
+    // Many conversations, many searches queued, then one listing.
+    for i in 0..60 {
+        app.call("thread/start", json!({}));
+        let t = thread_id(&app.call("thread/start", json!({})));
+        app.call(
+            "thread/rename",
+            json!({"thread_id": t, "title": format!("t{i}")}),
+        );
+    }
+    let mut batch = Vec::new();
+    let n = 300;
+    for i in 0..n {
+        let line = json!({"id": format!("s{i}"), "method": "thread/search", "params": {"query": "no such text anywhere"}});
+        batch.extend_from_slice(line.to_string().as_bytes());
+        batch.push(b'\n');
+    }
+    batch.extend_from_slice(b"{\"id\":\"L\",\"method\":\"thread/listAll\",\"params\":{}}\n");
+    let before = app.seen.len();
+    app.write_raw(&batch);
+    let r = app.response("L");
+    assert!(
+        r["result"]["threads"].as_array().unwrap().len() >= 120,
+        "{r}"
+    );
+    let searches_before = app.seen[before..]
+        .iter()
+        .filter(|v| v["id"].as_str().is_some_and(|i| i.starts_with('s')))
+        .count();
+    assert!(
+        searches_before < n / 2,
+        "the listing waited behind {searches_before} of {n} searches"
+    );
+    for i in 0..n {
+        let r = app.response(&format!("s{i}"));
+        assert!(r["result"]["results"].as_array().unwrap().is_empty(), "{r}");
+    }
+}
+
+#[test]
+fn every_error_code_is_in_the_readme_and_the_schema_and_idle_interrupt_has_its_own() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let st = std::process::Command::new(support::app::wuu_bin())
+        .args(["app-server", "generate-json-schema", "--out"])
+        .arg(out.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut schema_text = String::new();
+    for e in std::fs::read_dir(out.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            schema_text.push_str(&std::fs::read_to_string(p).unwrap_or_default());
+        }
+    }
+    for code in wuu_protocol::ErrorCode::ALL {
+        let c = code.as_str();
+        assert!(
+            readme.contains(&format!("`{c}`")),
+            "README lacks error code {c}"
+        );
+        assert!(
+            schema_text.contains(&format!("\"{c}\"")),
+            "the schema lacks error code {c}"
+        );
+    }
+    let mut app = App::start(None);
+    let th = thread_id(&app.call("thread/start", json!({})));
+    let e = app.call_err("turn/interrupt", json!({"thread_id": th}));
+    assert_eq!(e["code"], "no_active_turn", "{e}");
+    let e = app.call_err("user-question/cancel", json!({"request_id": "uq_nope"}));
+    assert_eq!(e["code"], "question_not_found", "{e}");
+    let e = app.call_err("user-question/hold", json!({"request_id": "uq_nope"}));
+    assert_eq!(e["code"], "question_not_found", "{e}");
+}

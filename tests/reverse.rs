@@ -261,12 +261,13 @@ fn interrupt_revokes_the_question_and_late_answers_are_refused() {
         "user-question/respond",
         json!({"request_id": rid, "answer": {"answers": [{"id": "db", "selected": ["Postgres"]}]}}),
     );
-    assert_eq!(e["code"], "error");
+    assert_eq!(e["code"], "question_settled");
     assert!(e["message"].as_str().unwrap().contains("revoked"), "{e}");
     let e = p.call_err(
         "user-question/respond",
         json!({"request_id": "uq_nope", "answer": {"answers": [{"id": "db", "selected": ["Postgres"]}]}}),
     );
+    assert_eq!(e["code"], "question_not_found");
     assert!(e["message"].as_str().unwrap().contains("unknown"), "{e}");
 }
 

@@ -95,6 +95,26 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order (the README's list and the schema's
+    /// `error_codes` are checked against it).
+    pub const ALL: &'static [ErrorCode] = &[
+        ErrorCode::ParseError,
+        ErrorCode::InvalidRequest,
+        ErrorCode::MethodNotFound,
+        ErrorCode::InvalidParams,
+        ErrorCode::ThreadNotFound,
+        ErrorCode::ThreadBusy,
+        ErrorCode::RunNotFound,
+        ErrorCode::RunNotAttached,
+        ErrorCode::InternalError,
+        ErrorCode::ServerClosed,
+        ErrorCode::StoreBusy,
+        ErrorCode::NoActiveTurn,
+        ErrorCode::QuestionNotFound,
+        ErrorCode::QuestionSettled,
+        ErrorCode::Error,
+    ];
+
     /// The wire string of this code.
     pub fn as_str(self) -> &'static str {
         match self {

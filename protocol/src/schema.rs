@@ -12,7 +12,8 @@ use crate::{ErrorObject, RequestId};
 use schemars::generate::SchemaSettings;
 use serde_json::{json, Map, Value};
 
-/// Builds the bundle: `{"$schema", "$defs", "methods": {name: {params, result}},
+/// Builds the bundle: `{"$schema", "$defs", "error", "error_codes" (every code a
+/// response's `error.code` can carry), "id", "methods": {name: {params, result}},
 /// "notifications": {name: {params}}, "reverse_methods": {name: {params, result}}}` where params/result are `$ref`s into `$defs`.
 pub fn bundle() -> Value {
     let mut gen = SchemaSettings::draft2020_12().into_generator();
@@ -40,6 +41,7 @@ pub fn bundle() -> Value {
         );
     }
     let error = gen.subschema_for::<ErrorObject>().to_value();
+    let error_codes = gen.subschema_for::<crate::ErrorCode>().to_value();
     let id = gen.subschema_for::<RequestId>().to_value();
     let defs: Map<String, Value> = gen
         .take_definitions(true)
@@ -50,6 +52,7 @@ pub fn bundle() -> Value {
         "title": "wuu-app-server/v0.1",
         "$defs": defs,
         "error": error,
+        "error_codes": error_codes,
         "id": id,
         "methods": methods,
         "notifications": notifications,

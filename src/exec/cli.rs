@@ -148,6 +148,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
         }
         _ => None,
     };
+    // Everything after `--` is prompt text, even a subcommand word.
+    let before_dashdash: Vec<OsString> = args.iter().take_while(|a| *a != "--").cloned().collect();
     let mut p = lexopt::Parser::from_args(args);
     let mut positional: Vec<String> = vec![];
     while let Some(arg) = p.next()? {
@@ -206,7 +208,20 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             Long("file") => o.files.push(path(&mut p, "file")?),
             Long("fork") => fork_flag = Some(nonempty(&mut p, "fork")?),
             Value(v) => {
-                positional.push(os_string(v)?);
+                let word = os_string(v)?;
+                if subcommand.is_none()
+                    && SUBCOMMANDS.contains(&word.as_str())
+                    && before_dashdash.iter().any(|a| *a == *word)
+                {
+                    return Err(InvalidInput(if word == "review" {
+                        "`wuu exec review` is not implemented yet; to ask for a review, quote the prompt: wuu exec \"review …\"".into()
+                    } else {
+                        format!(
+                            "`{word}` is a subcommand and must come first: wuu exec {word} [OPTIONS] … (to start a prompt with the word, quote it or put `--` before it)"
+                        )
+                    }));
+                }
+                positional.push(word);
                 for rest in p.raw_args()? {
                     positional.push(os_string(rest)?);
                 }
@@ -264,6 +279,10 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
     o.prompt_args = positional;
     Ok(Command::Run(Box::new(o)))
 }
+
+/// Words that name a `wuu exec` subcommand (`review` is reserved: not implemented yet).
+/// As the first prompt word after options they are a usage error, never a prompt.
+const SUBCOMMANDS: &[&str] = &["resume", "fork", "review"];
 
 /// Option names of `wuu exec`, to notice them inside the prompt.
 const KNOWN_FLAGS: &[&str] = &[

@@ -17,6 +17,11 @@ use wuu_store::{Store, ThreadFilter};
 /// Jobs the pool queue holds before the reader waits.
 pub const CATALOG_QUEUE: usize = 256;
 
+/// Longest accepted `thread/search` query, in bytes (after trimming). A search scans the
+/// text of every conversation, so its cost grows with the query; longer queries are
+/// refused with `invalid_params` on the reader.
+pub const MAX_SEARCH_QUERY_BYTES: usize = 4096;
+
 type Job = (ClientRequest, Responder);
 
 /// Handle of the pool.
@@ -25,14 +30,19 @@ pub struct CatalogPool {
 }
 
 impl CatalogPool {
-    /// Starts `n` worker threads.
+    /// Starts `n` worker threads (`wuu-catalog-<i>`).
     pub fn start(n: usize, shared: Weak<Shared>) -> CatalogPool {
+        CatalogPool::start_named("wuu-catalog", n, shared)
+    }
+
+    /// Starts `n` worker threads named `<name>-<i>`.
+    pub fn start_named(name: &str, n: usize, shared: Weak<Shared>) -> CatalogPool {
         let (tx, rx) = bounded::<Job>(CATALOG_QUEUE);
         for i in 0..n {
             let rx = rx.clone();
             let shared = shared.clone();
             std::thread::Builder::new()
-                .name(format!("wuu-catalog-{i}"))
+                .name(format!("{name}-{i}"))
                 .spawn(move || {
                     let mut store: Option<Store> = None;
                     let mut cache = ListCache::default();

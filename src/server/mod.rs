@@ -177,6 +177,9 @@ pub struct Shared {
     pub registry: registry::Registry,
     /// Catalog pool.
     pub catalog: catalog::CatalogPool,
+    /// The search lane: `thread/search` runs here, one at a time, so searches (which scan
+    /// every conversation's messages) never hold up listings on the catalog pool.
+    pub search: catalog::CatalogPool,
     /// This process's lease identity.
     pub owner: LeaseOwner,
     /// Set once shutdown began: new work is refused with `server_closed`.
@@ -299,6 +302,7 @@ impl Shared {
         );
         self.registry.shutdown_all(Duration::from_secs(60));
         self.catalog.stop();
+        self.search.stop();
         // Every request read before the end gets its answer (a result, or
         // `server_closed` from work that refuses to start now).
         let own = usize::from(reply.as_ref().is_some_and(Responder::counted));
@@ -493,6 +497,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         outbox,
         registry: registry::Registry::start(weak.clone()),
         catalog: catalog::CatalogPool::start(2, weak.clone()),
+        search: catalog::CatalogPool::start_named("wuu-search", 1, weak.clone()),
         owner,
         closing: AtomicBool::new(false),
         capabilities: RwLock::new(ClientCapabilities::default()),

@@ -131,7 +131,7 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
         reply.err(ErrorCode::ServerClosed, "the server is shutting down");
         return Flow::Continue;
     }
-    if let Err(m) = check_named_threads(&decoded) {
+    if let Err(m) = check_named_threads(&decoded).and_then(|()| check_bounds(&decoded)) {
         reply.err(ErrorCode::InvalidParams, m);
         return Flow::Continue;
     }
@@ -167,6 +167,9 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
                     reply,
                 },
             );
+        }
+        Route::Catalog if matches!(decoded, ClientRequest::ThreadSearch(_)) => {
+            shared.search.submit(decoded, reply)
         }
         Route::Catalog => {
             // A listing that nothing has changed since it was built is answered here,
@@ -208,4 +211,18 @@ fn check_named_threads(req: &ClientRequest) -> Result<(), String> {
         Some(id) => crate::util::check_thread_id(field, id.trim()),
         None => Ok(()),
     }
+}
+
+/// Bounds checked on the reader before a request occupies a worker.
+fn check_bounds(req: &ClientRequest) -> Result<(), String> {
+    use super::catalog::MAX_SEARCH_QUERY_BYTES;
+    if let ClientRequest::ThreadSearch(p) = req {
+        let n = p.query.as_deref().map_or(0, |q| q.trim().len());
+        if n > MAX_SEARCH_QUERY_BYTES {
+            return Err(format!(
+                "invalid params: query: {n} bytes is longer than the limit of {MAX_SEARCH_QUERY_BYTES} bytes"
+            ));
+        }
+    }
+    Ok(())
 }

@@ -197,19 +197,30 @@ impl Questions {
         taken.len()
     }
 
-    /// Why `request_id` cannot be acted on (it is not open).
-    fn not_open(&self, request_id: &str) -> String {
+    /// Why `request_id` cannot be acted on (it is not open): `question_settled` for a
+    /// settled or revoked question, `question_not_found` for one never offered.
+    fn not_open(&self, request_id: &str) -> Refusal {
         let settled = self.settled.lock();
+        let shown = crate::util::clip(request_id, 80);
         match settled.iter().rev().find(|(id, _, _)| id == request_id) {
-            Some((_, Outcome::Revoked, reason)) => format!(
-                "user question {request_id:?} was revoked ({}); late answers are refused",
-                reason.as_deref().unwrap_or("its turn ended")
+            Some((_, Outcome::Revoked, reason)) => (
+                ErrorCode::QuestionSettled,
+                format!(
+                    "user question {shown:?} was revoked ({}); late answers are refused",
+                    reason.as_deref().unwrap_or("its turn ended")
+                ),
             ),
-            Some((_, outcome, _)) => format!(
-                "user question {request_id:?} is already settled ({})",
-                outcome.as_str()
+            Some((_, outcome, _)) => (
+                ErrorCode::QuestionSettled,
+                format!(
+                    "user question {shown:?} is already settled ({})",
+                    outcome.as_str()
+                ),
             ),
-            None => format!("unknown user question {request_id:?}"),
+            None => (
+                ErrorCode::QuestionNotFound,
+                format!("unknown user question {shown:?}"),
+            ),
         }
     }
 
@@ -223,7 +234,8 @@ impl Questions {
             .collect()
     }
 
-    /// `user-question/respond`. Errors (code `error`): unknown or settled request,
+    /// `user-question/respond`. Errors: `question_not_found` (never offered),
+    /// `question_settled` (settled or revoked); `invalid_params` for
     /// `reply_to_tool: false`, answers that name unknown questions, unknown option
     /// labels, several selections without `multi_select`, `custom` where not allowed,
     /// or no answer at all.
@@ -231,13 +243,12 @@ impl Questions {
         &self,
         shared: &Shared,
         p: UserQuestionRespondParams,
-    ) -> Result<UserQuestionResolveResult, String> {
+    ) -> Result<UserQuestionResolveResult, Refusal> {
         let id = p.request_id.trim().to_owned();
         if p.reply_to_tool == Some(false) {
-            return Err(
-                "reply_to_tool: false is not supported: answers return to the waiting tool call"
-                    .into(),
-            );
+            return Err(invalid(
+                "reply_to_tool: false is not supported: answers return to the waiting tool call",
+            ));
         }
         let request = {
             let open = self.open.lock();
@@ -249,7 +260,7 @@ impl Questions {
                 }
             }
         };
-        validate_answer(&request, &p.answer)?;
+        validate_answer(&request, &p.answer).map_err(invalid)?;
         let n = self.settle(
             shared,
             |o| o.request.request_id == id,
@@ -271,7 +282,7 @@ impl Questions {
         &self,
         shared: &Shared,
         p: UserQuestionCancelParams,
-    ) -> Result<UserQuestionResolveResult, String> {
+    ) -> Result<UserQuestionResolveResult, Refusal> {
         let id = p.request_id.trim().to_owned();
         let mode = self
             .open
@@ -284,9 +295,9 @@ impl Questions {
         };
         let skip = p.skip.unwrap_or(false);
         if skip && mode != "offer" {
-            return Err(format!(
+            return Err(invalid(format!(
                 "user question {id:?} is a form (mode ask): it can be cancelled, not skipped"
-            ));
+            )));
         }
         let outcome = if skip {
             Outcome::Skipped
@@ -304,7 +315,7 @@ impl Questions {
 
     /// `user-question/hold`: stops an offer's countdown (no effect on forms); the
     /// question stays open (`resolved: false`).
-    pub fn hold(&self, p: UserQuestionHoldParams) -> Result<UserQuestionResolveResult, String> {
+    pub fn hold(&self, p: UserQuestionHoldParams) -> Result<UserQuestionResolveResult, Refusal> {
         let id = p.request_id.trim().to_owned();
         let mut open = self.open.lock();
         match open.iter_mut().find(|o| o.request.request_id == id) {
@@ -412,6 +423,16 @@ fn validate_answer(req: &UserQuestionRequest, a: &QuestionAnswerSet) -> Result<(
     Ok(())
 }
 
+/// A refused `user-question/*` request: its code and message.
+type Refusal = (ErrorCode, String);
+
+fn invalid(m: impl Into<String>) -> Refusal {
+    (
+        ErrorCode::InvalidParams,
+        format!("invalid params: {}", m.into()),
+    )
+}
+
 /// Handles `user-question/*` (routed inline: in-memory operations).
 pub fn handle(shared: &Shared, req: ClientRequest, reply: Responder) {
     let r = match req {
@@ -428,11 +449,14 @@ pub fn handle(shared: &Shared, req: ClientRequest, reply: Responder) {
         ClientRequest::UserQuestionRespond(p) => shared.questions.respond(shared, p),
         ClientRequest::UserQuestionCancel(p) => shared.questions.cancel(shared, p),
         ClientRequest::UserQuestionHold(p) => shared.questions.hold(p),
-        other => Err(format!("{} is not a user-question method", other.method())),
+        other => Err((
+            ErrorCode::InternalError,
+            format!("{} is not a user-question method", other.method()),
+        )),
     };
     match r {
         Ok(v) => reply.ok(&v),
-        Err(m) => reply.err(ErrorCode::Error, m),
+        Err((code, m)) => reply.err(code, m),
     }
 }
 

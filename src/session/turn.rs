@@ -513,7 +513,7 @@ pub fn process_deferred(s: &mut Session, deferred: Vec<SessionMsg>) {
 /// `turn/interrupt` when no turn runs (during a turn the driver answers it).
 pub fn turn_interrupt(s: &mut Session, _p: TurnInterruptParams, reply: Responder) {
     reply.err(
-        ErrorCode::Error,
+        ErrorCode::NoActiveTurn,
         format!("thread {:?} has no active turn", s.id),
     );
 }
