@@ -23,6 +23,7 @@ Usage:
 Environment:
   WUU_HOME   where the database, traces and user config live (default ~/.wuu)
   RUST_LOG   log filter for stderr (e.g. info, wuu=debug)
+  WUU_PARK_AFTER_MS  idle time after which a conversation's session thread ends (default 60000)
 ";
 
 fn main() -> ExitCode {

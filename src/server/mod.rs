@@ -79,7 +79,7 @@ impl ServerOptions {
             home: config::wuu_home(),
             config_file: None,
             safe_mode: false,
-            park_after: Duration::from_secs(60),
+            park_after: park_after_from_env(),
             ignore_user_config: false,
             auto_titles: true,
             workspace_id: None,
@@ -163,6 +163,17 @@ impl ServerOptions {
         }
         loaded
     }
+}
+
+/// How long an idle conversation keeps its session thread: `WUU_PARK_AFTER_MS`
+/// (milliseconds, at least 10) when set, else 60 s.
+pub fn park_after_from_env() -> Duration {
+    std::env::var("WUU_PARK_AFTER_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(Duration::from_secs(60), |ms| {
+            Duration::from_millis(ms.max(10))
+        })
 }
 
 /// State shared by the reader, the sessions and the pool. Small and explicit.
@@ -475,12 +486,18 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     opts.validate()?;
     let loaded = opts.load_config();
     let owner = LeaseOwner::current();
-    if !opts.home.join(wuu_store::DB_FILE).exists() {
-        // A fresh home: create and migrate the database once, before several threads
-        // open it at the same time. (An existing database is opened lazily.)
-        wuu_store::Store::open_home(&opts.home)
-            .map_err(|e| format!("cannot create the store under {}: {e}", opts.home.display()))?;
-    }
+    let fresh_store =
+        if !opts.home.join(wuu_store::DB_FILE).exists() {
+            // A fresh home: create and migrate the database once, before several threads
+            // open it at the same time. (An existing database is opened lazily.) The lease
+            // thread keeps this connection: closing the only connection would checkpoint
+            // the WAL and sync the file on the startup path.
+            Some(wuu_store::Store::open_home(&opts.home).map_err(|e| {
+                format!("cannot create the store under {}: {e}", opts.home.display())
+            })?)
+        } else {
+            None
+        };
     let closed = Arc::new(AtomicBool::new(false));
     let closed2 = closed.clone();
     let (outbox, _writer) = transport::start_writer(
@@ -518,7 +535,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     let hb = Arc::downgrade(&shared);
     std::thread::Builder::new()
         .name("wuu-lease-heartbeat".into())
-        .spawn(move || heartbeat_loop(hb))
+        .spawn(move || heartbeat_loop(hb, fresh_store))
         .map_err(|e| e.to_string())?;
     Ok(shared)
 }
@@ -527,12 +544,15 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
 /// (crash recovery), then heartbeats this process's leases. Runs off the startup path:
 /// a conversation whose lease belonged to a dead owner is also settled when a session
 /// takes its lease, so requests never depend on this having finished.
-fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
+fn heartbeat_loop(shared: std::sync::Weak<Shared>, fresh_store: Option<wuu_store::Store>) {
     let Some(s) = shared.upgrade() else { return };
     let home = s.opts.home.clone();
     let owner = s.owner.clone();
     drop(s);
-    let opened = wuu_store::Store::open_home(&home);
+    let opened = match fresh_store {
+        Some(store) => Ok(store),
+        None => wuu_store::Store::open_home(&home),
+    };
     if let Some(s) = shared.upgrade() {
         if let Err(e) = &opened {
             log::error!("cannot open the store under {}: {e}", home.display());
@@ -561,6 +581,15 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         }
         if let Err(e) = store.heartbeat(&owner) {
             log::warn!("lease heartbeat: {e}");
+        }
+        // Sessions that parked freed their state; hand the freed pages back to the
+        // system (at most once a heartbeat).
+        if let Some(s) = shared.upgrade() {
+            let parked = s.registry.take_parked();
+            if parked > 0 {
+                let released = registry::return_free_memory();
+                log::debug!("{parked} session(s) parked; free memory returned: {released}");
+            }
         }
         // Commits by other connections (other processes included) since the last beat
         // invalidate cached listings.

@@ -56,9 +56,21 @@ pub struct Registry {
     inner: Mutex<HashMap<String, SessionEntry>>,
     generation: std::sync::atomic::AtomicU64,
     revive: Sender<Revival>,
+    /// Sessions parked since the lease thread last returned free memory.
+    parked: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
+    /// Counts a session that parked (its thread ends and frees its state).
+    pub fn note_parked(&self) {
+        self.parked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many sessions parked since the last call (resets the count).
+    pub fn take_parked(&self) -> u64 {
+        self.parked.swap(0, Ordering::Relaxed)
+    }
+
     /// An empty registry and its reviver thread (which ends when `shared` is gone).
     pub fn start(shared: Weak<Shared>) -> Registry {
         let (revive, rx) = crossbeam_channel::bounded::<Revival>(REVIVE_QUEUE);
@@ -74,6 +86,7 @@ impl Registry {
             inner: Mutex::new(HashMap::new()),
             generation: Default::default(),
             revive,
+            parked: Default::default(),
         }
     }
 
@@ -346,3 +359,29 @@ impl Drop for PanicGuard<'_> {
 /// Error message stored on a turn whose session thread panicked.
 pub const PANIC_MESSAGE: &str =
     "interrupted: the server hit an internal error while running this turn";
+/// Returns the allocator's free memory to the operating system.
+///
+/// Parked sessions free their state (connection, history, buffers), but glibc's malloc
+/// keeps freed memory in its per-thread arenas, so a server whose conversations all went
+/// idle would keep the RSS of its busiest moment. `malloc_trim(0)` walks every arena and
+/// gives whole free pages back (`madvise(MADV_DONTNEED)`); neither std nor rustix offers
+/// it. Called from the lease thread after sessions parked (at most once a heartbeat).
+/// Returns whether memory was released. A no-op on other platforms / C libraries.
+pub fn return_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            /// glibc `int malloc_trim(size_t pad)` (malloc.h): releases free memory at
+            /// the top of the heap and whole free pages inside every arena; returns 1
+            /// if any memory was released. Thread-safe (takes each arena's lock).
+            fn malloc_trim(pad: usize) -> std::ffi::c_int;
+        }
+        // SAFETY: malloc_trim takes no pointers and only inspects allocator state under
+        // the allocator's own locks; any thread may call it at any time.
+        unsafe { malloc_trim(0) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}

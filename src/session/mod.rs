@@ -129,16 +129,7 @@ impl Session {
             match self.rx.recv_timeout(wait) {
                 Ok(msg) => self.handle(msg),
                 Err(RecvTimeoutError::Timeout) => {
-                    if self.ephemeral() || self.running.load(Ordering::SeqCst) {
-                        continue;
-                    }
-                    let rx = self.rx.clone();
-                    if self
-                        .shared
-                        .registry
-                        .remove_if(&self.id, move || rx.is_empty())
-                    {
-                        log::debug!("session {} parked", self.id);
+                    if self.park_if_idle() {
                         return;
                     }
                 }
@@ -146,6 +137,25 @@ impl Session {
             }
         }
         self.unregister_and_drain();
+    }
+
+    /// Parks a persisted conversation that is idle with an empty mailbox: unregisters it
+    /// (under the registry lock, so no message can be lost; the next one revives it from
+    /// the store). Returns whether it parked (the caller then ends the thread).
+    fn park_if_idle(&self) -> bool {
+        if self.ephemeral() || self.running.load(Ordering::SeqCst) {
+            return false;
+        }
+        let rx = self.rx.clone();
+        let parked = self
+            .shared
+            .registry
+            .remove_if(&self.id, move || rx.is_empty());
+        if parked {
+            self.shared.registry.note_parked();
+            log::debug!("session {} parked", self.id);
+        }
+        parked
     }
 
     /// Ends the session: unregisters it, then re-dispatches anything that was already
@@ -398,7 +408,12 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         engine: None,
                     };
                     session.announce_created(reply);
-                    session.run();
+                    // A conversation only started needs no thread (issue 15): it parks
+                    // at once unless a request already arrived, and the first request
+                    // for it revives it from the store.
+                    if !session.park_if_idle() {
+                        session.run();
+                    }
                 }
             }
         });

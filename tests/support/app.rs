@@ -116,6 +116,20 @@ impl App {
         app
     }
 
+    /// Starts a server with a fresh home and workspace and extra environment variables
+    /// (`restart` does not keep them).
+    pub fn start_with_env(config: Option<Value>, env: &[(&str, &str)]) -> App {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        if let Some(c) = config {
+            std::fs::write(home.path().join("config.json"), c.to_string()).unwrap();
+        }
+        let (h, w) = (home.path().to_path_buf(), ws.path().canonicalize().unwrap());
+        let mut app = App::spawn_full(&h, &w, &[], env);
+        app._dirs = Some((home, ws));
+        app
+    }
+
     /// Starts a server over an existing home and workspace.
     pub fn spawn_in(home: &Path, workdir: &Path, extra_args: &[&str]) -> App {
         App::spawn_full(home, workdir, extra_args, &[])
@@ -169,6 +183,16 @@ impl App {
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
             _dirs: None,
         }
+    }
+
+    /// `Threads:` of the server process (`/proc/PID/status`).
+    pub fn os_threads(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("Threads:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0)
     }
 
     /// Kills the process (SIGKILL) and starts a new one over the same home/workspace.

@@ -1,0 +1,111 @@
+//! Many conversations on one host (issue 15): a conversation only started needs no
+//! session thread, an idle one parks (its thread ends) and is revived from the store with
+//! everything it had.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use support::app::{config_for, App};
+use support::fake_provider::{FakeProvider, Script};
+
+fn turn_end(app: &mut App, turn: &str) -> Value {
+    let t = turn.to_owned();
+    app.wait_for("turn end", move |v| {
+        (v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(t))
+            || (v["method"] == "turn/error" && v["params"]["turn_id"] == json!(t))
+    })
+}
+
+fn run_turn(app: &mut App, thread: &str, prompt: &str) -> Value {
+    let r = app.call("turn/start", json!({"thread_id": thread, "prompt": prompt}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    turn_end(app, &turn)
+}
+
+/// Polls until the server has at most `max` OS threads; returns the last count.
+fn wait_threads_at_most(app: &App, max: u64, limit: Duration) -> u64 {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = app.os_threads();
+        if n <= max || Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn started_conversations_have_no_session_thread_until_used() {
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    app.call("initialize", json!({}));
+    let base = app.os_threads();
+    let mut ids = vec![];
+    for _ in 0..20 {
+        let r = app.call("thread/start", json!({}));
+        ids.push(r["thread"]["id"].as_str().unwrap().to_owned());
+        app.notification("thread/started");
+    }
+    // Each creation ran on a short-lived thread that parked at once.
+    let n = wait_threads_at_most(&app, base + 2, Duration::from_secs(10));
+    assert!(
+        n <= base + 2,
+        "20 started conversations left {n} threads (base {base})"
+    );
+    let listed = app.call("thread/list", json!({}));
+    assert_eq!(listed["threads"].as_array().unwrap().len(), 20);
+    // The first request revives the conversation from the store.
+    fake.push(Script::text(&["Hello", " there"]));
+    let end = run_turn(&mut app, &ids[7], "hi");
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    let r = app.call(
+        "thread/resume",
+        json!({"session_id": ids[7], "response_only": true}),
+    );
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 1, "{r}");
+}
+
+#[test]
+fn an_idle_conversation_parks_and_comes_back_whole() {
+    let fake = FakeProvider::start();
+    let mut app = App::start_with_env(
+        Some(config_for(&fake.base_url())),
+        &[("WUU_PARK_AFTER_MS", "300")],
+    );
+    app.call("initialize", json!({}));
+    let base = app.os_threads();
+    let r = app.call("thread/start", json!({}));
+    let id = r["thread"]["id"].as_str().unwrap().to_owned();
+    app.call("thread/rename", json!({"thread_id": id, "title": "Kept"}));
+    fake.push(Script::text(&["First", " answer"]));
+    assert_eq!(run_turn(&mut app, &id, "one")["method"], "turn/completed");
+    let n = wait_threads_at_most(&app, base, Duration::from_secs(15));
+    assert!(
+        n <= base,
+        "the idle session did not park ({n} threads, base {base})"
+    );
+    // Revived: title, history and a new turn on top of it.
+    let r = app.call(
+        "thread/resume",
+        json!({"session_id": id, "response_only": true}),
+    );
+    assert_eq!(r["thread"]["title"], "Kept");
+    let turns = r["thread"]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1);
+    let text: Vec<&str> = turns[0]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "agent_message")
+        .filter_map(|i| i["text"].as_str())
+        .collect();
+    assert_eq!(text, ["First answer"]);
+    fake.push(Script::text(&["Second"]));
+    assert_eq!(run_turn(&mut app, &id, "two")["method"], "turn/completed");
+    let r = app.call(
+        "thread/resume",
+        json!({"session_id": id, "response_only": true}),
+    );
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 2);
+}
