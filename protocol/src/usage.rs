@@ -326,3 +326,37 @@ pub struct QuotaBalance {
     /// Decimal string (`"12.5"`), exact as computed.
     pub amount: String,
 }
+
+/// One configured model service in `engine/list {include_quota: true}`
+/// `subscription_providers`: the provider summary plus its quota and statistics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SubscriptionProvider {
+    /// The service (as `config/read` reports it).
+    #[serde(flatten)]
+    pub provider: crate::config::ProviderSummary,
+    /// Its account quota (`unsupported` when no adapter can read it).
+    pub quota: SubscriptionQuota,
+    /// Usage this host recorded for it (absent with `include_activity: false` or when the
+    /// history scan failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_usage: Option<LocalUsage>,
+    /// Its newest request (same conditions; also absent when there was none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_request: Option<LatestRequest>,
+}
+
+/// The usage fields of one `engine/list` entry (flattened into it), present only with
+/// `include_quota: true`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineUsage {
+    /// Account quota: external engines that are enabled and whose binary was found
+    /// (never the built-in `wuu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<SubscriptionQuota>,
+    /// Usage recorded for conversations bound to this engine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_usage: Option<LocalUsage>,
+    /// The engine's newest request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_request: Option<LatestRequest>,
+}

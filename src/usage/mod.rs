@@ -5,6 +5,7 @@
 //! - [`history`]: aggregation of usage records into days, metrics and breakdowns.
 //! - [`ledger`]: the external engines' own local ledgers (the `outside` side).
 //! - [`activity`]: `local_usage` / `latest_request` per engine and per service.
+//! - [`quota`]: account quota adapters, snapshots and their rules.
 //!
 //! Concurrency: requests run on the catalog pool. Concurrent requests share one history
 //! scan ([`Coalesced`]): the first starts it, the others wait for its result instead of
@@ -17,11 +18,17 @@
 pub mod activity;
 pub mod history;
 pub mod ledger;
+pub mod quota;
 
+use crate::config::{Config, ProviderConfig};
 use crate::server::{Responder, Shared};
 use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
 use std::sync::Arc;
-use wuu_protocol::{ErrorCode, UsageParams};
+use std::time::Instant;
+use wuu_protocol::{
+    EngineUsage, ErrorCode, ProviderSummary, SubscriptionProvider, SubscriptionQuota, UsageParams,
+};
 use wuu_store::{Store, UsageSnapshot};
 
 /// What one store scan read (zone-independent; each request aggregates it in its zone).
@@ -163,6 +170,146 @@ pub fn serve_settings(shared: &Arc<Shared>, store: &Store, p: UsageParams, reply
         result.engine_breakdowns = None;
     }
     reply.ok(&result)
+}
+
+/// The opt-in parts of `engine/list {include_quota: true}`.
+#[derive(Debug, Default)]
+pub struct EngineListUsage {
+    /// Every configured model service with its quota (and statistics).
+    pub subscription_providers: Vec<SubscriptionProvider>,
+    /// Per engine id given: the fields to flatten into its entry.
+    pub engines: HashMap<String, EngineUsage>,
+}
+
+/// What the usage side needs to know of one `engine/list` entry.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineEntry<'a> {
+    /// Engine id (`wuu`, `codex`, `claude`, …).
+    pub id: &'a str,
+    /// Enabled and its binary found (only such external engines get a quota).
+    pub available: bool,
+}
+
+/// Builds the quota and statistics of `engine/list {include_quota: true}` for the
+/// configured services and the given engine entries. Reads every quota source at once
+/// under the shared 8-second deadline (see [`quota`]); with `include_activity` it also
+/// reads the history statistics (one shared scan; a failed scan leaves `local_usage` and
+/// `latest_request` absent, never zero). `codex` reads the external Codex engine's rate
+/// limits through its host (`None`: the Codex quota is `unsupported`). Never runs
+/// inference and changes no selection.
+pub fn engine_list_usage(
+    shared: &Shared,
+    store: &mut Store,
+    engines: &[EngineEntry<'_>],
+    include_activity: bool,
+    codex: Option<quota::SharedReader>,
+) -> EngineListUsage {
+    let cfg = shared.config();
+    list_usage(
+        &cfg.config,
+        &shared.usage,
+        store,
+        engines,
+        include_activity,
+        codex,
+        &quota::adapters::Endpoints::from_env(),
+    )
+}
+
+fn provider_summary(name: &str, p: &ProviderConfig) -> ProviderSummary {
+    ProviderSummary {
+        name: name.to_owned(),
+        provider_type: p.provider_type.clone(),
+        model: p.model.clone(),
+        base_url: (!p.base_url.is_empty()).then(|| p.base_url.clone()),
+        api_key_configured: p
+            .api_key_env
+            .as_ref()
+            .is_some_and(|e| std::env::var_os(e).is_some_and(|v| !v.is_empty())),
+        models: p.models.clone().unwrap_or_default(),
+    }
+}
+
+/// [`engine_list_usage`] with its inputs explicit.
+pub fn list_usage(
+    config: &Config,
+    state: &UsageState,
+    store: &mut Store,
+    engines: &[EngineEntry<'_>],
+    include_activity: bool,
+    codex: Option<quota::SharedReader>,
+    endpoints: &quota::adapters::Endpoints,
+) -> EngineListUsage {
+    let started = Instant::now();
+    let services: Vec<(String, ProviderConfig)> = config
+        .providers
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let mut sources: Vec<quota::Source> = services
+        .iter()
+        .map(|(name, p)| quota::Source {
+            key: format!("service:{name}"),
+            adapter: quota::adapters::service_adapter(p, endpoints),
+        })
+        .collect();
+    let quota_engines: Vec<&str> = engines
+        .iter()
+        .filter(|e| e.available && e.id != "wuu")
+        .map(|e| e.id)
+        .collect();
+    for id in &quota_engines {
+        sources.push(quota::Source {
+            key: format!("engine:{id}"),
+            adapter: quota::adapters::engine_adapter(id, codex.clone(), endpoints),
+        });
+    }
+    let scan = if include_activity {
+        match state.store_scan(store) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                log::warn!("usage statistics unavailable: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut quotas = quota::collect(&sources, started, store).into_iter();
+    let mut out = EngineListUsage::default();
+    for (name, p) in &services {
+        let quota = quotas.next().unwrap_or_default();
+        let act = scan
+            .as_ref()
+            .map(|s| activity::activity(s, activity::Key::Service(name)));
+        out.subscription_providers.push(SubscriptionProvider {
+            provider: provider_summary(name, p),
+            quota,
+            local_usage: act.as_ref().map(|a| a.local_usage.clone()),
+            latest_request: act.and_then(|a| a.latest_request),
+        });
+    }
+    let mut engine_quota: HashMap<&str, SubscriptionQuota> = HashMap::new();
+    for id in &quota_engines {
+        if let Some(q) = quotas.next() {
+            engine_quota.insert(id, q);
+        }
+    }
+    for e in engines {
+        let act = scan
+            .as_ref()
+            .map(|s| activity::activity(s, activity::Key::Engine(e.id)));
+        out.engines.insert(
+            e.id.to_owned(),
+            EngineUsage {
+                quota: engine_quota.remove(e.id),
+                local_usage: act.as_ref().map(|a| a.local_usage.clone()),
+                latest_request: act.and_then(|a| a.latest_request),
+            },
+        );
+    }
+    out
 }
 
 #[cfg(test)]

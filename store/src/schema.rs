@@ -157,6 +157,15 @@ CREATE TABLE session_folders (
     updated_at_ms INTEGER NOT NULL
 ) STRICT;
 "#,
+    // 3: account quota snapshots (the last successful read per credential-scoped
+    // account; see the app's `usage::quota`).
+    r#"
+CREATE TABLE quota_snapshots (
+    key            TEXT    NOT NULL PRIMARY KEY,
+    body           TEXT    NOT NULL,
+    updated_at_ms  INTEGER NOT NULL
+) STRICT;
+"#,
 ];
 
 /// The schema version this build migrates to.

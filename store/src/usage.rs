@@ -3,7 +3,7 @@
 //! thread engine bindings; never message content (the skill count reads only the name
 //! and arguments of skill tool calls).
 
-use rusqlite::Row;
+use rusqlite::{OptionalExtension, Row};
 
 use crate::error::Result;
 use crate::store::{Store, Tx};
@@ -239,6 +239,49 @@ impl Tx<'_> {
 }
 
 impl Store {
+    /// The quota snapshot under `key` (JSON as stored), if any.
+    pub fn quota_snapshot(&self, key: &str) -> Result<Option<serde_json::Value>> {
+        self.read(|tx| {
+            let text: Option<String> = tx
+                .conn
+                .query_row(
+                    "SELECT body FROM quota_snapshots WHERE key = ?1",
+                    [key],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            // A damaged snapshot is no snapshot.
+            Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
+        })
+    }
+
+    /// Replaces the quota snapshot under `key`.
+    pub fn put_quota_snapshot(
+        &mut self,
+        key: &str,
+        body: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.transaction(|tx| {
+            tx.conn.execute(
+                "INSERT INTO quota_snapshots (key, body, updated_at_ms) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (key) DO UPDATE SET body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms",
+                rusqlite::params![key, body.to_string(), now_ms],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Deletes the quota snapshot under `key` (no error when there is none).
+    pub fn delete_quota_snapshot(&mut self, key: &str) -> Result<()> {
+        self.transaction(|tx| {
+            tx.conn
+                .execute("DELETE FROM quota_snapshots WHERE key = ?1", [key])?;
+            Ok(())
+        })
+    }
+
     /// Every usage record with its conversation's engine, oldest first. Reads no content.
     pub fn usage_scan(&self) -> Result<Vec<UsageScanRow>> {
         self.read(|tx| tx.usage_scan())
