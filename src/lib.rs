@@ -17,6 +17,7 @@ pub mod config;
 pub mod engine;
 pub mod exec;
 pub mod provider;
+pub mod secrets;
 pub mod server;
 pub mod session;
 pub mod tools;

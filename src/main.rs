@@ -35,6 +35,20 @@ fn main() -> ExitCode {
     wuu::tools::sandbox::protect_host();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         .target(env_logger::Target::Stderr)
+        .format(|buf, record| {
+            use std::io::Write;
+            // Every log line passes the secret redactor and the pattern redactor
+            // (keys in request params such as `api_key`).
+            let msg = record.args().to_string();
+            let msg = wuu::util::redact(&wuu::secrets::redact(&msg));
+            writeln!(
+                buf,
+                "[{} {:<5} {}] {msg}",
+                buf.timestamp_millis(),
+                record.level(),
+                record.target()
+            )
+        })
         .init();
     let mut args = std::env::args_os().skip(1);
     let Some(cmd) = args.next() else {
@@ -59,7 +73,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", wuu::secrets::redact(&e));
             ExitCode::from(2)
         }
     }

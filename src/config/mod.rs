@@ -369,6 +369,7 @@ pub fn load_with(
         }
     }
     out.config = serde_json::from_value(merged).unwrap_or_default();
+    crate::secrets::install(&out);
     validate_providers(&mut out);
     out
 }
@@ -458,6 +459,10 @@ fn validate_providers(out: &mut LoadedConfig) {
         } else if p.base_url.trim().is_empty() {
             out.issues
                 .push(bad(format!("providers.{id}.base_url: required")));
+        } else if !crate::secrets::url_userinfo(&p.base_url).is_empty() {
+            out.issues.push(bad(format!(
+                "providers.{id}.base_url: credentials in the URL (`user:key@`) are refused; put the key in an environment variable and name it in `api_key_env` (the key is never shown)"
+            )));
         }
         if p.model.trim().is_empty() {
             out.issues

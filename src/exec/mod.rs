@@ -99,7 +99,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
         Ok(Command::Run(o)) => *o,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::secrets::redact(&e.to_string()));
             return ExitCode::from(2);
         }
     };
@@ -261,7 +261,7 @@ fn run(opts: Options) -> i32 {
     let workdir = match resolve_workdir(&opts) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::secrets::redact(&e.to_string()));
             return code::INVALID_INPUT;
         }
     };
@@ -295,7 +295,7 @@ fn run(opts: Options) -> i32 {
         match cli::combine_prompt(&opts.prompt_args, stdin_text.as_deref(), has_attachments) {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: {e}");
+                eprintln!("error: {}", crate::secrets::redact(&e.to_string()));
                 return code::INVALID_INPUT;
             }
         };
@@ -600,7 +600,7 @@ impl Runner {
                     provider_problem = true;
                     fatal.push(m)
                 }
-                _ => eprintln!("warning: {m}"),
+                _ => eprintln!("warning: {}", crate::secrets::redact(&m.to_string())),
             }
         }
         if fatal.is_empty() {
@@ -1017,7 +1017,7 @@ impl Runner {
             if ctl.cancelled.is_none() {
                 exit = code::PROTOCOL;
             }
-            eprintln!("error: {e}");
+            eprintln!("error: {}", crate::secrets::redact(&e.to_string()));
             printed = true;
         } else if !flushed && ctl.cancelled.is_none() && exit == code::OK {
             let timed_out = ctl.deadline.is_some_and(|d| Instant::now() >= d);
@@ -1039,7 +1039,7 @@ impl Runner {
                     code::INTERRUPTED => "interrupted".to_owned(),
                     _ => format!("run ended with exit code {exit}"),
                 });
-            eprintln!("error: {msg}");
+            eprintln!("error: {}", crate::secrets::redact(&msg));
         }
         exit
     }

@@ -54,6 +54,7 @@ impl Writer {
                     if poisoned {
                         continue;
                     }
+                    let line = crate::secrets::redact_vec(line);
                     let mut r = out.write_all(&line);
                     if r.is_ok() && rx.is_empty() {
                         r = out.flush();

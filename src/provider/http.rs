@@ -58,6 +58,11 @@ impl HttpProvider {
         if base_url.is_empty() {
             return Err(format!("provider `{id}`: `base_url` is required"));
         }
+        if !crate::secrets::url_userinfo(&base_url).is_empty() {
+            return Err(format!(
+                "provider `{id}`: credentials in `base_url` (`user:key@`) are refused; put the key in an environment variable named by `api_key_env`"
+            ));
+        }
         let env_name = match &cfg.api_key_env {
             Some(n) => Some(n.clone()),
             None => {

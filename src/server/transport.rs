@@ -1,5 +1,6 @@
 //! Line transport: the bounded line reader (64 MiB cap), the outbox (a bounded channel of
-//! serialized frames) and the writer thread that alone owns the output.
+//! serialized frames) and the writer thread that alone owns the output. Every frame
+//! entering the outbox passes the secret redactor (`crate::secrets`).
 //!
 //! Framing follows spec `app-server.md` §1.1: one JSON object per line; `\r\n` accepted;
 //! blank lines ignored. A line over the cap is reported as [`LineRead::TooLong`] after
@@ -219,6 +220,7 @@ impl Outbox {
     /// Enqueues a serialized frame, waiting at most `deadline` for room.
     pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
         use std::sync::atomic::Ordering::SeqCst;
+        let frame = crate::secrets::redact_vec(frame);
         self.out.queued.fetch_add(1, SeqCst);
         match self.tx.send_timeout(Frame::Line(frame), deadline) {
             Ok(()) => Ok(()),
@@ -237,6 +239,7 @@ impl Outbox {
     /// Enqueues a frame, waiting as long as it takes (responses: the client asked).
     pub fn send(&self, frame: Vec<u8>) {
         use std::sync::atomic::Ordering::SeqCst;
+        let frame = crate::secrets::redact_vec(frame);
         self.out.queued.fetch_add(1, SeqCst);
         if self.tx.send(Frame::Line(frame)).is_err() {
             self.out.queued.fetch_sub(1, SeqCst);
@@ -248,6 +251,7 @@ impl Outbox {
     /// enqueues it behind what is queued. Order is kept either way.
     pub fn send_direct(&self, frame: Vec<u8>) {
         use std::sync::atomic::Ordering::SeqCst;
+        let frame = crate::secrets::redact_vec(frame);
         if let Some(mut sink) = self.out.sink.try_lock() {
             if self.out.queued.load(SeqCst) == 0 && !self.out.broken.load(SeqCst) {
                 log::trace!("out: {}", String::from_utf8_lossy(&frame));

@@ -177,7 +177,9 @@ fn try_update_defaults(
     shared: &Arc<Shared>,
     p: ConfigModelUpdateParams,
 ) -> Result<ConfigModelUpdateResult, Refusal> {
-    if p.api_key.is_some() {
+    if let Some(key) = &p.api_key {
+        // Never stored, never shown: mask it on every surface from now on.
+        crate::secrets::add(key);
         return Err(invalid(
             "api_key: keys are never stored; set api_key_env to the environment variable that holds it",
         ));

@@ -299,7 +299,7 @@ fn run_guarded(
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run(name, arguments, ctx, cancel, events)
     }));
-    match result {
+    let mut outcome = match result {
         Ok(Ok(outcome)) => outcome,
         Ok(Err(fail)) => fail.into(),
         Err(panic) => {
@@ -311,7 +311,10 @@ fn run_guarded(
             log::error!("tools: {name} panicked: {msg}");
             ToolOutcome::error(format!("internal error in {name}: {msg}"))
         }
-    }
+    };
+    // What the model (and every surface after it) sees never holds a configured secret.
+    outcome.output = crate::secrets::redact_string(std::mem::take(&mut outcome.output));
+    outcome
 }
 
 fn run(

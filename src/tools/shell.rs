@@ -210,6 +210,8 @@ impl Capture {
 /// The spill file: both streams in arrival order, started once a stream exceeds the
 /// cap (bytes before that are buffered; at most 2 × cap).
 struct Spill {
+    /// Masks configured secrets before anything reaches the file.
+    redactor: crate::secrets::StreamRedactor,
     dir: PathBuf,
     buffer: Vec<u8>,
     file: Option<BufWriter<fs::File>>,
@@ -222,6 +224,7 @@ impl Spill {
         if self.error.is_some() {
             return;
         }
+        let bytes = &self.redactor.push(bytes)[..];
         if let Some(f) = &mut self.file {
             if let Err(e) = f.write_all(bytes) {
                 self.error = Some(format!("writing the spill file failed: {e}"));
@@ -253,8 +256,9 @@ impl Spill {
     }
 
     fn finish(&mut self) {
+        let rest = self.redactor.finish();
         if let Some(f) = &mut self.file {
-            if let Err(e) = f.flush() {
+            if let Err(e) = f.write_all(&rest).and_then(|()| f.flush()) {
                 self.error = Some(format!("writing the spill file failed: {e}"));
             }
         }
@@ -441,7 +445,10 @@ pub(crate) fn run(
 
     let cap = ctx.output_cap_bytes;
     let mut caps = [Capture::new(cap), Capture::new(cap)];
+    // Streamed output is masked before it is sent (a secret split across reads too).
+    let mut masks: [crate::secrets::StreamRedactor; 2] = Default::default();
     let mut spill = Spill {
+        redactor: Default::default(),
         dir: ctx.spill_dir.clone(),
         buffer: Vec::new(),
         file: None,
@@ -525,7 +532,7 @@ pub(crate) fn run(
                     let c = &mut caps[idx];
                     c.push(&bytes);
                     spill.push(&bytes, c.total > cap as u64);
-                    let text = c.dec.decode(&bytes);
+                    let text = c.dec.decode(&masks[idx].push(&bytes));
                     if !text.is_empty() && !consumer_gone {
                         pending = Some(ToolEvent::Output {
                             stream: STREAMS[idx],
@@ -545,7 +552,9 @@ pub(crate) fn run(
         let _ = events.send(ev);
     }
     for (idx, c) in caps.iter_mut().enumerate() {
-        let text = c.dec.finish();
+        let held = masks[idx].finish();
+        let mut text = c.dec.decode(&held);
+        text.push_str(&c.dec.finish());
         if !text.is_empty() {
             let _ = events.send(ToolEvent::Output {
                 stream: STREAMS[idx],

@@ -44,6 +44,7 @@ pub use rows::{
 pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
 pub use threads::SNIPPET_CHARS;
 pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};
+pub use util::{set_text_filter, TextFilter};
 
 #[cfg(test)]
 mod tests;

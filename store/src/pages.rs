@@ -251,7 +251,11 @@ impl Store {
             let n = tx.conn.execute(
                 "UPDATE threads SET title = ?2, title_revision = ?3 + 1 \
                  WHERE id = ?1 AND (title IS NULL OR title = '') AND title_revision = ?3",
-                params![id, title, expected_revision as i64],
+                params![
+                    id,
+                    crate::util::filtered(title.to_string()),
+                    expected_revision as i64
+                ],
             )?;
             Ok((tx.get_thread(id)?, n > 0))
         })

@@ -5,7 +5,7 @@ use rusqlite::{params, OptionalExtension, Row};
 use crate::error::{Result, StoreError};
 use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow};
 use crate::store::Tx;
-use crate::util::{find_ci, get, get_json, get_u64, json_text, snippet, U64};
+use crate::util::{filtered, find_ci, get, get_json, get_u64, json_text, snippet, U64};
 
 /// Maximum snippet length of a search hit, in characters.
 pub const SNIPPET_CHARS: usize = 160;
@@ -54,9 +54,9 @@ impl Tx<'_> {
             params![
                 t.id,
                 t.cwd,
-                t.title,
+                t.title.clone().map(filtered),
                 U64(t.title_revision),
-                t.preview,
+                filtered(t.preview.clone()),
                 t.provider,
                 t.model,
                 t.variant,
@@ -98,7 +98,7 @@ impl Tx<'_> {
             params![
                 t.id,
                 t.cwd,
-                t.preview,
+                filtered(t.preview.clone()),
                 t.provider,
                 t.model,
                 t.variant,
@@ -140,7 +140,7 @@ impl Tx<'_> {
         self.conn.execute(
             "UPDATE threads SET title = ?2, title_revision = ?3 \
              WHERE id = ?1 AND title_revision <= ?3",
-            params![id, title, U64(revision)],
+            params![id, title.map(|t| filtered(t.to_string())), U64(revision)],
         )?;
         self.get_thread(id)
     }

@@ -13,7 +13,27 @@ pub(crate) fn now_ms() -> i64 {
 
 /// JSON text of a value (serializing a `Value` cannot fail).
 pub(crate) fn json_text(v: &Value) -> String {
-    v.to_string()
+    filtered(v.to_string())
+}
+
+/// A text filter every JSON column, title and preview passes through before it is
+/// written (the host's secret redactor). Returns `Some(new)` to replace the text.
+pub type TextFilter = fn(&str) -> Option<String>;
+
+static TEXT_FILTER: std::sync::OnceLock<TextFilter> = std::sync::OnceLock::new();
+
+/// Installs the [`TextFilter`] (once per process; later calls are ignored and return
+/// false). Rows written before it was installed are not rewritten.
+pub fn set_text_filter(f: TextFilter) -> bool {
+    TEXT_FILTER.set(f).is_ok()
+}
+
+/// `text` through the installed [`TextFilter`].
+pub(crate) fn filtered(text: String) -> String {
+    match TEXT_FILTER.get().and_then(|f| f(&text)) {
+        Some(t) => t,
+        None => text,
+    }
 }
 
 /// Reads column `idx`; a type/NULL mismatch becomes [`StoreError::Corrupt`] naming

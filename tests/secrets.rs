@@ -1,0 +1,308 @@
+//! End-to-end tests: a configured provider key appears on no surface (issue 10 §3).
+//!
+//! Each test uses a distinctive key and greps every surface for it: stdout (JSONL
+//! events / protocol frames), stderr at `RUST_LOG=trace`, and every file under
+//! `WUU_HOME` — the database, its WAL, traces, spill files — during and after the run.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use support::fake_provider::{FakeProvider, HttpError, Script};
+
+const BIN: &str = env!("CARGO_BIN_EXE_wuu");
+const KEY: &str = "sk-leak-PROBE-5e1f0a9b7c3d";
+
+struct Lab {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+    fake: FakeProvider,
+}
+
+impl Lab {
+    fn new(provider_extra: Value, agent_extra: Value) -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let (home, ws) = (base.join("wuu"), base.join("ws"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        let fake = FakeProvider::start();
+        let mut provider = json!({
+            "type": "openai-compatible", "base_url": fake.base_url(), "model": "m",
+            "api_key_env": "LEAK_API_KEY",
+            "max_retries": 0, "initial_backoff_ms": 1, "max_backoff_ms": 5,
+        });
+        merge(&mut provider, provider_extra);
+        let mut agent = json!({"auto_title": false, "output_cap_bytes": 1024});
+        merge(&mut agent, agent_extra);
+        let cfg = json!({
+            "default_provider": "fake",
+            "providers": {"fake": provider},
+            "agent": agent,
+        });
+        std::fs::write(home.join("config.json"), cfg.to_string()).unwrap();
+        Lab {
+            _dir: dir,
+            home,
+            ws,
+            fake,
+        }
+    }
+
+    /// Runs `wuu exec --json` at `RUST_LOG=trace`; returns (exit code, stdout, stderr).
+    fn exec(&self, prompt: &str) -> (i32, String, String) {
+        let mut child = Command::new(BIN)
+            .arg("exec")
+            .arg("--json")
+            .arg("--cd")
+            .arg(&self.ws)
+            .arg(prompt)
+            .env("WUU_HOME", &self.home)
+            .env("HOME", &self.home)
+            .env("LEAK_API_KEY", KEY)
+            .env("RUST_LOG", "trace")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let t1 = std::thread::spawn(move || {
+            let mut s = String::new();
+            out.read_to_string(&mut s).unwrap();
+            s
+        });
+        let t2 = std::thread::spawn(move || {
+            let mut s = String::new();
+            err.read_to_string(&mut s).unwrap();
+            s
+        });
+        let end = Instant::now() + Duration::from_secs(60);
+        let code = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < end, "exec hung");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        (code, t1.join().unwrap(), t2.join().unwrap())
+    }
+}
+
+fn merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        for (k, v) in e {
+            b.insert(k, v);
+        }
+    }
+}
+
+/// Every file below `dir` (recursively) with its bytes.
+fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = vec![];
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else if let Ok(b) = std::fs::read(&p) {
+            out.push((p, b));
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The key is in no file under `home` (db, WAL, traces, spill files, …); returns the
+/// names seen, so a test can check that the surfaces it means exist.
+fn assert_no_key_on_disk(home: &Path, key: &str) -> Vec<String> {
+    let mut names = vec![];
+    for (p, bytes) in files(home) {
+        if p.file_name().is_some_and(|n| n == "config.json") {
+            continue;
+        }
+        assert!(!contains(&bytes, key), "{} holds the key", p.display());
+        names.push(p.to_string_lossy().into_owned());
+    }
+    names
+}
+
+fn assert_clean(what: &str, text: &str, key: &str) {
+    assert!(!text.contains(key), "{what} shows the key:\n{text:.4000}");
+}
+
+#[test]
+fn an_error_quoting_the_upstream_body_does_not_show_the_key() {
+    let lab = Lab::new(json!({}), json!({}));
+    lab.fake.push(Script::status(HttpError::BadRequest(format!(
+        "Incorrect API key provided: {KEY}. You can find your API key at example"
+    ))));
+    let (code, stdout, stderr) = lab.exec("hello");
+    assert_ne!(code, 0);
+    assert!(stdout.contains("Incorrect API key provided"), "{stdout}");
+    assert!(stdout.contains("[REDACTED]"), "{stdout}");
+    assert_clean("stdout", &stdout, KEY);
+    assert_clean("stderr", &stderr, KEY);
+    // The request did carry the key (the redactor only masks what leaves the host).
+    let req = &lab.fake.requests()[0];
+    assert_eq!(
+        req.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    let names = assert_no_key_on_disk(&lab.home, KEY);
+    assert!(names.iter().any(|n| n.ends_with("wuu.db")), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("traces")), "{names:?}");
+}
+
+#[test]
+fn command_output_with_the_key_is_masked_in_items_store_wal_trace_and_spill() {
+    // `keep` passes the key to commands on purpose: everything they print is masked.
+    let lab = Lab::new(json!({}), json!({"shell_env": {"keep": ["LEAK_API_KEY"]}}));
+    let cmd = "echo \"key=$LEAK_API_KEY\"; env | grep LEAK; \
+               for i in $(seq 1 400); do printf '%s ' \"$LEAK_API_KEY\"; done; echo; \
+               echo \"$LEAK_API_KEY\" >&2";
+    lab.fake.push(Script::tool_call(
+        "call_1",
+        "bash",
+        &json!({ "command": cmd }).to_string(),
+    ));
+    lab.fake.push(Script::text(&["done"]));
+    let (code, stdout, stderr) = lab.exec("print it");
+    assert_eq!(code, 0, "{stderr:.3000}");
+    assert!(stdout.contains("key=[REDACTED]"), "{stdout:.3000}");
+    assert_clean("stdout", &stdout, KEY);
+    assert_clean("stderr at trace", &stderr, KEY);
+    // The model got the masked output too.
+    let body = lab.fake.requests()[1].body.to_string();
+    assert!(body.contains("[REDACTED]"), "{body:.2000}");
+    assert!(!body.contains(KEY));
+    let names = assert_no_key_on_disk(&lab.home, KEY);
+    assert!(
+        names.iter().any(|n| n.contains("/spill/")),
+        "a spill file was written: {names:?}"
+    );
+    let spill = names.iter().find(|n| n.contains("/spill/")).unwrap();
+    let spilled = std::fs::read_to_string(spill).unwrap();
+    assert!(spilled.contains("[REDACTED] [REDACTED]"), "{spilled:.500}");
+}
+
+#[test]
+fn base_url_with_userinfo_is_refused_and_never_shown() {
+    let secret = "userinfo-KEY-8a7b6c5d4e";
+    let lab = Lab::new(json!({}), json!({}));
+    let cfg_path = lab.home.join("config.json");
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let url = lab
+        .fake
+        .base_url()
+        .replace("http://", &format!("http://user:{secret}@"));
+    cfg["providers"]["fake"]["base_url"] = json!(url);
+    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    lab.fake.push(Script::text(&["never"]));
+    let (code, stdout, stderr) = lab.exec("hello");
+    assert_ne!(code, 0, "{stdout}");
+    assert!(
+        format!("{stdout}{stderr}").contains("api_key_env"),
+        "the error says what to do: {stdout}\n{stderr}"
+    );
+    assert_clean("stdout", &stdout, secret);
+    assert_clean("stderr", &stderr, secret);
+    assert!(lab.fake.requests().is_empty(), "nothing was sent");
+    assert_no_key_on_disk(&lab.home, secret);
+    // app-server: initialize and config/read show the provider without the secret.
+    let (frames, stderr) = app_server(
+        &lab,
+        &[
+            json!({"id":"1","method":"initialize","params":{"client":{"name":"t"}}}),
+            json!({"id":"2","method":"config/read","params":{}}),
+        ],
+    );
+    assert!(frames.contains("invalid_provider"), "{frames}");
+    assert_clean("frames", &frames, secret);
+    assert_clean("stderr", &stderr, secret);
+}
+
+/// Runs `wuu app-server` at `RUST_LOG=trace`, sends `lines`, waits for each answer,
+/// scans the home while the server is still running (the WAL is live), then closes
+/// stdin. Returns (all frames, stderr).
+fn app_server(lab: &Lab, lines: &[Value]) -> (String, String) {
+    let mut child = Command::new(BIN)
+        .arg("app-server")
+        .arg("--workdir")
+        .arg(&lab.ws)
+        .env("WUU_HOME", &lab.home)
+        .env("HOME", &lab.home)
+        .env("LEAK_API_KEY", KEY)
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut err = child.stderr.take().unwrap();
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let mut frames = String::new();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+        stdin.flush().unwrap();
+        let id = l["id"].clone();
+        loop {
+            let mut line = String::new();
+            assert!(out.read_line(&mut line).unwrap() > 0, "server ended early");
+            frames.push_str(&line);
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id && (v.get("result").is_some() || v.get("error").is_some()) {
+                break;
+            }
+        }
+    }
+    assert_no_key_on_disk(&lab.home, KEY);
+    drop(stdin);
+    let mut rest = String::new();
+    let _ = out.read_to_string(&mut rest);
+    frames.push_str(&rest);
+    let _ = child.wait();
+    (frames, t_err.join().unwrap())
+}
+
+#[test]
+fn trace_logs_do_not_show_keys_sent_in_requests() {
+    let lab = Lab::new(json!({}), json!({}));
+    let sent = "sk-client-SENT-0f9e8d7c6b5a";
+    let (frames, stderr) = app_server(
+        &lab,
+        &[
+            json!({"id":"1","method":"initialize","params":{"client":{"name":"t"}}}),
+            json!({"id":"2","method":"config/model/update","params":{"model":"m","api_key": sent}}),
+            json!({"id":"3","method":"thread/start","params":{}}),
+        ],
+    );
+    assert!(
+        stderr.contains("config/model/update"),
+        "trace logs requests: {stderr:.2000}"
+    );
+    assert!(stderr.contains("TRACE"), "{stderr:.500}");
+    assert_clean("stderr at trace", &stderr, sent);
+    assert_clean("stderr at trace", &stderr, KEY);
+    assert_clean("frames", &frames, sent);
+    assert_clean("frames", &frames, KEY);
+    assert_no_key_on_disk(&lab.home, sent);
+    assert_no_key_on_disk(&lab.home, KEY);
+}
