@@ -402,3 +402,174 @@ fn every_error_code_is_in_the_readme_and_the_schema_and_idle_interrupt_has_its_o
     let e = app.call_err("user-question/hold", json!({"request_id": "uq_nope"}));
     assert_eq!(e["code"], "question_not_found", "{e}");
 }
+
+/// A conversation with one completed turn ("first question" → "first answer"), then the
+/// server stopped; returns (fake, first app (exited; holds the dirs), thread id).
+fn stopped_conversation() -> (FakeProvider, App, String) {
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    let th = thread_id(&app.call("thread/start", json!({})));
+    fake.push(Script::text(&["first answer"]));
+    let r = app.call(
+        "turn/start",
+        json!({"thread_id": th, "prompt": "first question"}),
+    );
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    app.wait_for("turn end", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(turn)
+    });
+    app.close_stdin();
+    assert_eq!(app.wait_exit(Duration::from_secs(30)), Some(0));
+    (fake, app, th)
+}
+
+fn reopen(first: &App) -> App {
+    App::spawn_in(&first.home, &first.workdir, &[])
+}
+
+#[test]
+fn a_thread_with_damaged_metadata_is_listed_flagged_and_still_served() {
+    let (_fake, first, th) = stopped_conversation();
+    db(&first)
+        .execute("UPDATE threads SET extra = '{\"x\":' WHERE id = ?1", [&th])
+        .unwrap();
+    let mut app = reopen(&first);
+    let list = app.call("thread/list", json!({}));
+    let t = list["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == json!(th))
+        .unwrap_or_else(|| panic!("the damaged thread vanished from thread/list: {list}"))
+        .clone();
+    assert_eq!(t["damaged"], true, "{t}");
+    assert!(t["damage"].as_str().unwrap().contains("extra"), "{t}");
+    let r = app.call("thread/resume", json!({"session_id": th}));
+    assert_eq!(r["thread"]["damaged"], true);
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 1, "{r}");
+    // A rename works and does not overwrite the damaged text with a guess.
+    app.call(
+        "thread/rename",
+        json!({"thread_id": th, "title": "still here"}),
+    );
+    let extra: String = db(&app)
+        .query_row("SELECT extra FROM threads WHERE id = ?1", [&th], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(extra, "{\"x\":");
+}
+
+#[test]
+fn a_damaged_item_is_a_placeholder_and_the_model_is_told_history_is_missing() {
+    let (fake, first, th) = stopped_conversation();
+    let n = db(&first)
+        .execute(
+            "UPDATE items SET body = '{\"role\":' WHERE thread_id = ?1 AND item_type = 'user_message'",
+            [&th],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    let mut app = reopen(&first);
+    let r = app.call("thread/resume", json!({"session_id": th}));
+    let turns = r["thread"]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{r}");
+    let items = turns[0]["items"].as_array().unwrap();
+    let damaged: Vec<&Value> = items.iter().filter(|i| i["status"] == "damaged").collect();
+    assert_eq!(damaged.len(), 1, "{items:?}");
+    assert_eq!(damaged[0]["type"], "user_message");
+    assert!(
+        items.iter().any(|i| i["text"] == "first answer"),
+        "{items:?}"
+    );
+    // Paged reads serve it too.
+    for params in [
+        json!({"session_id": th, "conversation_history": true}),
+        json!({"session_id": th, "history_page": true}),
+    ] {
+        let r = app.call("thread/resume", params);
+        assert!(r.to_string().contains("\"damaged\""), "{r}");
+    }
+    // The next turn's request carries the rest of the history and says what is missing.
+    fake.push(Script::text(&["second answer"]));
+    let before = fake.requests().len();
+    let r = app.call(
+        "turn/start",
+        json!({"thread_id": th, "prompt": "second question"}),
+    );
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    app.wait_for("turn end", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(turn)
+    });
+    let reqs = fake.requests();
+    let body = reqs[before..]
+        .iter()
+        .find(|r| r.method == "POST")
+        .expect("a model request")
+        .body
+        .to_string();
+    assert!(body.contains("first answer"), "{body}");
+    assert!(body.contains("damaged in the store"), "{body}");
+    assert!(body.contains("second question"), "{body}");
+}
+
+#[test]
+fn an_unknown_stored_permission_mode_fails_closed_to_read_only_and_is_reported() {
+    let (fake, first, th) = stopped_conversation();
+    db(&first)
+        .execute(
+            "UPDATE threads SET permission_mode = 'read_onIy' WHERE id = ?1",
+            [&th],
+        )
+        .unwrap();
+    let mut app = reopen(&first);
+    let r = app.call("thread/resume", json!({"session_id": th}));
+    assert_eq!(r["thread"]["permission_mode"], "read_only", "{r}");
+    assert_eq!(r["thread"]["damaged"], true);
+    assert!(
+        r["thread"]["damage"]
+            .as_str()
+            .unwrap()
+            .contains("read_onIy"),
+        "{r}"
+    );
+    let marker = app.workdir.join("written-by-bash");
+    fake.push(Script::tool_call(
+        "call_w",
+        "bash",
+        &json!({"command": format!("touch {}", marker.display())}).to_string(),
+    ));
+    fake.push(Script::text(&["done"]));
+    let r = app.call("turn/start", json!({"thread_id": th, "prompt": "write"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    app.wait_for("turn end", |v| {
+        (v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(turn))
+            || (v["method"] == "turn/error" && v["params"]["turn_id"] == json!(turn))
+    });
+    assert!(
+        !marker.exists(),
+        "bash ran under an unknown stored permission mode"
+    );
+}
+
+#[test]
+fn an_unknown_stored_turn_status_is_not_passed_to_clients() {
+    let (_fake, first, th) = stopped_conversation();
+    db(&first)
+        .execute(
+            "UPDATE turns SET status = 'exploded' WHERE thread_id = ?1",
+            [&th],
+        )
+        .unwrap();
+    let mut app = reopen(&first);
+    for params in [
+        json!({"session_id": th}),
+        json!({"session_id": th, "conversation_history": true}),
+        json!({"session_id": th, "history_page": true}),
+    ] {
+        let r = app.call("thread/resume", params);
+        let text = r.to_string();
+        assert!(!text.contains("\"status\":\"exploded\""), "{text}");
+        assert_eq!(r["thread"]["turns"][0]["status"], "failed", "{text}");
+    }
+}

@@ -91,6 +91,14 @@ pub struct Thread {
     /// True when `turns` holds only the newest page.
     #[serde(default, skip_serializing_if = "is_false")]
     pub history_paged: bool,
+    /// True when part of the stored conversation could not be read (its stored metadata
+    /// is damaged, or its stored permission mode is unknown and `read_only` is enforced);
+    /// `damage` says what. The conversation is still listed and served.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub damaged: bool,
+    /// What is damaged, when `damaged`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
 }
 
 /// Structured turn failure (spec §5.2).

@@ -73,6 +73,13 @@ pub fn images_of(item: &ThreadItem) -> Vec<ImageInput> {
         .collect()
 }
 
+/// What the model reads in place of a damaged stored item.
+pub fn damaged_note(item_type: &str) -> String {
+    format!(
+        "[wuu: a {item_type} item of this conversation is damaged in the store and could not be read; its content is missing from this history]"
+    )
+}
+
 /// Builds the messages for a request to `provider`/`model` from the conversation's
 /// turns (oldest first).
 pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<ChatMessage> {
@@ -82,6 +89,13 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
         let turn_provider = turn.row.provider.as_str();
         let turn_model = turn.row.model.as_str();
         for item in &turn.items {
+            if item.status.as_deref() == Some(wuu_store::item_damage::STATUS) {
+                // A damaged stored item is never dropped silently: the model is told
+                // that part of the history is missing (spec: issue 11, damaged rows).
+                g.flush(&mut out);
+                out.push(ChatMessage::text(Role::User, damaged_note(&item.item_type)));
+                continue;
+            }
             match item.item_type.as_str() {
                 "user_message" => {
                     g.flush(&mut out);

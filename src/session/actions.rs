@@ -16,7 +16,6 @@ use super::convert::{thread_wire, TurnState};
 use super::Session;
 use crate::engine::{context, history};
 use crate::server::Responder;
-use crate::tools::PermissionMode;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use wuu_protocol::*;
@@ -253,7 +252,7 @@ impl Session {
                 .last()
                 .map(|u| u.input_tokens + u.cache_read_tokens + u.cache_creation_tokens)
         });
-        let mode = PermissionMode::parse(&self.thread.permission_mode).unwrap_or_default();
+        let mode = super::convert::stored_permission_mode(&self.thread);
         let cfg = self.shared.config();
         let sections = context::system_sections(
             &self.shared.opts.workdir,

@@ -1,6 +1,7 @@
 //! Conversions between store rows and wire shapes (spec `app-server.md` §5.1–§5.3).
 
 use crate::server::Shared;
+use crate::tools::PermissionMode;
 use crate::util::rfc3339;
 use wuu_protocol::{Thread, ThreadItem, Turn, TurnError};
 use wuu_store::{ItemRow, ThreadRow};
@@ -9,10 +10,16 @@ use wuu_store::{ItemRow, ThreadRow};
 /// engine seam, whose built-in engine reads history in this shape).
 pub use crate::engine::TurnState;
 
+/// The turn statuses clients are sent.
+pub const TURN_STATUSES: &[&str] = &["in_progress", "completed", "failed", "interrupted"];
+
 /// Wire turn of a row and its items.
 pub fn turn_wire(t: &TurnState) -> Turn {
     let r = &t.row;
     let nz = |n: u64| (n > 0).then_some(n);
+    // A status this build does not know (a damaged or hand-edited row) is never passed
+    // through: the turn shows as failed, saying why.
+    let known_status = TURN_STATUSES.contains(&r.status.as_str());
     Turn {
         id: r.id.clone(),
         kind: (r.kind != "user" && !r.kind.is_empty()).then(|| r.kind.clone()),
@@ -20,11 +27,26 @@ pub fn turn_wire(t: &TurnState) -> Turn {
         model: (!r.model.is_empty()).then(|| r.model.clone()),
         items: t.items.clone(),
         items_view: "full".into(),
-        status: r.status.clone(),
-        error: r
-            .error
-            .as_ref()
-            .and_then(|e| serde_json::from_value::<TurnError>(e.clone()).ok()),
+        status: if known_status {
+            r.status.clone()
+        } else {
+            "failed".into()
+        },
+        error: if known_status {
+            r.error
+                .as_ref()
+                .and_then(|e| serde_json::from_value::<TurnError>(e.clone()).ok())
+        } else {
+            Some(TurnError {
+                message: format!(
+                    "the stored status of this turn ({:?}) is not a known status; shown as failed",
+                    crate::util::clip(&r.status, 40)
+                ),
+                code: Some("damaged".into()),
+                category: Some("internal".into()),
+                ..Default::default()
+            })
+        },
         finish_reason: r.finish_reason.clone(),
         stop_reason: r.stop_reason.clone(),
         truncated: r.truncated,
@@ -65,6 +87,29 @@ pub fn item_wire(row: &ItemRow) -> ThreadItem {
     }
 }
 
+/// The permission mode a conversation runs under: its stored mode, or `read_only` when
+/// the stored value is not a known mode (fail closed: a damaged or hand-edited row never
+/// widens what the agent may do). An empty stored mode (rows from before modes were
+/// stored) is the default mode.
+pub fn stored_permission_mode(row: &ThreadRow) -> PermissionMode {
+    if row.permission_mode.trim().is_empty() {
+        return PermissionMode::default();
+    }
+    PermissionMode::parse(&row.permission_mode).unwrap_or(PermissionMode::ReadOnly)
+}
+
+/// Why the stored permission mode is not used, if it is not.
+fn permission_damage(row: &ThreadRow) -> Option<String> {
+    (!row.permission_mode.trim().is_empty()
+        && PermissionMode::parse(&row.permission_mode).is_none())
+    .then(|| {
+        format!(
+            "stored permission_mode {:?} is not a known mode; read_only is enforced",
+            crate::util::clip(&row.permission_mode, 40)
+        )
+    })
+}
+
 /// Wire thread of a row with the given turns and status.
 pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Thread {
     let latest_completed = turns
@@ -72,6 +117,10 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         .rev()
         .find(|t| t.row.status != "in_progress")
         .map(|t| t.row.id.clone());
+    let damage = match (&row.damage, permission_damage(row)) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.clone().or(b),
+    };
     Thread {
         id: row.id.clone(),
         preview: row
@@ -85,7 +134,7 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         model: row.model.clone(),
         model_variant: row.variant.clone(),
         model_effort: row.effort.clone(),
-        permission_mode: row.permission_mode.clone(),
+        permission_mode: stored_permission_mode(row).as_str().to_owned(),
         engine_id: Some(row.engine_id.clone()).filter(|e| !e.is_empty()),
         cwd: row.cwd.clone(),
         workspace_kind: Some("project".into()),
@@ -105,6 +154,8 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         turns: turns.iter().map(turn_wire).collect(),
         history_cursor: None,
         history_paged: false,
+        damaged: damage.is_some(),
+        damage,
     }
 }
 

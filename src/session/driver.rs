@@ -17,7 +17,6 @@ use crate::engine::{
 use crate::provider::Usage;
 use crate::server::transport::Overflow;
 use crate::session::{Session, SessionMsg};
-use crate::tools::PermissionMode;
 use crate::util::{now_ms, rfc3339};
 use crossbeam_channel::select;
 use serde_json::{json, Value};
@@ -375,8 +374,7 @@ impl<'a> Driver<'a> {
             provider_id: row.provider.clone(),
             model: row.model.clone(),
             effort: self.s.thread.effort.clone(),
-            permission_mode: PermissionMode::parse(&self.s.thread.permission_mode)
-                .unwrap_or_default(),
+            permission_mode: super::convert::stored_permission_mode(&self.s.thread),
             instructions: cfg.config.instructions.clone(),
             output_schema: self.opts.output_schema.clone(),
             input,

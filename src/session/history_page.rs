@@ -277,7 +277,7 @@ impl<'a> Source<'a> {
         };
         let mut item = serde_json::from_slice::<ThreadItem>(&cut).unwrap_or_else(|e| {
             let mut i = ThreadItem::new(head.id.clone(), &head.item_type);
-            i.status = head.status.clone();
+            i.status = Some(wuu_store::item_damage::STATUS.into());
             i.error = Some(format!("stored item could not be read: {e}"));
             i
         });

@@ -208,6 +208,7 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
             Some(w) => serde_json::json!({ "workspace_id": w }),
             None => serde_json::json!({}),
         },
+        damage: None,
     };
     if ephemeral {
         return Ok((None, thread, vec![]));

@@ -422,7 +422,7 @@ pub fn continue_turn(s: &mut Session, source: &str) -> Result<(), Refusal> {
             ),
         ));
     }
-    if s.thread.permission_mode == "read_only" {
+    if super::convert::stored_permission_mode(&s.thread) == PermissionMode::ReadOnly {
         return Err((
             ErrorCode::Error,
             "cannot continue a read-only conversation".into(),

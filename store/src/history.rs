@@ -29,7 +29,10 @@ fn turn_from_row(row: &Row<'_>) -> Result<TurnRow> {
         status: get(row, 3, t, k)?,
         provider: get(row, 4, t, k)?,
         model: get(row, 5, t, k)?,
-        error: get_json_opt(row, 6, t, k)?,
+        error: get_json_opt(row, 6, t, k).unwrap_or_else(|e| {
+            log::warn!("{e}");
+            Some(serde_json::json!({"message": format!("the stored error of this turn is damaged ({e})")}))
+        }),
         started_at_ms: get(row, 7, t, k)?,
         completed_at_ms: get(row, 8, t, k)?,
         answer_ready_at_ms: get(row, 9, t, k)?,
@@ -40,7 +43,10 @@ fn turn_from_row(row: &Row<'_>) -> Result<TurnRow> {
         finish_reason: get(row, 14, t, k)?,
         stop_reason: get(row, 15, t, k)?,
         truncated: get(row, 16, t, k)?,
-        extra: get_json(row, 17, t, k)?,
+        extra: get_json(row, 17, t, k).unwrap_or_else(|e| {
+            log::warn!("{e}");
+            serde_json::Value::Object(Default::default())
+        }),
         thread_id,
         id,
     })
@@ -51,12 +57,27 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
     let id: String = get(row, 2, "items", &thread_id)?;
     let key = format!("{thread_id}/{id}");
     let (t, k) = ("items", key.as_str());
+    let item_type: String = get(row, 3, t, k)?;
+    let mut status: Option<String> = get(row, 4, t, k)?;
+    let body = match get_json(row, 6, t, k) {
+        Ok(b) => b,
+        Err(e) => {
+            log::warn!("{e}");
+            status = Some(crate::rows::item_damage::STATUS.to_string());
+            serde_json::json!({
+                "id": id,
+                "type": item_type,
+                "status": crate::rows::item_damage::STATUS,
+                "error": format!("this item is damaged in the store and could not be read ({e})"),
+            })
+        }
+    };
     Ok(ItemRow {
         turn_id: get(row, 1, t, k)?,
-        item_type: get(row, 3, t, k)?,
-        status: get(row, 4, t, k)?,
+        item_type,
+        status,
         seq: get_u64(row, 5, t, k)?,
-        body: get_json(row, 6, t, k)?,
+        body,
         thread_id,
         id,
     })

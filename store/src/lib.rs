@@ -37,9 +37,9 @@ pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE, TOOL_OUTCOME_UNKNOWN}
 pub use organization::FolderRow;
 pub use pages::{ItemHead, SMALL_BODY_BYTES};
 pub use rows::{
-    input_mode, input_state, turn_status, DeleteOutcome, InputRow, ItemRow, LeaseOutcome,
-    LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter, ThreadRow, TurnRow,
-    TurnWithItems, UsageRow,
+    input_mode, input_state, item_damage, turn_status, DeleteOutcome, InputRow, ItemRow,
+    LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter,
+    ThreadRow, TurnRow, TurnWithItems, UsageRow,
 };
 pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
 pub use threads::SNIPPET_CHARS;

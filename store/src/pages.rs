@@ -83,9 +83,9 @@ impl Tx<'_> {
     pub fn item_heads(&self, thread_id: &str, turn_id: &str) -> Result<Vec<ItemHead>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT id, item_type, status, seq, octet_length(body) AS n, \
-             CASE WHEN octet_length(body) <= ?3 THEN coalesce(json_extract(body, '$.terminal'), 0) ELSE 0 END, \
-             CASE WHEN octet_length(body) <= ?3 THEN json_extract(body, '$.name') END, \
-             CASE WHEN octet_length(body) <= ?3 THEN \
+             CASE WHEN octet_length(body) <= ?3 AND json_valid(body) THEN coalesce(json_extract(body, '$.terminal'), 0) ELSE 0 END, \
+             CASE WHEN octet_length(body) <= ?3 AND json_valid(body) THEN json_extract(body, '$.name') END, \
+             CASE WHEN octet_length(body) <= ?3 AND json_valid(body) THEN \
                json_type(body, '$.images') IS NOT NULL OR json_type(body, '$.files') IS NOT NULL \
              ELSE 0 END \
              FROM items WHERE thread_id = ?1 AND turn_id = ?2 ORDER BY seq",

@@ -45,6 +45,11 @@ pub struct ThreadRow {
     pub updated_at_ms: i64,
     /// JSON object for future fields (stored as text; must be valid JSON).
     pub extra: Value,
+    /// Set on read when part of the stored row could not be decoded (today: `extra` is
+    /// not valid JSON; `extra` then reads as `{}`): says what. `None` for a sound row.
+    /// Never written; while it is set, [`crate::Store::update_thread`] keeps the stored
+    /// `extra` text instead of overwriting it.
+    pub damage: Option<String>,
 }
 
 impl ThreadRow {
@@ -71,6 +76,7 @@ impl ThreadRow {
             created_at_ms: now_ms,
             updated_at_ms: now_ms,
             extra: Value::Object(Default::default()),
+            damage: None,
         }
     }
 }
@@ -171,13 +177,23 @@ pub struct ItemRow {
     /// `user_message` | `agent_message` | `reasoning` | `tool_call` | … (copied from the
     /// item's `type`; not validated).
     pub item_type: String,
-    /// `in_progress` | `completed` | `failed`, when the item has one.
+    /// `in_progress` | `completed` | `failed`, when the item has one; `damaged` (see
+    /// [`item_damage`]) when the stored body could not be read.
     pub status: Option<String>,
     /// Thread-wide monotonic sequence number (1, 2, …; never reused). Ignored on write,
     /// filled on read.
     pub seq: u64,
     /// The whole item JSON, stored verbatim (the store never edits it).
     pub body: Value,
+}
+
+/// Damaged item rows: an item whose stored body is not valid JSON reads as a placeholder
+/// (status [`item_damage::STATUS`], body `{id, type, status: "damaged", error}`) instead
+/// of failing the whole history, so one bad row never hides or silently empties a
+/// conversation.
+pub mod item_damage {
+    /// Status of a placeholder item.
+    pub const STATUS: &str = "damaged";
 }
 
 /// A turn with its items in `seq` order, as returned by [`crate::Store::load_history`].

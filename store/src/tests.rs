@@ -344,23 +344,31 @@ fn listing_skips_damaged_rows() {
         ["a", "b", "c", "d"]
     );
 
+    // damaged metadata (extra) is read as `{}` and flagged: the row is still listed
     raw(&store)
         .execute("UPDATE threads SET extra = '{not json' WHERE id = 'b'", [])
         .unwrap();
-    // an out-of-range value is damage too (STRICT tables keep types, so a negative
-    // revision is the way to break a u64 column)
+    let b = store.get_thread("b").unwrap().unwrap();
+    assert_eq!(b.extra, serde_json::json!({}));
+    assert!(b.damage.as_deref().unwrap().contains("extra"), "{b:?}");
+    // an update keeps the damaged text (nothing is guessed over it)
+    store.update_thread(&b).unwrap();
+    let text: String = raw(&store)
+        .query_row("SELECT extra FROM threads WHERE id = 'b'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(text, "{not json");
+    // an out-of-range value cannot be read at all (STRICT tables keep types, so a
+    // negative revision is the way to break a u64 column): skipped, never hiding others
     store.insert_thread(&thread("e", "/w", 15)).unwrap();
     raw(&store)
         .execute("UPDATE threads SET title_revision = -1 WHERE id = 'e'", [])
         .unwrap();
-    for id in ["b", "e"] {
-        let err = store.get_thread(id).unwrap_err();
-        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
-        assert!(err.to_string().contains(&format!("threads[{id}]")), "{err}");
-    }
+    let err = store.get_thread("e").unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("threads[e]"), "{err}");
     assert_eq!(
         ids(store.list_threads(&ThreadFilter::default()).unwrap()),
-        ["a", "c", "d"]
+        ["a", "b", "c", "d"]
     );
     assert_eq!(
         ids(store
@@ -370,9 +378,12 @@ fn listing_skips_damaged_rows() {
                 limit: Some(5),
             })
             .unwrap()),
-        ["a"]
+        ["a", "b"]
     );
     // the limit counts returned rows, not scanned ones
+    raw(&store)
+        .execute("UPDATE threads SET title_revision = -1 WHERE id = 'b'", [])
+        .unwrap();
     assert_eq!(
         ids(store
             .list_threads(&ThreadFilter {
@@ -392,12 +403,12 @@ fn listing_skips_damaged_rows() {
         ["d"]
     );
 
-    // a damaged newest row does not hide the latest good one
+    // an unreadable newest row does not hide the latest good one
     raw(&store)
-        .execute("UPDATE threads SET extra = '[' WHERE id = 'a'", [])
-        .unwrap();
-    raw(&store)
-        .execute("UPDATE threads SET updated_at_ms = 100 WHERE id = 'a'", [])
+        .execute(
+            "UPDATE threads SET title_revision = -1, updated_at_ms = 100 WHERE id = 'a'",
+            [],
+        )
         .unwrap();
     assert_eq!(
         ids(store.list_threads(&ThreadFilter::default()).unwrap()),

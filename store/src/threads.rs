@@ -19,6 +19,19 @@ pub(crate) fn thread_from_row(row: &Row<'_>) -> Result<ThreadRow> {
     let id: String = get(row, 0, "threads", "?")?;
     let k = id.as_str();
     let t = "threads";
+    // Damaged metadata must not hide the conversation: it reads as `{}`, flagged.
+    let (extra, damage) = match get_json(row, 18, t, k) {
+        Ok(v) => (v, None),
+        Err(e) => {
+            log::warn!("thread {k}: {e}");
+            (
+                serde_json::Value::Object(Default::default()),
+                Some(format!(
+                    "stored metadata (threads.extra) is not valid JSON: {e}"
+                )),
+            )
+        }
+    };
     Ok(ThreadRow {
         cwd: get(row, 1, t, k)?,
         title: get(row, 2, t, k)?,
@@ -37,7 +50,8 @@ pub(crate) fn thread_from_row(row: &Row<'_>) -> Result<ThreadRow> {
         forked_from_item_id: get(row, 15, t, k)?,
         created_at_ms: get(row, 16, t, k)?,
         updated_at_ms: get(row, 17, t, k)?,
-        extra: get_json(row, 18, t, k)?,
+        extra,
+        damage,
         id,
     })
 }
@@ -94,7 +108,7 @@ impl Tx<'_> {
             "UPDATE threads SET cwd = ?2, preview = ?3, provider = ?4, model = ?5, \
              variant = ?6, effort = ?7, permission_mode = ?8, engine_id = ?9, \
              forked_from_id = ?10, forked_from_turn_id = ?11, forked_from_item_id = ?12, \
-             updated_at_ms = ?13, extra = ?14 WHERE id = ?1",
+             updated_at_ms = ?13, extra = CASE WHEN ?15 THEN extra ELSE ?14 END WHERE id = ?1",
             params![
                 t.id,
                 t.cwd,
@@ -110,6 +124,7 @@ impl Tx<'_> {
                 t.forked_from_item_id,
                 t.updated_at_ms,
                 json_text(&t.extra),
+                t.damage.is_some(),
             ],
         )?;
         if n == 0 {
