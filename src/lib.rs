@@ -12,10 +12,12 @@
 //! - [`exec`]: `wuu exec`, an in-process client projecting onto JSONL.
 //! - [`config`]: configuration layers.
 //! - [`usage`]: token usage views, engine ledgers and account quota.
+//! - [`panels`]: settings, live configuration, skills, instructions, helpers.
 
 pub mod config;
 pub mod engine;
 pub mod exec;
+pub mod panels;
 pub mod provider;
 pub mod secrets;
 pub mod server;

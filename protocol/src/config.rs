@@ -114,6 +114,10 @@ pub struct ProviderSummary {
     pub base_url: Option<String>,
     /// Whether an API key is available (from `api_key_env`).
     pub api_key_configured: bool,
+    /// The connection is managed outside the settings panel (`providers.<id>.locked`):
+    /// it cannot be edited or removed from a client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub connection_locked: bool,
     /// Known models.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub models: Vec<String>,
@@ -207,8 +211,14 @@ pub struct InitializeResult {
     pub providers: Vec<ProviderSummary>,
     /// Connectable services of the catalog.
     pub catalog_providers: Vec<CatalogProvider>,
-    /// Agent settings (`max_steps`, …).
+    /// Agent settings ([`crate::panels::AdvancedSettings`]: `max_steps`, budgets,
+    /// temperature, …).
     pub advanced_settings: Value,
+    /// General settings (`git_attribution_enabled`, `mcp_server_enabled`).
+    pub general_settings: crate::panels::GeneralSettings,
+    /// Named model selections (omitted when none).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub model_aliases: std::collections::BTreeMap<String, crate::panels::ModelAlias>,
     /// `{browser, safe_mode}`.
     pub features: Value,
 }

@@ -190,6 +190,14 @@ pub struct ConfigModelUpdateParams {
     /// Save the connection only; keep the current default selection.
     #[serde(default)]
     pub keep_selection: Option<bool>,
+    /// Add this model to the provider's `models` list (idempotent).
+    #[serde(default)]
+    pub add_model: Option<String>,
+    /// Remove this model from the provider's `models` list. Refused for the model being
+    /// selected; when it is the provider's default model, the selected `model` becomes
+    /// the provider's default.
+    #[serde(default)]
+    pub remove_model: Option<String>,
 }
 
 /// `config/model/update` result: the selection that was changed (the conversation's with

@@ -14,6 +14,7 @@ use crate::clients::*;
 use crate::config::*;
 use crate::history::*;
 use crate::input::*;
+use crate::panels::*;
 use crate::questions::*;
 use crate::run::*;
 use crate::thread::*;
@@ -183,6 +184,15 @@ client_methods! {
     SettingsUsage => "settings/usage", UsageParams, SettingsUsageResult, |_| Route::Catalog;
     ThreadPreview => "thread/preview", ThreadPreviewParams, ThreadPreviewResult, |_| Route::Catalog;
     ThreadAttachmentRead => "thread/attachment/read", AttachmentReadParams, AttachmentReadResult, |_| Route::Catalog;
+    // Panels (issue 16): answered by `crate::panels` (work pools off the reader thread).
+    ConfigAdvancedUpdate => "config/advanced/update", ConfigAdvancedUpdateParams, ConfigAdvancedUpdateResult, |_| Route::Inline;
+    ConfigGeneralUpdate => "config/general/update", ConfigGeneralUpdateParams, ConfigGeneralUpdateResult, |_| Route::Inline;
+    ConfigProviderRemove => "config/provider/remove", ConfigProviderRemoveParams, ConfigProviderRemoveResult, |_| Route::Inline;
+    SkillList => "skill/list", EmptyParams, SkillListResult, |_| Route::Inline;
+    InstructionsList => "instructions/list", InstructionsListParams, InstructionsListResult, |_| Route::Inline;
+    TextPolish => "text/polish", TextPolishParams, TextPolishResult, |_| Route::Inline;
+    GitCommitMessage => "git/commit-message", GitCommitMessageParams, GitCommitMessageResult, |_| Route::Inline;
+    ThreadRegenerateTitle => "thread/regenerate-title", ThreadRegenerateTitleParams, ThreadRegenerateTitleResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

@@ -2,6 +2,7 @@
 
 use crate::browser::BrowserRequestCancelled;
 use crate::methods::ThreadResumeResult;
+use crate::panels::{ConfigChanged, ConfigError};
 use crate::questions::{UserQuestionRequested, UserQuestionResolved};
 use crate::run::{RunStarted, RunUpdated};
 use crate::thread::*;
@@ -68,6 +69,8 @@ notifications! {
     "user-question/requested" => UserQuestionRequested;
     "user-question/resolved" => UserQuestionResolved;
     "browser/request_cancelled" => BrowserRequestCancelled;
+    "config/changed" => ConfigChanged;
+    "config/error" => ConfigError;
 }
 
 /// `thread/started {thread}`.

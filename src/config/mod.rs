@@ -65,10 +65,43 @@ pub struct ProviderConfig {
     /// Per-model output limits (model id → tokens), overriding `max_output_tokens`.
     #[serde(default)]
     pub model_max_output_tokens: Option<BTreeMap<String, u32>>,
+    /// The connection is managed outside the settings panel (dotfiles, an
+    /// administrator): `config/provider/remove` and connection edits through
+    /// `config/model/update` refuse it. Reported as `connection_locked`.
+    #[serde(default)]
+    pub locked: Option<bool>,
+}
+
+/// A named model selection (`agent.model_aliases.<name>`, `agent.verification_model`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AliasConfig {
+    /// Provider id.
+    pub provider: String,
+    /// Model id.
+    pub model: String,
+    /// Reasoning effort.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
+    /// Model variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+}
+
+/// General settings (`general` object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GeneralConfig {
+    /// Commits made by the agent carry a `Co-authored-by` attribution (default true).
+    #[serde(default)]
+    pub git_attribution_enabled: Option<bool>,
 }
 
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
+
+pub mod edit;
+pub mod watch;
 
 /// Agent settings (`agent` object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -112,6 +145,30 @@ pub struct AgentConfig {
     /// Extra roots of the command sandbox (user-owned).
     #[serde(default)]
     pub sandbox: Option<SandboxConfig>,
+    /// Sampling temperature (0 ..= 2; absent = the provider's default).
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    /// Context budget of a request, tokens (absent or 0 = the model's window).
+    #[serde(default)]
+    pub max_context_tokens: Option<u64>,
+    /// Fraction of the context window at which history is compacted (0 < x ≤ 1).
+    #[serde(default)]
+    pub compact_threshold_pct: Option<f64>,
+    /// Recent tokens a compaction keeps verbatim.
+    #[serde(default)]
+    pub compact_keep_recent_tokens: Option<u64>,
+    /// Turn automatic compaction off.
+    #[serde(default)]
+    pub disable_auto_compact: Option<bool>,
+    /// Override of the model's context window, tokens.
+    #[serde(default)]
+    pub provider_context_window: Option<u64>,
+    /// Named selections (`cheap`, `review`, …).
+    #[serde(default)]
+    pub model_aliases: Option<BTreeMap<String, AliasConfig>>,
+    /// The model used for verification.
+    #[serde(default)]
+    pub verification_model: Option<AliasConfig>,
 }
 
 /// `agent.shell_env`: commands run without the `api_key_env` variables of every
@@ -169,6 +226,9 @@ pub struct Config {
     /// Engine settings.
     #[serde(default)]
     pub engines: Option<EnginesConfig>,
+    /// General settings.
+    #[serde(default)]
+    pub general: Option<GeneralConfig>,
 }
 
 /// Paths a project layer may not set (user-owned), as JSON pointers.
@@ -250,6 +310,24 @@ impl LoadedConfig {
     /// The agent settings (defaults when absent).
     pub fn agent(&self) -> AgentConfig {
         self.config.agent.clone().unwrap_or_default()
+    }
+
+    /// The general settings (defaults when absent).
+    pub fn general(&self) -> GeneralConfig {
+        self.config.general.clone().unwrap_or_default()
+    }
+
+    /// Every file this configuration was (or would be) read from, in load order: the
+    /// user file (or the `--config` file), then, without `--config`, the project layer
+    /// candidates of `workdir` whether or not they exist (`.wuu.json`, `wuu.json`,
+    /// `.wuu/settings.json`, `.wuu/settings.local.json`). Watched for hand edits.
+    pub fn watched_paths(&self, workdir: &Path, explicit: bool) -> Vec<PathBuf> {
+        let mut out = vec![self.config_path.clone()];
+        if !explicit {
+            out.extend([".wuu.json", "wuu.json"].iter().map(|n| workdir.join(n)));
+            out.extend(PROJECT_LAYERS.iter().map(|n| workdir.join(n)));
+        }
+        out
     }
 
     /// Whether the configuration is usable as is.
@@ -375,8 +453,9 @@ pub fn load_with(
 }
 
 /// Reads and validates one layer. `Ok(None)` when the file does not exist; `Err` names
-/// the file and the field path of the problem.
-fn read_layer(path: &Path) -> Result<Option<Value>, String> {
+/// the file and the field path of the problem (`PATH: at `agent.max_stepz`: unknown
+/// field …`, `PATH: not valid JSON: …`).
+pub fn read_layer(path: &Path) -> Result<Option<Value>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -390,10 +469,11 @@ fn read_layer(path: &Path) -> Result<Option<Value>, String> {
             path.display()
         ));
     }
-    serde_path_to_error::deserialize::<_, Config>(value.clone()).map_err(|e| {
+    let parsed = serde_path_to_error::deserialize::<_, Config>(value.clone()).map_err(|e| {
         let at = e.path().to_string();
         format!("{}: at `{at}`: {}", path.display(), e.into_inner())
     })?;
+    edit::check_values(&parsed).map_err(|m| format!("{}: {m}", path.display()))?;
     Ok(Some(value))
 }
 

@@ -183,21 +183,9 @@ fn without_models(c: &[CatalogProvider]) -> Vec<CatalogProvider> {
         .collect()
 }
 
-/// The `initialize` result for the current configuration.
-pub fn initialize_result(shared: &Shared) -> InitializeResult {
-    let cfg = shared.config();
-    let agent = cfg.agent();
-    let issues: Vec<RuntimeIssue> = cfg
-        .issues
-        .iter()
-        .map(|i| RuntimeIssue {
-            code: i.code.to_owned(),
-            provider: i.provider.clone(),
-            message: i.message.clone(),
-        })
-        .collect();
-    let providers = cfg
-        .config
+/// The configured providers as clients see them (never the key itself).
+pub fn provider_summaries(cfg: &LoadedConfig) -> Vec<ProviderSummary> {
+    cfg.config
         .providers
         .clone()
         .unwrap_or_default()
@@ -211,9 +199,26 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
                 .api_key_env
                 .as_ref()
                 .is_some_and(|e| std::env::var_os(e).is_some_and(|v| !v.is_empty())),
+            connection_locked: p.locked.unwrap_or(false),
             models: p.models.clone().unwrap_or_default(),
         })
+        .collect()
+}
+
+/// The `initialize` result for the current configuration.
+pub fn initialize_result(shared: &Shared) -> InitializeResult {
+    let cfg = shared.config();
+    let agent = cfg.agent();
+    let issues: Vec<RuntimeIssue> = cfg
+        .issues
+        .iter()
+        .map(|i| RuntimeIssue {
+            code: i.code.to_owned(),
+            provider: i.provider.clone(),
+            message: i.message.clone(),
+        })
         .collect();
+    let providers = provider_summaries(&cfg);
     let mut issues = issues;
     // The lease thread opens the database right after start; give it a moment so a
     // first `initialize` can report an unusable store (no disk access here).
@@ -291,11 +296,10 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
         },
         providers,
         catalog_providers: without_models(&shared.model_catalog.lock()),
-        advanced_settings: json!({
-            "max_steps": agent.max_steps.unwrap_or(200),
-            "bash_timeout_ms": agent.bash_timeout_ms.unwrap_or(120_000),
-            "auto_title": agent.auto_title.unwrap_or(true),
-        }),
+        advanced_settings: serde_json::to_value(crate::panels::settings::advanced_settings(&cfg))
+            .expect("serialize settings"),
+        general_settings: crate::panels::settings::general_settings(&cfg),
+        model_aliases: crate::panels::settings::model_aliases(&cfg),
         features: json!({
             "browser": browser,
             "safe_mode": shared.opts.safe_mode,
@@ -360,10 +364,7 @@ pub fn handle_inline(shared: &Arc<Shared>, req: ClientRequest, reply: Responder)
         | ClientRequest::UserQuestionHold(_)) => {
             crate::session::questions::handle(shared, q, reply)
         }
-        other => reply.err(
-            ErrorCode::InternalError,
-            format!("{} is not an inline method", other.method()),
-        ),
+        other => crate::panels::handle(shared, other, reply),
     }
 }
 

@@ -225,6 +225,8 @@ pub struct Shared {
     pub ephemeral_runs: Mutex<std::collections::HashMap<String, wuu_protocol::Run>>,
     /// Usage views' shared scans and caches, quota snapshots.
     pub usage: crate::usage::UsageState,
+    /// Settings, live configuration and skills state (issue 16).
+    pub panels: crate::panels::PanelState,
     shutdown_once: Mutex<bool>,
 }
 
@@ -508,6 +510,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         workspace::register(&opts.home, id, &opts.workdir);
     }
     let catalog_entries = init::embedded_catalog(&loaded);
+    let panels = crate::panels::PanelState::new(&loaded, &opts.workdir, opts.config_file.is_some());
     let shared = Arc::new_cyclic(|weak| Shared {
         opts: opts.clone(),
         config: RwLock::new(Arc::new(loaded)),
@@ -526,6 +529,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         live_runs: Mutex::new(Default::default()),
         ephemeral_runs: Mutex::new(Default::default()),
         usage: Default::default(),
+        panels,
         store_error: Mutex::new(None),
         list_gen: Default::default(),
         list_cache: Mutex::new(vec![]),
@@ -563,22 +567,31 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>, fresh_store: Option<wuu_store
         }
         s.store_checked.store(true, Ordering::SeqCst);
     }
-    let Ok(mut store) = opened else { return };
+    let mut store = opened.ok();
     let mut last_version: Option<i64> = None;
-    if let Err(e) = store.heartbeat(&owner) {
-        log::warn!("lease heartbeat: {e}");
-    }
-    match store.recover(&owner, wuu_store::DEFAULT_LEASE_STALE_MS) {
-        Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
-        Ok(_) => {}
-        Err(e) => log::warn!("recovery failed: {e}"),
+    if let Some(store) = store.as_mut() {
+        if let Err(e) = store.heartbeat(&owner) {
+            log::warn!("lease heartbeat: {e}");
+        }
+        match store.recover(&owner, wuu_store::DEFAULT_LEASE_STALE_MS) {
+            Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
+            Ok(_) => {}
+            Err(e) => log::warn!("recovery failed: {e}"),
+        }
     }
     loop {
-        std::thread::sleep(Duration::from_secs(3));
-        match shared.upgrade() {
-            Some(s) if !s.is_closing() => {}
-            _ => return,
+        // Between beats (every 3 s) the same thread polls the configuration files for
+        // hand edits (`panels::config_tick`, every 500 ms).
+        for _ in 0..6 {
+            std::thread::sleep(crate::config::watch::TICK);
+            match shared.upgrade() {
+                Some(s) if !s.is_closing() => crate::panels::config_tick(&s),
+                _ => return,
+            }
         }
+        let Some(store) = store.as_mut() else {
+            continue;
+        };
         if let Err(e) = store.heartbeat(&owner) {
             log::warn!("lease heartbeat: {e}");
         }

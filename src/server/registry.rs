@@ -244,6 +244,7 @@ pub fn drain_refusing(rx: &Receiver<SessionMsg>, code: ErrorCode, message: &str)
                 let _ = reply.send(Err((code, message.to_owned())));
             }
             SessionMsg::Title { .. } => {}
+            SessionMsg::Call(f) => f(Err((code, message.to_owned()))),
         }
     }
 }

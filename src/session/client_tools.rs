@@ -1,5 +1,6 @@
 //! Tools served by the client through reverse requests and notifications: `ask_user`
-//! ([`super::questions`]) and the browser tools ([`super::browser`]).
+//! ([`super::questions`]) and the browser tools ([`super::browser`]); also `load_skill`
+//! ([`crate::panels::skills`]), which needs the server state the file tools lack.
 //!
 //! Offered to the model only when the client negotiated them in `initialize`:
 //! `ask_user` unless the client declined it (see [`questions::enabled`]); the browser
@@ -23,6 +24,9 @@ pub fn specs(shared: &Shared) -> Vec<ToolSpec> {
         out.push(questions::spec());
     }
     out.extend(browser::specs(shared));
+    // Host-served (not client-served), but it needs the server state the file tools do
+    // not have: the skill roots and the store that counts uses (issue 16).
+    out.extend(crate::panels::skills::tool_spec(shared));
     out
 }
 
@@ -40,7 +44,10 @@ pub fn offered(shared: &Shared, mode: crate::tools::PermissionMode) -> Vec<ToolS
 /// Whether a call to `name` is served here rather than by the built-in tools: the
 /// client-served tools, and every tool on a `--no-tools` server (refused by [`spawn`]).
 pub fn handles(shared: &Shared, name: &str) -> bool {
-    shared.opts.no_tools || name == questions::TOOL || browser::is_tool(name)
+    shared.opts.no_tools
+        || name == questions::TOOL
+        || browser::is_tool(name)
+        || name == crate::tools::skill::NAME
 }
 
 /// Starts a client-served tool call on a helper thread. `call_id` is the model's tool
@@ -77,6 +84,8 @@ pub fn spawn(
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 if name_owned == questions::TOOL {
                     questions::run_ask_user(&shared, &thread_id, &turn_id, &call_id, &args, &cancel)
+                } else if name_owned == crate::tools::skill::NAME {
+                    crate::panels::skills::run_tool(&shared, &thread_id, &args)
                 } else {
                     let ctx = browser::CallCtx {
                         shared: &shared,

@@ -62,7 +62,15 @@ pub enum SessionMsg {
         /// Receives the copy, or why there is none.
         reply: Sender<Result<Snapshot, (ErrorCode, String)>>,
     },
+    /// Runs a closure on the session thread with the conversation (its history loaded),
+    /// or with `Err` (code, message) when the conversation does not exist. Used by work
+    /// that must change a conversation from outside a request (issue 16:
+    /// `thread/regenerate-title` stores its title through it).
+    Call(SessionCall),
 }
+
+/// A closure run on a session thread ([`SessionMsg::Call`]).
+pub type SessionCall = Box<dyn FnOnce(Result<&mut Session, (ErrorCode, String)>) + Send>;
 
 /// A copy of a conversation's state.
 #[derive(Debug, Clone)]
@@ -257,6 +265,7 @@ impl Session {
                     turns: self.turns.clone(),
                 }));
             }
+            SessionMsg::Call(f) => f(Ok(self)),
         }
     }
 

@@ -14,10 +14,9 @@
 //!   their selection.
 
 use super::Session;
-use crate::config::Config;
 use crate::server::{Responder, Shared};
 use crate::tools::PermissionMode;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wuu_protocol::*;
@@ -46,6 +45,8 @@ fn touches_connection(p: &ConfigModelUpdateParams) -> bool {
         || clean(&p.provider_type).is_some()
         || p.create_provider.unwrap_or(false)
         || p.keep_selection.unwrap_or(false)
+        || clean(&p.add_model).is_some()
+        || clean(&p.remove_model).is_some()
 }
 
 fn check_mode(m: &Option<String>) -> Result<Option<String>, Refusal> {
@@ -96,7 +97,7 @@ impl Session {
     ) -> Result<ConfigModelUpdateResult, Refusal> {
         if touches_connection(&p) {
             return Err(invalid(
-                "a provider connection change (base_url, api_key_env, api_key, type, create_provider, keep_selection) cannot be combined with thread_id",
+                "a provider connection change (base_url, api_key_env, api_key, type, create_provider, keep_selection, add_model, remove_model) cannot be combined with thread_id",
             ));
         }
         if self.running.load(Ordering::SeqCst) {
@@ -199,130 +200,141 @@ fn try_update_defaults(
     } else if model.is_none() {
         return Err(invalid("model is required without thread_id"));
     }
-    let _guard = CONFIG_WRITE.lock();
     let cfg = shared.config();
-    let path = cfg.config_path.clone();
-    let mut doc: Value = match std::fs::read_to_string(&path) {
-        Ok(text) => serde_json::from_str(&text).map_err(|e| {
-            (
-                ErrorCode::Error,
-                format!(
-                    "the config file {} is not valid JSON ({e}); fix it first",
-                    path.display()
-                ),
-            )
-        })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
-        Err(e) => {
+    let provider = clean(&p.provider).unwrap_or_else(|| cfg.default_provider());
+    let add_model = clean(&p.add_model);
+    let remove_model = clean(&p.remove_model);
+    if let Some(pc) = cfg.provider(&provider) {
+        let edits_connection = clean(&p.base_url).is_some()
+            || clean(&p.api_key_env).is_some()
+            || clean(&p.provider_type).is_some()
+            || add_model.is_some()
+            || remove_model.is_some();
+        if pc.locked.unwrap_or(false) && edits_connection {
             return Err((
                 ErrorCode::Error,
-                format!("cannot read {}: {e}", path.display()),
-            ))
+                format!(
+                    "provider {provider:?} is locked (providers.{provider}.locked in {}): edit it in that file",
+                    cfg.config_path.display()
+                ),
+            ));
         }
-    };
-    if !doc.is_object() {
-        return Err((
-            ErrorCode::Error,
-            format!("the config file {} is not a JSON object", path.display()),
-        ));
     }
-    let provider = clean(&p.provider).unwrap_or_else(|| cfg.default_provider());
-    let exists = cfg.provider(&provider).is_some()
-        || doc
-            .pointer(&format!(
-                "/providers/{}",
-                provider.replace('~', "~0").replace('/', "~1")
-            ))
+    if let Some(r) = &remove_model {
+        if model.as_deref() == Some(r.as_str()) {
+            return Err(invalid(format!(
+                "remove_model: {r:?} is the model being selected; select another model first"
+            )));
+        }
+    }
+    let new = crate::panels::settings::edit_user_config(shared, |doc, _| {
+        let exists = doc
+            .get("providers")
+            .and_then(|p| p.get(&provider))
             .is_some();
-    let connection = clean(&p.base_url).is_some()
-        || clean(&p.api_key_env).is_some()
-        || clean(&p.provider_type).is_some()
-        || p.create_provider.unwrap_or(false);
-    if !exists && !p.create_provider.unwrap_or(false) {
-        return Err(invalid(format!(
-            "provider: {provider:?} is not configured (send create_provider: true with type and base_url to add it)"
-        )));
-    }
-    if connection {
-        let providers = doc
-            .as_object_mut()
-            .expect("object")
-            .entry("providers")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !providers.is_object() {
-            *providers = Value::Object(Map::new());
+        let connection = clean(&p.base_url).is_some()
+            || clean(&p.api_key_env).is_some()
+            || clean(&p.provider_type).is_some()
+            || p.create_provider.unwrap_or(false)
+            || add_model.is_some()
+            || remove_model.is_some();
+        if !exists && !p.create_provider.unwrap_or(false) {
+            return Err(invalid(format!(
+                "provider: {provider:?} is not configured (send create_provider: true with type and base_url to add it)"
+            )));
         }
-        let entry = providers
-            .as_object_mut()
-            .expect("object")
-            .entry(provider.clone())
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !exists {
-            if clean(&p.provider_type).is_none() {
-                return Err(invalid("type is required to create a provider"));
+        if connection {
+            let providers = crate::panels::settings::object(doc, "providers");
+            let obj = crate::panels::settings::object(providers, &provider);
+            if !exists {
+                if clean(&p.provider_type).is_none() {
+                    return Err(invalid("type is required to create a provider"));
+                }
+                if clean(&p.base_url).is_none() {
+                    return Err(invalid("base_url is required to create a provider"));
+                }
             }
-            if clean(&p.base_url).is_none() {
-                return Err(invalid("base_url is required to create a provider"));
+            if let Some(t) = clean(&p.provider_type) {
+                obj.insert("type".into(), json!(t));
+            }
+            if let Some(u) = clean(&p.base_url) {
+                obj.insert("base_url".into(), json!(u));
+            }
+            if let Some(k) = clean(&p.api_key_env) {
+                obj.insert("api_key_env".into(), json!(k));
+            }
+            if let Some(m) = &model {
+                if keep || !obj.contains_key("model") {
+                    obj.insert("model".into(), json!(m));
+                }
+            }
+            let default_model = obj.get("model").and_then(Value::as_str).map(str::to_owned);
+            let mut models: Vec<String> = obj
+                .get("models")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let listed_before = models.clone();
+            if let Some(a) = &add_model {
+                if models.is_empty() {
+                    // An implicit list is the default model alone: keep it listed.
+                    models.extend(default_model.clone());
+                }
+                if !models.contains(a) {
+                    models.push(a.clone());
+                }
+            }
+            if let Some(r) = &remove_model {
+                let known = models.contains(r) || default_model.as_deref() == Some(r);
+                if !known {
+                    return Err(invalid(format!(
+                        "remove_model: {r:?} is not a model of provider {provider:?}"
+                    )));
+                }
+                models.retain(|m| m != r);
+                if default_model.as_deref() == Some(r.as_str()) {
+                    // The provider's default goes with it: the selected model (or the
+                    // first remaining one) takes its place.
+                    let next = model.clone().or_else(|| models.first().cloned());
+                    match next {
+                        Some(n) => {
+                            if !models.contains(&n) && !models.is_empty() {
+                                models.push(n.clone());
+                            }
+                            obj.insert("model".into(), json!(n));
+                        }
+                        None => {
+                            return Err(invalid(format!(
+                                "remove_model: {r:?} is the only model of provider {provider:?}"
+                            )))
+                        }
+                    }
+                }
+            }
+            if models != listed_before {
+                obj.insert("models".into(), json!(models));
             }
         }
-        let obj = entry
-            .as_object_mut()
-            .ok_or_else(|| invalid("providers entry is not an object"))?;
-        if let Some(t) = clean(&p.provider_type) {
-            obj.insert("type".into(), json!(t));
-        }
-        if let Some(u) = clean(&p.base_url) {
-            obj.insert("base_url".into(), json!(u));
-        }
-        if let Some(k) = clean(&p.api_key_env) {
-            obj.insert("api_key_env".into(), json!(k));
-        }
-        if let Some(m) = &model {
-            if keep || !obj.contains_key("model") {
-                obj.insert("model".into(), json!(m));
+        if !keep {
+            doc.insert("default_provider".into(), json!(provider));
+            let agent = crate::panels::settings::object(doc, "agent");
+            if let Some(m) = &model {
+                agent.insert("model".into(), json!(m));
+            }
+            if let Some(e) = clean(&p.effort).or_else(|| clean(&p.variant)) {
+                agent.insert("effort".into(), json!(e));
+            }
+            if let Some(m) = &mode {
+                agent.insert("permission_mode".into(), json!(m));
             }
         }
-    }
-    if !keep {
-        let root = doc.as_object_mut().expect("object");
-        root.insert("default_provider".into(), json!(provider));
-        let agent = root
-            .entry("agent")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if !agent.is_object() {
-            *agent = Value::Object(Map::new());
-        }
-        let agent = agent.as_object_mut().expect("object");
-        if let Some(m) = &model {
-            agent.insert("model".into(), json!(m));
-        }
-        if let Some(e) = clean(&p.effort).or_else(|| clean(&p.variant)) {
-            agent.insert("effort".into(), json!(e));
-        }
-        if let Some(m) = &mode {
-            agent.insert("permission_mode".into(), json!(m));
-        }
-    }
-    if let Err(e) = serde_json::from_value::<Config>(doc.clone()) {
-        return Err(invalid(format!(
-            "the change would make the config invalid: {e}"
-        )));
-    }
-    let text = serde_json::to_string_pretty(&doc).expect("serialize") + "\n";
-    let tmp = path.with_extension("json.tmp");
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    std::fs::write(&tmp, text)
-        .and_then(|_| std::fs::rename(&tmp, &path))
-        .map_err(|e| {
-            (
-                ErrorCode::Error,
-                format!("cannot write {}: {e}", path.display()),
-            )
-        })?;
-    let loaded = shared.opts.load_config();
-    *shared.config.write() = Arc::new(loaded);
+        Ok(())
+    })?;
+    drop(new);
     shared.providers.lock().remove(&provider);
     let cfg = shared.config();
     let agent = cfg.agent();
@@ -338,6 +350,3 @@ fn try_update_defaults(
             .unwrap_or_else(|| "standard".into()),
     ))
 }
-
-/// Serializes config file edits of this process.
-static CONFIG_WRITE: parking_lot::Mutex<()> = parking_lot::Mutex::new(());

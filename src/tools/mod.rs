@@ -157,6 +157,7 @@ mod revision;
 pub mod sandbox;
 mod search;
 mod shell;
+pub mod skill;
 mod todo;
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ mod pages;
 mod records;
 mod rows;
 mod schema;
+mod skills;
 mod store;
 mod threads;
 mod usage;
@@ -41,6 +42,7 @@ pub use rows::{
     LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter,
     ThreadRow, TurnRow, TurnWithItems, UsageRow,
 };
+pub use skills::SkillUseCount;
 pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
 pub use threads::SNIPPET_CHARS;
 pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};

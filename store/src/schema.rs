@@ -166,6 +166,17 @@ CREATE TABLE quota_snapshots (
     updated_at_ms  INTEGER NOT NULL
 ) STRICT;
 "#,
+    // 4: skill uses (`load_skill` calls), one row per use, for `settings/usage`.
+    r#"
+CREATE TABLE skill_uses (
+    id        INTEGER PRIMARY KEY,
+    name      TEXT    NOT NULL,
+    source    TEXT    NOT NULL,
+    thread_id TEXT    NOT NULL,
+    at_ms     INTEGER NOT NULL
+) STRICT;
+CREATE INDEX skill_uses_by_time ON skill_uses (at_ms);
+"#,
 ];
 
 /// The schema version this build migrates to.

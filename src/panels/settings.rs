@@ -1,0 +1,446 @@
+//! Settings panels: `config/advanced/update`, `config/general/update`,
+//! `config/provider/remove`, and the summaries `initialize`/`config/read` report.
+//!
+//! Every change is written to the user config file (`$WUU_HOME/config.json`, or the
+//! `--config` file) through [`crate::config::edit::edit_file`] (validated with the load
+//! rules, replaced atomically), then the configuration is reloaded and put in force at
+//! once: the next `config/read` or `initialize` shows it, and turns started afterwards
+//! use it (a running turn keeps the settings it started with). A project layer that sets
+//! the same field still wins, as at load time; the result shows the effective value.
+
+use crate::config::edit::{edit_file, EditError, WRITE_LOCK};
+use crate::config::{AliasConfig, LoadedConfig};
+use crate::server::{Responder, Shared};
+use serde_json::{json, Map, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use wuu_protocol::*;
+
+/// A refusal: the code and the message.
+pub type Refusal = (ErrorCode, String);
+
+fn invalid(m: impl Into<String>) -> Refusal {
+    (
+        ErrorCode::InvalidParams,
+        format!("invalid params: {}", m.into()),
+    )
+}
+
+/// The advanced settings in force.
+pub fn advanced_settings(cfg: &LoadedConfig) -> AdvancedSettings {
+    let a = cfg.agent();
+    AdvancedSettings {
+        max_steps: a.max_steps.unwrap_or(200),
+        max_context_tokens: a.max_context_tokens.unwrap_or(0),
+        temperature: a.temperature.unwrap_or(0.0),
+        compact_threshold_pct: a.compact_threshold_pct,
+        compact_keep_recent_tokens: a.compact_keep_recent_tokens,
+        disable_auto_compact: a.disable_auto_compact.unwrap_or(false),
+        provider_context_window: a.provider_context_window,
+        verification_model: a.verification_model.as_ref().map(alias_wire),
+        bash_timeout_ms: a.bash_timeout_ms.unwrap_or(120_000),
+        auto_title: a.auto_title.unwrap_or(true),
+    }
+}
+
+/// The general settings in force.
+pub fn general_settings(cfg: &LoadedConfig) -> GeneralSettings {
+    GeneralSettings {
+        git_attribution_enabled: cfg.general().git_attribution_enabled.unwrap_or(true),
+        mcp_server_enabled: BTreeMap::new(),
+    }
+}
+
+fn alias_wire(a: &AliasConfig) -> ModelAlias {
+    ModelAlias {
+        provider: a.provider.clone(),
+        model: a.model.clone(),
+        effort: a.effort.clone(),
+        variant: a.variant.clone(),
+    }
+}
+
+/// The model aliases in force.
+pub fn model_aliases(cfg: &LoadedConfig) -> BTreeMap<String, ModelAlias> {
+    cfg.agent()
+        .model_aliases
+        .unwrap_or_default()
+        .iter()
+        .map(|(k, v)| (k.clone(), alias_wire(v)))
+        .collect()
+}
+
+/// Edits the user config file with `change`, reloads, and puts the result in force.
+/// Errors: `invalid_params` for an invalid change (naming the field), `error` when the
+/// file cannot be edited (not JSON, unwritable) or the server ignores the user config.
+pub fn edit_user_config(
+    shared: &Shared,
+    change: impl FnOnce(&mut Map<String, Value>, &LoadedConfig) -> Result<(), Refusal>,
+) -> Result<Arc<LoadedConfig>, Refusal> {
+    if shared.opts.ignore_user_config && shared.opts.config_file.is_none() {
+        return Err((
+            ErrorCode::Error,
+            "this server ignores the user config (--ignore-user-config): settings cannot be saved"
+                .into(),
+        ));
+    }
+    let _guard = WRITE_LOCK.lock();
+    let cfg = shared.config();
+    let path = cfg.config_path.clone();
+    let mut refusal = None;
+    let edited = edit_file(&path, |doc| {
+        change(doc, &cfg).map_err(|r| {
+            let m = r.1.clone();
+            refusal = Some(r);
+            EditError::Invalid(m)
+        })
+    });
+    match edited {
+        Ok(_) => {}
+        Err(_) if refusal.is_some() => return Err(refusal.expect("checked")),
+        Err(EditError::Invalid(m)) => return Err(invalid(m)),
+        Err(EditError::File(m)) => return Err((ErrorCode::Error, m)),
+    }
+    shared.panels.watcher.restamp(&path);
+    let new = super::reload(shared);
+    Ok(super::apply_loaded(shared, new))
+}
+
+/// The object at `key` of `doc`, created (or replaced when it is not an object).
+pub fn object<'a>(doc: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let slot = doc
+        .entry(key.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    slot.as_object_mut().expect("object")
+}
+
+fn set_or_clear(o: &mut Map<String, Value>, key: &str, v: Option<Value>) {
+    match v {
+        Some(v) => {
+            o.insert(key.to_owned(), v);
+        }
+        None => {
+            o.remove(key);
+        }
+    }
+}
+
+fn clean_alias(name: &str, a: &ModelAlias, cfg: &LoadedConfig) -> Result<AliasConfig, Refusal> {
+    let provider = a.provider.trim();
+    let model = a.model.trim();
+    if provider.is_empty() || model.is_empty() {
+        return Err(invalid(format!("{name}: provider and model are required")));
+    }
+    if cfg.provider(provider).is_none() {
+        return Err(invalid(format!(
+            "{name}.provider: {provider:?} is not configured"
+        )));
+    }
+    let opt = |s: &Option<String>| {
+        s.as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+    };
+    Ok(AliasConfig {
+        provider: provider.to_owned(),
+        model: model.to_owned(),
+        effort: opt(&a.effort),
+        variant: opt(&a.variant),
+    })
+}
+
+/// `config/advanced/update`.
+pub fn advanced_update(shared: &Arc<Shared>, p: ConfigAdvancedUpdateParams, reply: Responder) {
+    match try_advanced_update(shared, p) {
+        Ok(r) => reply.ok(&r),
+        Err((c, m)) => reply.err(c, m),
+    }
+}
+
+fn try_advanced_update(
+    shared: &Shared,
+    p: ConfigAdvancedUpdateParams,
+) -> Result<ConfigAdvancedUpdateResult, Refusal> {
+    if let Some(n) = p.max_steps {
+        if !(1..=10_000).contains(&n) {
+            return Err(invalid(format!("max_steps: {n} is not in 1 ..= 10000")));
+        }
+    }
+    if let Some(t) = p.temperature {
+        if !t.is_finite() || !(0.0..=2.0).contains(&t) {
+            return Err(invalid(format!("temperature: {t} is not in 0 ..= 2")));
+        }
+    }
+    if let Some(x) = p.compact_threshold_pct {
+        if !x.is_finite() || !(0.0..=1.0).contains(&x) {
+            return Err(invalid(format!(
+                "compact_threshold_pct: {x} is not a fraction in 0 ..= 1 (0 clears it)"
+            )));
+        }
+    }
+    let cfg = shared.config();
+    let aliases = match &p.model_aliases {
+        None => None,
+        Some(m) => {
+            let mut out = Map::new();
+            for (name, a) in m {
+                let key = name.trim();
+                if key.is_empty() {
+                    return Err(invalid("model_aliases: an alias name is empty"));
+                }
+                let clean = clean_alias(&format!("model_aliases.{key}"), a, &cfg)?;
+                out.insert(key.to_owned(), serde_json::to_value(clean).expect("alias"));
+            }
+            Some(out)
+        }
+    };
+    let verification = match &p.verification_model {
+        None => None,
+        Some(a) if a.model.trim().is_empty() => Some(None),
+        Some(a) => Some(Some(clean_alias("verification_model", a, &cfg)?)),
+    };
+    let nothing = p == ConfigAdvancedUpdateParams::default();
+    let cfg = if nothing {
+        cfg
+    } else {
+        edit_user_config(shared, |doc, _| {
+            let agent = object(doc, "agent");
+            if let Some(n) = p.max_steps {
+                agent.insert("max_steps".into(), json!(n));
+            }
+            let pos = |v: Option<u64>| v.filter(|v| *v > 0).map(|v| json!(v));
+            if let Some(v) = p.max_context_tokens {
+                set_or_clear(agent, "max_context_tokens", pos(Some(v)));
+            }
+            if let Some(t) = p.temperature {
+                set_or_clear(agent, "temperature", (t > 0.0).then(|| json!(t)));
+            }
+            if let Some(x) = p.compact_threshold_pct {
+                set_or_clear(agent, "compact_threshold_pct", (x > 0.0).then(|| json!(x)));
+            }
+            if let Some(v) = p.compact_keep_recent_tokens {
+                set_or_clear(agent, "compact_keep_recent_tokens", pos(Some(v)));
+            }
+            if let Some(b) = p.disable_auto_compact {
+                set_or_clear(
+                    agent,
+                    "disable_auto_compact",
+                    b.then_some(Value::Bool(true)),
+                );
+            }
+            if let Some(v) = p.provider_context_window {
+                set_or_clear(agent, "provider_context_window", pos(Some(v)));
+            }
+            if let Some(a) = aliases {
+                set_or_clear(
+                    agent,
+                    "model_aliases",
+                    (!a.is_empty()).then_some(Value::Object(a)),
+                );
+            }
+            if let Some(v) = verification {
+                set_or_clear(
+                    agent,
+                    "verification_model",
+                    v.map(|v| serde_json::to_value(v).expect("alias")),
+                );
+            }
+            Ok(())
+        })?
+    };
+    Ok(ConfigAdvancedUpdateResult {
+        advanced_settings: advanced_settings(&cfg),
+        model_aliases: model_aliases(&cfg),
+        providers: crate::server::init::provider_summaries(&cfg),
+    })
+}
+
+/// `config/general/update`.
+pub fn general_update(shared: &Arc<Shared>, p: ConfigGeneralUpdateParams, reply: Responder) {
+    if p.mcp_enabled_toggles
+        .as_ref()
+        .is_some_and(|m| !m.is_empty())
+    {
+        return reply.err(
+            ErrorCode::InvalidParams,
+            "invalid params: mcp_enabled_toggles: this host has no MCP support yet, so there \
+             are no MCP servers to enable or disable (send an empty map or leave it out)",
+        );
+    }
+    let result = match p.git_attribution_enabled {
+        None => Ok(shared.config()),
+        Some(b) => edit_user_config(shared, |doc, _| {
+            object(doc, "general").insert("git_attribution_enabled".into(), json!(b));
+            Ok(())
+        }),
+    };
+    match result {
+        Ok(cfg) => reply.ok(&ConfigGeneralUpdateResult {
+            general_settings: general_settings(&cfg),
+        }),
+        Err((c, m)) => reply.err(c, m),
+    }
+}
+
+/// `config/provider/remove`.
+pub fn provider_remove(shared: &Arc<Shared>, p: ConfigProviderRemoveParams, reply: Responder) {
+    match try_provider_remove(shared, p) {
+        Ok(r) => reply.ok(&r),
+        Err((c, m)) => reply.err(c, m),
+    }
+}
+
+fn try_provider_remove(
+    shared: &Shared,
+    p: ConfigProviderRemoveParams,
+) -> Result<ConfigProviderRemoveResult, Refusal> {
+    let id = p.provider.trim().to_owned();
+    if id.is_empty() {
+        return Err(invalid("provider is required"));
+    }
+    let cfg = shared.config();
+    let Some(pc) = cfg.provider(&id) else {
+        return Err(invalid(format!("provider: {id:?} is not configured")));
+    };
+    if pc.locked.unwrap_or(false) {
+        return Err((
+            ErrorCode::Error,
+            format!(
+                "provider {id:?} is locked (providers.{id}.locked in {}): remove it by editing that file",
+                cfg.config_path.display()
+            ),
+        ));
+    }
+    let agent = cfg.agent();
+    for (name, a) in agent.model_aliases.iter().flatten() {
+        if a.provider == id {
+            return Err((
+                ErrorCode::Error,
+                format!("provider {id:?} is used by the model alias {name:?}; change or remove the alias first"),
+            ));
+        }
+    }
+    if agent
+        .verification_model
+        .as_ref()
+        .is_some_and(|v| v.provider == id)
+    {
+        return Err((
+            ErrorCode::Error,
+            format!("provider {id:?} is the verification model's provider; change it first"),
+        ));
+    }
+    match wuu_store::Store::open_home(&shared.opts.home)
+        .and_then(|s| s.running_turn_with_provider(&id))
+    {
+        Ok(Some(thread)) => {
+            return Err((
+                ErrorCode::ThreadBusy,
+                format!("provider {id:?} is in use by a running turn of thread {thread:?}; remove it when that turn has ended"),
+            ))
+        }
+        Ok(None) => {}
+        Err(e) => {
+            return Err((
+                ErrorCode::InternalError,
+                format!("cannot check whether provider {id:?} is in use: {e}"),
+            ))
+        }
+    }
+    let remaining: Vec<String> = cfg
+        .config
+        .providers
+        .iter()
+        .flatten()
+        .map(|(k, _)| k.clone())
+        .filter(|k| *k != id)
+        .collect();
+    if remaining.is_empty() {
+        return Err((
+            ErrorCode::Error,
+            format!(
+                "cannot remove {id:?}: it is the last configured provider (add another one first)"
+            ),
+        ));
+    }
+    let was_default = cfg.default_provider() == id;
+    let fallback = if was_default {
+        let fp = match p
+            .fallback_provider
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            Some(f) if f == id => {
+                return Err(invalid(
+                    "fallback_provider: must differ from the provider removed",
+                ))
+            }
+            Some(f) if !remaining.iter().any(|r| r == f) => {
+                return Err(invalid(format!(
+                    "fallback_provider: {f:?} is not configured"
+                )))
+            }
+            Some(f) => f.to_owned(),
+            None => remaining[0].clone(),
+        };
+        let fm = p
+            .fallback_model
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .or_else(|| cfg.provider(&fp).map(|c| c.model.clone()))
+            .unwrap_or_default();
+        Some(Selection {
+            provider: fp,
+            model: fm,
+        })
+    } else {
+        None
+    };
+    let fb = fallback.clone();
+    let cfg = edit_user_config(shared, |doc, _| {
+        let providers = object(doc, "providers");
+        if providers.remove(&id).is_none() {
+            return Err((
+                ErrorCode::Error,
+                format!(
+                    "provider {id:?} is not defined in the user config file; it cannot be removed from here"
+                ),
+            ));
+        }
+        if let Some(f) = &fb {
+            doc.insert("default_provider".into(), json!(f.provider));
+            let agent = object(doc, "agent");
+            if f.model.is_empty() {
+                agent.remove("model");
+            } else {
+                agent.insert("model".into(), json!(f.model));
+            }
+        }
+        Ok(())
+    })?;
+    shared.providers.lock().remove(&id);
+    let agent = cfg.agent();
+    Ok(ConfigProviderRemoveResult {
+        removed: id,
+        provider: cfg.default_provider(),
+        model: cfg.default_model(),
+        effort: agent.effort.clone(),
+        variant: agent.effort.clone(),
+        fallback,
+        permissions: Permissions {
+            mode: agent
+                .permission_mode
+                .clone()
+                .unwrap_or_else(|| "standard".into()),
+        },
+        providers: crate::server::init::provider_summaries(&cfg),
+        advanced_settings: advanced_settings(&cfg),
+    })
+}

@@ -1,0 +1,529 @@
+//! Skills and the model's `load_skill` tool.
+//!
+//! A skill is a folder with a `SKILL.md` (the name is matched case-insensitively) under
+//! the project's `.wuu/skills/` or the user's `$WUU_HOME/skills/`. The file may start with
+//! a YAML-style frontmatter block between `---` lines; the keys read are `name`,
+//! `description`, `when_to_use` (or `when-to-use`), `argument-hint`, `allowed-tools`
+//! (a list or a comma-separated string), `user-invocable`, `disable-model-invocation`
+//! and `version` (`-` and `_` are interchangeable). Values are plain, quoted, inline
+//! lists (`[a, b]`), `- item` lists, or `|` / `>` blocks. Without a `name` the folder
+//! name is used; without a `description`, the first paragraph of the body. A project
+//! skill hides a user skill of the same name (Claude Code's layout and precedence, so a
+//! `SKILL.md` written for it works unchanged).
+//!
+//! Limits: 500 folders per root, 256 KiB per `SKILL.md`; larger files and folders whose
+//! `SKILL.md` resolves outside its root (a link out of the workspace) are skipped with a
+//! warning on stderr.
+//!
+//! `load_skill {name, arguments?}` returns the body after the frontmatter, with
+//! `${ARGUMENTS}` replaced by `arguments` and `${SKILL_DIR}` (also `${CLAUDE_SKILL_DIR}`)
+//! by the skill's folder. `detail`: `{name, source, path, bytes}`.
+
+use super::ToolOutcome;
+use crate::provider::ToolSpec;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// The tool's name.
+pub const NAME: &str = "load_skill";
+/// Folders scanned per root at most.
+pub const MAX_SKILLS_PER_ROOT: usize = 500;
+/// Largest `SKILL.md` read, in bytes.
+pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
+
+/// A discovered skill.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Skill {
+    /// Name (frontmatter `name`, else the folder name), without a leading `/`.
+    pub name: String,
+    /// One-line description.
+    pub description: Option<String>,
+    /// When the model should use it.
+    pub when_to_use: Option<String>,
+    /// `project` | `user`.
+    pub source: &'static str,
+    /// The `SKILL.md` file.
+    pub path: PathBuf,
+    /// Its folder.
+    pub dir: PathBuf,
+    /// Help text for arguments.
+    pub argument_hint: Option<String>,
+    /// Tools the skill expects.
+    pub allowed_tools: Vec<String>,
+    /// The user may invoke it by name (default true).
+    pub user_invocable: bool,
+    /// Not offered to the model.
+    pub disable_model_invoke: bool,
+    /// Version string.
+    pub version: Option<String>,
+    /// Body after the frontmatter.
+    pub body: String,
+}
+
+/// Discovers the skills of `project_root` (the workspace: `.wuu/skills/`) and
+/// `user_root` (the wuu home: `skills/`), sorted by name, project first on ties.
+pub fn discover(workspace: &Path, home: &Path) -> Vec<Skill> {
+    let mut out: Vec<Skill> = scan(&workspace.join(".wuu").join("skills"), "project");
+    for s in scan(&home.join("skills"), "user") {
+        if !out.iter().any(|p| p.name == s.name) {
+            out.push(s);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// The `SKILL.md` files the roots hold right now, with their metadata (cheap: one
+/// directory read per root and one `stat` per skill). Changes when a skill is added,
+/// removed or edited.
+pub fn fingerprint(
+    workspace: &Path,
+    home: &Path,
+) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
+    let mut out = vec![];
+    for root in [workspace.join(".wuu").join("skills"), home.join("skills")] {
+        for file in skill_files(&root) {
+            let meta = std::fs::metadata(&file).ok();
+            out.push((
+                file,
+                meta.as_ref().map(|m| m.len()).unwrap_or(0),
+                meta.and_then(|m| m.modified().ok()),
+            ));
+        }
+    }
+    out
+}
+
+fn skill_files(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return vec![];
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    if dirs.len() > MAX_SKILLS_PER_ROOT {
+        log::warn!(
+            "{}: more than {MAX_SKILLS_PER_ROOT} skill folders; the rest are ignored",
+            root.display()
+        );
+        dirs.truncate(MAX_SKILLS_PER_ROOT);
+    }
+    dirs.iter().filter_map(|d| skill_md(d)).collect()
+}
+
+fn skill_md(dir: &Path) -> Option<PathBuf> {
+    let exact = dir.join("SKILL.md");
+    if exact.is_file() {
+        return Some(exact);
+    }
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.is_file()
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.eq_ignore_ascii_case("SKILL.md"))
+        })
+}
+
+fn scan(root: &Path, source: &'static str) -> Vec<Skill> {
+    let canonical_root = match std::fs::canonicalize(root) {
+        Ok(r) => r,
+        Err(_) => return vec![],
+    };
+    let mut out = vec![];
+    for file in skill_files(root) {
+        match std::fs::canonicalize(&file) {
+            Ok(real) if real.starts_with(&canonical_root) => {}
+            _ => {
+                log::warn!(
+                    "{}: resolves outside {}; skipped",
+                    file.display(),
+                    root.display()
+                );
+                continue;
+            }
+        }
+        let len = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+        if len > MAX_SKILL_BYTES {
+            log::warn!(
+                "{}: larger than {MAX_SKILL_BYTES} bytes; skipped",
+                file.display()
+            );
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let folder = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut skill = parse(&text, &folder);
+        skill.source = source;
+        skill.path = file;
+        skill.dir = dir;
+        if !skill.name.is_empty() {
+            out.push(skill);
+        }
+    }
+    out
+}
+
+/// Parses a `SKILL.md` (frontmatter and body). `folder` names the skill when the
+/// frontmatter does not.
+pub fn parse(text: &str, folder: &str) -> Skill {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut lines = text.split_inclusive('\n');
+    let mut fields: Vec<(String, Value)> = vec![];
+    let mut body_start = 0usize;
+    if let Some(first) = lines.next().filter(|l| l.trim_end() == "---") {
+        let mut consumed = first.len();
+        let mut raw: Vec<&str> = vec![];
+        let mut closed = false;
+        for line in lines {
+            consumed += line.len();
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.trim_end() == "---" {
+                closed = true;
+                break;
+            }
+            raw.push(line);
+        }
+        if closed {
+            fields = frontmatter(&raw);
+            body_start = consumed.min(text.len());
+        }
+    }
+    let body = text
+        .get(body_start..)
+        .unwrap_or("")
+        .trim_start_matches(['\r', '\n']);
+    let get =
+        |k: &str| -> Option<&Value> { fields.iter().find(|(key, _)| key == k).map(|(_, v)| v) };
+    let text_of = |k: &str| -> Option<String> {
+        match get(k)? {
+            Value::String(s) => Some(s.trim().to_owned()).filter(|s| !s.is_empty()),
+            Value::Array(a) => Some(
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
+            .filter(|s| !s.is_empty()),
+            _ => None,
+        }
+    };
+    let flag = |k: &str, default: bool| -> bool {
+        match text_of(k)
+            .as_deref()
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("true" | "yes" | "on") => true,
+            Some("false" | "no" | "off") => false,
+            _ => default,
+        }
+    };
+    let list = |k: &str| -> Vec<String> {
+        match get(k) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            Some(Value::String(s)) => s
+                .split([',', ' '])
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            _ => vec![],
+        }
+    };
+    let name = text_of("name")
+        .unwrap_or_else(|| folder.to_owned())
+        .trim_start_matches('/')
+        .trim()
+        .chars()
+        .take(64)
+        .collect::<String>();
+    let description = text_of("description").or_else(|| first_paragraph(body));
+    Skill {
+        name,
+        description,
+        when_to_use: text_of("when_to_use"),
+        source: "project",
+        path: PathBuf::new(),
+        dir: PathBuf::new(),
+        argument_hint: text_of("argument_hint"),
+        allowed_tools: list("allowed_tools"),
+        user_invocable: flag("user_invocable", true),
+        disable_model_invoke: flag("disable_model_invocation", false),
+        version: text_of("version"),
+        body: body.to_owned(),
+    }
+}
+
+fn first_paragraph(body: &str) -> Option<String> {
+    let para: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty() || l.starts_with('#'))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let p = para.join(" ");
+    (!p.is_empty()).then(|| p.chars().take(300).collect())
+}
+
+fn unquote(v: &str) -> String {
+    let v = v.trim();
+    if v.len() >= 2
+        && ((v.starts_with('"') && v.ends_with('"')) || (v.starts_with('\'') && v.ends_with('\'')))
+    {
+        let inner = &v[1..v.len() - 1];
+        if v.starts_with('"') {
+            return inner.replace("\\\"", "\"").replace("\\n", "\n");
+        }
+        return inner.replace("''", "'");
+    }
+    v.to_owned()
+}
+
+/// Flat YAML subset: `key: value`, inline `[a, b]`, `- item` lists, `|`/`>` blocks.
+fn frontmatter(lines: &[&str]) -> Vec<(String, Value)> {
+    let mut out: Vec<(String, Value)> = vec![];
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        i += 1;
+        if line.trim().is_empty()
+            || line.trim_start().starts_with('#')
+            || line.starts_with([' ', '\t'])
+        {
+            continue;
+        }
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        let key = k.trim().to_ascii_lowercase().replace('-', "_");
+        let v = v.trim();
+        let value = if v.starts_with('[') && v.ends_with(']') && v.len() >= 2 {
+            Value::Array(
+                v[1..v.len() - 1]
+                    .split(',')
+                    .map(unquote)
+                    .filter(|s| !s.is_empty())
+                    .map(Value::String)
+                    .collect(),
+            )
+        } else if v == "|" || v == ">" || v == "|-" || v == ">-" {
+            let mut block = vec![];
+            while i < lines.len()
+                && (lines[i].starts_with([' ', '\t']) || lines[i].trim().is_empty())
+            {
+                block.push(lines[i].trim());
+                i += 1;
+            }
+            let joined = if v.starts_with('|') {
+                block.join("\n")
+            } else {
+                block.join(" ")
+            };
+            Value::String(joined.trim().to_owned())
+        } else if v.is_empty() {
+            let mut items = vec![];
+            while i < lines.len() {
+                let t = lines[i].trim();
+                if let Some(item) = t.strip_prefix("- ") {
+                    items.push(Value::String(unquote(item)));
+                    i += 1;
+                } else if t.is_empty() {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            Value::Array(items)
+        } else {
+            Value::String(unquote(v))
+        };
+        out.push((key, value));
+    }
+    out
+}
+
+/// The tool spec for the skills the model may load (`disable-model-invocation` ones
+/// left out); `None` when there are none. The description lists each skill (at most
+/// 100, descriptions cut at 200 characters) so the model knows what it can load.
+pub fn spec(skills: &[Skill]) -> Option<ToolSpec> {
+    let offered: Vec<&Skill> = skills.iter().filter(|s| !s.disable_model_invoke).collect();
+    if offered.is_empty() {
+        return None;
+    }
+    let mut desc = String::from(
+        "Load the full instructions of a skill: reusable, task-specific guidance written by \
+         the user or the project. Load a skill when its description matches the task, then \
+         follow it. Available skills:\n",
+    );
+    for s in offered.iter().take(100) {
+        let about = s
+            .description
+            .as_deref()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        desc.push_str(&format!("- {}: {about}\n", s.name));
+    }
+    Some(ToolSpec {
+        name: NAME.into(),
+        description: desc,
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "Skill name (a leading `/` is ignored)."},
+                "arguments": {"type": "string", "description": "Optional text substituted for ${ARGUMENTS} in the skill."}
+            },
+            "required": ["name"],
+        }),
+    })
+}
+
+/// Runs `load_skill`: returns the outcome and the skill that was loaded (to count it).
+pub fn run(arguments: &str, skills: &[Skill]) -> (ToolOutcome, Option<Skill>) {
+    #[derive(serde::Deserialize)]
+    struct Args {
+        name: String,
+        #[serde(default)]
+        arguments: Option<String>,
+    }
+    let args = if arguments.trim().is_empty() {
+        "{}"
+    } else {
+        arguments
+    };
+    let args: Args = match serde_json::from_str(args) {
+        Ok(a) => a,
+        Err(e) => {
+            return (
+                ToolOutcome::error(format!(
+                    "invalid arguments for load_skill: {e}; expected {{\"name\": string, \"arguments\"?: string}}"
+                )),
+                None,
+            )
+        }
+    };
+    let wanted = args.name.trim().trim_start_matches('/');
+    let offered = || {
+        skills
+            .iter()
+            .filter(|s| !s.disable_model_invoke)
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let Some(skill) = skills
+        .iter()
+        .find(|s| !s.disable_model_invoke && s.name == wanted)
+        .or_else(|| {
+            skills
+                .iter()
+                .find(|s| !s.disable_model_invoke && s.name.eq_ignore_ascii_case(wanted))
+        })
+    else {
+        return (
+            ToolOutcome::error(format!(
+                "no skill named {wanted:?}; available: {}",
+                offered()
+            )),
+            None,
+        );
+    };
+    let dir = skill.dir.to_string_lossy();
+    let body = skill
+        .body
+        .replace("${ARGUMENTS}", args.arguments.as_deref().unwrap_or(""))
+        .replace("${SKILL_DIR}", &dir)
+        .replace("${CLAUDE_SKILL_DIR}", &dir);
+    let output = format!(
+        "Skill `{}` ({} skill, folder {}):\n\n{}",
+        skill.name, skill.source, dir, body
+    );
+    (
+        ToolOutcome::ok(
+            output,
+            json!({
+                "name": skill.name,
+                "source": skill.source,
+                "path": skill.path.to_string_lossy(),
+                "bytes": body.len(),
+            }),
+        ),
+        Some(skill.clone()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontmatter_and_body() {
+        let s = parse(
+            "---\nname: review-pr\ndescription: \"Review a pull request\"\nallowed-tools: [bash, read_file]\nwhen-to-use: |\n  When asked to review.\n  Carefully.\ndisable-model-invocation: false\n---\n\n# Review\nDo ${ARGUMENTS}.\n",
+            "folder",
+        );
+        assert_eq!(s.name, "review-pr");
+        assert_eq!(s.description.as_deref(), Some("Review a pull request"));
+        assert_eq!(s.allowed_tools, vec!["bash", "read_file"]);
+        assert_eq!(
+            s.when_to_use.as_deref(),
+            Some("When asked to review.\nCarefully.")
+        );
+        assert!(s.user_invocable && !s.disable_model_invoke);
+        assert_eq!(s.body, "# Review\nDo ${ARGUMENTS}.\n");
+        let bare = parse("# Title\n\nFirst paragraph\nline two.\n\nMore.", "deploy");
+        assert_eq!(bare.name, "deploy");
+        assert_eq!(
+            bare.description.as_deref(),
+            Some("First paragraph line two.")
+        );
+        let unclosed = parse("---\nname: x\nno end", "f");
+        assert_eq!(unclosed.name, "f");
+    }
+
+    #[test]
+    fn load_substitutes_and_refuses_unknown() {
+        let mut s = parse("---\nname: a\n---\nrun ${ARGUMENTS} in ${SKILL_DIR}", "a");
+        s.dir = PathBuf::from("/skills/a");
+        let hidden = Skill {
+            name: "h".into(),
+            disable_model_invoke: true,
+            ..Default::default()
+        };
+        let skills = vec![s, hidden];
+        let (out, used) = run(r#"{"name":"/a","arguments":"tests"}"#, &skills);
+        assert!(!out.is_error);
+        assert!(
+            out.output.contains("run tests in /skills/a"),
+            "{}",
+            out.output
+        );
+        assert_eq!(used.unwrap().name, "a");
+        let (out, used) = run(r#"{"name":"h"}"#, &skills);
+        assert!(out.is_error && used.is_none());
+        assert!(out.output.contains("available: a"), "{}", out.output);
+        let (out, _) = run("not json", &skills);
+        assert!(out.is_error);
+        assert!(spec(&skills).unwrap().description.contains("- a:"));
+    }
+}
