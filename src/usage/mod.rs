@@ -226,6 +226,7 @@ fn provider_summary(name: &str, p: &ProviderConfig) -> ProviderSummary {
             .api_key_env
             .as_ref()
             .is_some_and(|e| std::env::var_os(e).is_some_and(|v| !v.is_empty())),
+        connection_locked: p.locked.unwrap_or(false),
         models: p.models.clone().unwrap_or_default(),
     }
 }
