@@ -7,6 +7,8 @@
 //! | DeepSeek (`deepseek`) | `openai-compatible` service on `https://api.deepseek.com` | `GET /user/balance`, Bearer | one balance per `balance_infos[{currency, total_balance}]` |
 //! | Anthropic OAuth (`anthropic-oauth`) | `anthropic` service whose credential is an OAuth token (`sk-ant-oat…`, or an `Authorization: Bearer` header); an API key is `unsupported` | `GET <base_url>/api/oauth/usage?cedar_ember=1&skip_spend=1`, Bearer, `anthropic-beta: oauth-2025-04-20` | windows `five-hour` (300 min), `seven-day`, `seven-day-opus`, `seven-day-sonnet` (10080 min) from `{utilization, resets_at}`; `limits[]` → `<kind>-<n>` |
 //! | ChatGPT/Codex (`openai-codex`) | `openai-responses` service whose base URL is ChatGPT's `…/backend-api/codex` | `GET <base minus /codex>/wham/usage`, Bearer, `ChatGPT-Account-ID` | plan `plan_type`; windows `primary`/`secondary` and `additional-<name>-primary/secondary`; `rate_limit_reset_credits.available_count` |
+//! | Kimi Code (`kimi-code`) | `openai-compatible` service on `https://api.kimi.com` / `api.kimi.ai` with a `/coding…` path | `GET /coding/v1/usages`, Bearer | `limits[{window{duration,timeUnit}, detail{limit, used or remaining, resetTime}}]` → `limit-<n>`; `usage` → `usage` (7 days) |
+//! | Zhipu / Z.ai (`zhipu`) | service on `https://open.bigmodel.cn` / `api.z.ai` | `GET /api/monitor/usage/quota/limit`, `Authorization: <key>` | plan `data.level`; `data.limits[{type, unit, number, percentage, nextResetTime}]` → `<type>-<n>` (`TIME_LIMIT`: tool usage) |
 //! | external Codex (`codex-cli`) | the `codex` engine | JSON-RPC `account/rateLimits/read {}` on the shared host ([`super::RateLimitReader`]) | windows `<limitId>:primary/secondary`, plan `planType`, account `accountId` |
 //! | external Claude Code (`claude-code`) | the `claude` engine: `$CLAUDE_CONFIG_DIR/.credentials.json` else `~/.claude/.credentials.json` (`claudeAiOauth.accessToken`, `subscriptionType`), read only | as Anthropic OAuth on `https://api.anthropic.com` | as Anthropic OAuth, plan = `subscriptionType` |
 //!
@@ -34,6 +36,10 @@ pub struct Endpoints {
     pub deepseek: String,
     /// Anthropic for the Claude Code login (default `https://api.anthropic.com`).
     pub claude_code: String,
+    /// Kimi Code (default: the service's own `https://` host).
+    pub kimi: Option<String>,
+    /// Zhipu / Z.ai (default: the service's own `https://` host).
+    pub zhipu: Option<String>,
 }
 
 impl Default for Endpoints {
@@ -42,13 +48,15 @@ impl Default for Endpoints {
             openrouter: "https://openrouter.ai".into(),
             deepseek: "https://api.deepseek.com".into(),
             claude_code: "https://api.anthropic.com".into(),
+            kimi: None,
+            zhipu: None,
         }
     }
 }
 
 impl Endpoints {
     /// Defaults, overridden by `WUU_QUOTA_OPENROUTER_URL`, `WUU_QUOTA_DEEPSEEK_URL`,
-    /// `WUU_QUOTA_CLAUDE_CODE_URL`.
+    /// `WUU_QUOTA_CLAUDE_CODE_URL`, `WUU_QUOTA_KIMI_URL`, `WUU_QUOTA_ZHIPU_URL`.
     pub fn from_env() -> Endpoints {
         let mut e = Endpoints::default();
         let var = |n: &str| {
@@ -66,6 +74,8 @@ impl Endpoints {
         if let Some(v) = var("WUU_QUOTA_CLAUDE_CODE_URL") {
             e.claude_code = v;
         }
+        e.kimi = var("WUU_QUOTA_KIMI_URL");
+        e.zhipu = var("WUU_QUOTA_ZHIPU_URL");
         e
     }
 }
@@ -107,6 +117,20 @@ pub enum Adapter {
         /// `ChatGPT-Account-ID`, when known.
         account_id: Option<String>,
     },
+    /// Kimi Code plan windows.
+    Kimi {
+        /// Scheme + host.
+        base: String,
+        /// API key.
+        key: String,
+    },
+    /// Zhipu / Z.ai plan windows.
+    Zhipu {
+        /// Scheme + host.
+        base: String,
+        /// API key (sent without `Bearer`).
+        key: String,
+    },
     /// The external Codex engine's own login.
     CodexCli(SharedReader),
     /// No adapter for this source.
@@ -135,6 +159,8 @@ impl Adapter {
             Adapter::DeepSeek { .. } => "deepseek",
             Adapter::AnthropicOAuth { source, .. } => source,
             Adapter::ChatGpt { .. } => "openai-codex",
+            Adapter::Kimi { .. } => "kimi-code",
+            Adapter::Zhipu { .. } => "zhipu",
             Adapter::CodexCli(_) => "codex-cli",
             Adapter::Unsupported { source } | Adapter::NoCredential { source, .. } => source,
         }
@@ -144,6 +170,7 @@ impl Adapter {
     pub fn kind(&self) -> Option<&'static str> {
         match self {
             Adapter::OpenRouter { .. } | Adapter::DeepSeek { .. } => Some("balance"),
+            Adapter::Kimi { .. } | Adapter::Zhipu { .. } => Some("plan"),
             Adapter::AnthropicOAuth { .. } | Adapter::ChatGpt { .. } | Adapter::CodexCli(_) => {
                 Some("subscription")
             }
@@ -155,9 +182,10 @@ impl Adapter {
     /// The account known before reading (from the credential), if any.
     pub fn account(&self) -> Option<QuotaAccount> {
         let (endpoint, identity, cred_source) = match self {
-            Adapter::OpenRouter { base, key } | Adapter::DeepSeek { base, key } => {
-                (base.as_str(), key.as_str(), "explicit")
-            }
+            Adapter::OpenRouter { base, key }
+            | Adapter::DeepSeek { base, key }
+            | Adapter::Kimi { base, key }
+            | Adapter::Zhipu { base, key } => (base.as_str(), key.as_str(), "explicit"),
             Adapter::AnthropicOAuth {
                 base,
                 token,
@@ -244,6 +272,22 @@ impl Adapter {
                 let v = get_json(&format!("{base}/wham/usage"), &headers, deadline)?;
                 parse_chatgpt(&v, crate::util::now_ms())
             }
+            Adapter::Kimi { base, key } => {
+                let v = get_json(
+                    &format!("{base}/coding/v1/usages"),
+                    &[bearer(key)],
+                    deadline,
+                )?;
+                parse_kimi(&v)
+            }
+            Adapter::Zhipu { base, key } => {
+                let v = get_json(
+                    &format!("{base}/api/monitor/usage/quota/limit"),
+                    &[("authorization", key.clone())],
+                    deadline,
+                )?;
+                parse_zhipu(&v)
+            }
             Adapter::CodexCli(reader) => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -295,6 +339,15 @@ fn header(cfg: &ProviderConfig, name: &str) -> Option<String> {
     })
 }
 
+/// The path of `url` (`"/"` when none).
+fn path_of(url: &str) -> String {
+    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
+    match rest.find('/') {
+        Some(i) => rest[i..].to_owned(),
+        None => "/".to_owned(),
+    }
+}
+
 fn https(url: &str) -> bool {
     url.trim().to_ascii_lowercase().starts_with("https://")
 }
@@ -323,6 +376,32 @@ pub fn service_adapter(cfg: &ProviderConfig, endpoints: &Endpoints) -> Adapter {
         "openai-compatible" if https(&base) && h == "api.deepseek.com" => {
             needs("deepseek", "balance", &|key| Adapter::DeepSeek {
                 base: endpoints.deepseek.clone(),
+                key,
+            })
+        }
+        "openai-compatible"
+            if https(&base)
+                && (h == "api.kimi.com" || h == "api.kimi.ai")
+                && path_of(&base).starts_with("/coding") =>
+        {
+            let base = endpoints
+                .kimi
+                .clone()
+                .unwrap_or_else(|| format!("https://{h}"));
+            needs("kimi-code", "plan", &|key| Adapter::Kimi {
+                base: base.clone(),
+                key,
+            })
+        }
+        "openai-compatible" | "anthropic"
+            if https(&base) && (h == "open.bigmodel.cn" || h == "api.z.ai") =>
+        {
+            let base = endpoints
+                .zhipu
+                .clone()
+                .unwrap_or_else(|| format!("https://{h}"));
+            needs("zhipu", "plan", &|key| Adapter::Zhipu {
+                base: base.clone(),
                 key,
             })
         }
@@ -795,6 +874,120 @@ pub fn parse_codex_rate_limits(v: &Value) -> Result<Reading, QuotaError> {
     })
 }
 
+fn percent_of(used: Option<f64>, limit: Option<f64>) -> Option<f64> {
+    match (used, limit) {
+        (Some(u), Some(l)) if l > 0.0 => Some(u / l * 100.0),
+        _ => None,
+    }
+}
+
+fn kimi_window(id: String, label: String, minutes: Option<u64>, d: &Value) -> QuotaWindow {
+    let limit = num(d.get("limit"));
+    let used = num(d.get("used")).or_else(|| {
+        let r = num(d.get("remaining"))?;
+        Some(limit? - r)
+    });
+    let reset = ["resetTime", "resetAt", "reset_at", "reset_time"]
+        .iter()
+        .find_map(|k| instant(d.get(*k)));
+    QuotaWindow {
+        id,
+        label: Some(label),
+        used_percent: percent_of(used, limit),
+        window_minutes: minutes,
+        resets_at: reset,
+        ..Default::default()
+    }
+}
+
+/// Kimi Code `GET /coding/v1/usages`.
+pub fn parse_kimi(v: &Value) -> Result<Reading, QuotaError> {
+    if !v.is_object() {
+        return Err(QuotaError::InvalidResponse);
+    }
+    let mut windows = Vec::new();
+    if let Some(limits) = v.get("limits").and_then(Value::as_array) {
+        for (n, l) in limits.iter().enumerate() {
+            let duration = int(l.pointer("/window/duration")).filter(|d| *d > 0);
+            let unit = text(l.pointer("/window/timeUnit")).unwrap_or_default();
+            let (per, word) = match unit.as_str() {
+                "TIME_UNIT_MINUTE" => (1, "minutes"),
+                "TIME_UNIT_HOUR" => (60, "hours"),
+                "TIME_UNIT_DAY" => (1440, "days"),
+                _ => (0, ""),
+            };
+            let (minutes, label) = match duration {
+                Some(d) if per > 0 => (Some(d as u64 * per), format!("{d} {word}")),
+                _ => (None, "Allowance".to_owned()),
+            };
+            let detail = l.get("detail").unwrap_or(l);
+            windows.push(kimi_window(
+                format!("limit-{}", n + 1),
+                label,
+                minutes,
+                detail,
+            ));
+        }
+    }
+    if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+        windows.push(kimi_window("usage".into(), "7 days".into(), Some(10080), u));
+    }
+    Ok(Reading {
+        kind: "plan",
+        windows,
+        ..Default::default()
+    })
+}
+
+/// Zhipu / Z.ai `GET /api/monitor/usage/quota/limit`.
+pub fn parse_zhipu(v: &Value) -> Result<Reading, QuotaError> {
+    if v.get("success") == Some(&Value::Bool(false)) {
+        return Err(QuotaError::InvalidResponse);
+    }
+    let data = v
+        .get("data")
+        .filter(|d| d.is_object())
+        .ok_or(QuotaError::InvalidResponse)?;
+    let mut windows = Vec::new();
+    if let Some(limits) = data.get("limits").and_then(Value::as_array) {
+        for (n, l) in limits.iter().enumerate() {
+            let kind = text(l.get("type")).unwrap_or_else(|| "limit".into());
+            let tools = kind == "TIME_LIMIT";
+            let number = int(l.get("number")).filter(|x| *x > 0);
+            let minutes = if tools {
+                None
+            } else {
+                match int(l.get("unit")) {
+                    Some(3) => Some(number.map(|x| x as u64 * 60).unwrap_or(300)),
+                    Some(6) => Some(10080),
+                    _ => None,
+                }
+            };
+            windows.push(QuotaWindow {
+                id: format!("{}-{}", kind.to_ascii_lowercase(), n + 1),
+                label: Some(if tools {
+                    "Tool usage".into()
+                } else {
+                    kind.clone()
+                }),
+                used_percent: num(l.get("percentage")),
+                window_minutes: minutes,
+                resets_at: int(l.get("nextResetTime"))
+                    .filter(|ms| *ms > 0)
+                    .map(crate::util::rfc3339),
+                scope: tools.then(|| "tools".to_owned()),
+                ..Default::default()
+            });
+        }
+    }
+    Ok(Reading {
+        kind: "plan",
+        plan: text(data.get("level")),
+        windows,
+        ..Default::default()
+    })
+}
+
 fn jwt_claims(token: &str) -> Option<Value> {
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -925,6 +1118,34 @@ mod tests {
             parse_codex_rate_limits(&json!({"rateLimits": {}})).unwrap_err(),
             QuotaError::Unsupported
         );
+    }
+
+    #[test]
+    fn kimi_and_zhipu_plans() {
+        let r = parse_kimi(&json!({
+            "limits": [{"window": {"duration": 5, "timeUnit": "TIME_UNIT_HOUR"},
+                        "detail": {"limit": 200, "remaining": 150, "resetTime": "2030-01-01T00:00:00Z"}},
+                       {"window": {}, "detail": {"limit": 0, "used": 3}}],
+            "usage": {"limit": 1000, "used": 1000}}))
+        .unwrap();
+        assert_eq!(r.windows.len(), 3);
+        assert_eq!(r.windows[0].window_minutes, Some(300));
+        assert_eq!(r.windows[0].label.as_deref(), Some("5 hours"));
+        assert_eq!(r.windows[0].used_percent, Some(25.0));
+        assert_eq!(r.windows[1].used_percent, None, "no limit: unknown");
+        assert_eq!(r.windows[1].label.as_deref(), Some("Allowance"));
+        assert_eq!(r.windows[2].used_percent, Some(100.0));
+        let z = parse_zhipu(&json!({"success": true, "data": {"level": "pro", "limits": [
+            {"type": "TOKENS_LIMIT", "unit": 3, "number": 5, "percentage": 40, "nextResetTime": 1_900_000_000_000i64},
+            {"type": "TIME_LIMIT", "unit": 5, "number": 1, "percentage": 2}]}}))
+        .unwrap();
+        assert_eq!(z.plan.as_deref(), Some("pro"));
+        assert_eq!(z.windows[0].id, "tokens_limit-1");
+        assert_eq!(z.windows[0].window_minutes, Some(300));
+        assert_eq!(z.windows[1].label.as_deref(), Some("Tool usage"));
+        assert_eq!(z.windows[1].scope.as_deref(), Some("tools"));
+        assert_eq!(z.windows[1].window_minutes, None);
+        assert!(parse_zhipu(&json!({"success": false, "data": {}})).is_err());
     }
 
     #[test]

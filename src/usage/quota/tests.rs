@@ -617,3 +617,54 @@ fn claude_code_uses_its_own_login_read_only() {
         "sign_in"
     );
 }
+
+#[test]
+fn kimi_and_zhipu_read_their_plan_endpoints() {
+    let f = Fake::start();
+    let (_d, mut st) = store();
+    f.next(Reply::Json(
+        200,
+        json!({"success": true, "data": {"level": "lite", "limits": [
+        {"type": "TOKENS_LIMIT", "unit": 3, "number": 5, "percentage": 12}]}}),
+    ));
+    let q = one(
+        &[Source {
+            key: "service:glm".into(),
+            adapter: Adapter::Zhipu {
+                base: f.base(),
+                key: "zk".into(),
+            },
+        }],
+        &mut st,
+    );
+    assert_eq!(
+        (q.status.as_str(), q.kind.as_deref(), q.plan.as_deref()),
+        ("available", Some("plan"), Some("lite"))
+    );
+    f.next(Reply::Json(
+        200,
+        json!({"limits": [], "usage": {"limit": 10, "used": 1}}),
+    ));
+    let q = one(
+        &[Source {
+            key: "service:kimi".into(),
+            adapter: Adapter::Kimi {
+                base: f.base(),
+                key: "kk".into(),
+            },
+        }],
+        &mut st,
+    );
+    assert_eq!(q.status, "available");
+    assert_eq!(q.windows[0].used_percent, Some(10.0));
+    let reqs = f.requests.lock().unwrap().clone();
+    assert_eq!(reqs[0].0, "/api/monitor/usage/quota/limit");
+    assert!(
+        reqs[0].1.contains(&("authorization".into(), "zk".into())),
+        "no Bearer for Zhipu"
+    );
+    assert_eq!(reqs[1].0, "/coding/v1/usages");
+    assert!(reqs[1]
+        .1
+        .contains(&("authorization".into(), "Bearer kk".into())));
+}
