@@ -682,7 +682,7 @@ fn context_composition_breaks_down_the_next_request() {
 fn requeue_turns_a_pending_steer_into_the_next_turn() {
     let (fake, mut app) = setup();
     let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
-    fake.push(Script::tool_call("c1", "bash", r#"{"command":"sleep 2"}"#));
+    fake.push(Script::tool_call("c1", "bash", r#"{"command":"sleep 4"}"#));
     fake.push(Script::text(&["first done"]));
     fake.push(Script::text(&["queued done"]));
     let started = app.call("turn/start", json!({"thread_id": th, "prompt": "work"}));

@@ -235,7 +235,7 @@ fn desktop_handlers_replay() {
     assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 1);
     check_thread(&d.notification("thread/resumed")["thread"]);
     // Queue, edit, steer, unsteer, requeue while a command runs.
-    fake.push(Script::tool_call("c1", "bash", r#"{"command":"sleep 2"}"#));
+    fake.push(Script::tool_call("c1", "bash", r#"{"command":"sleep 6"}"#));
     fake.push(Script::text(&["second done"]));
     fake.push(Script::text(&["requeued done"]));
     fake.push(Script::text(&["queued done"]));
