@@ -688,7 +688,11 @@ fn requeue_turns_a_pending_steer_into_the_next_turn() {
     let started = app.call("turn/start", json!({"thread_id": th, "prompt": "work"}));
     let turn = started["turn"]["id"].clone();
     app.wait_for("bash started", |v| {
-        v["method"] == "item/started" && v["params"]["item"]["type"] == "tool_call"
+        v["method"] == "item/started"
+            && v["params"]["item"]["type"] == "tool_call"
+            && v["params"]["item"]["arguments"]
+                .as_str()
+                .is_some_and(|a| a.contains("sleep"))
     });
     app.call(
         "turn/steer",

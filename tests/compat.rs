@@ -241,7 +241,11 @@ fn desktop_handlers_replay() {
     fake.push(Script::text(&["queued done"]));
     let t2 = turn_start(&mut d, &th_id, "work a bit");
     d.wait("the command", |v| {
-        v["method"] == "item/started" && v["params"]["item"]["type"] == "tool_call"
+        v["method"] == "item/started"
+            && v["params"]["item"]["type"] == "tool_call"
+            && v["params"]["item"]["arguments"]
+                .as_str()
+                .is_some_and(|a| a.contains("sleep"))
     });
     let q = d.call(
         "turn/queue",
@@ -267,13 +271,11 @@ fn desktop_handlers_replay() {
         ),
     );
     assert_eq!(s["turn_id"], t2["id"]);
-    assert_eq!(
-        d.call(
-            "turn/unsteer",
-            Some(json!({"thread_id": th_id, "steer_id": "local-s1"}))
-        )["ok"],
-        true
+    let un = d.call(
+        "turn/unsteer",
+        Some(json!({"thread_id": th_id, "steer_id": "local-s1"})),
     );
+    assert_eq!(un["ok"], true, "{un} {:?}", d.app.backlog);
     d.call(
         "turn/steer",
         Some(
@@ -304,6 +306,9 @@ fn desktop_handlers_replay() {
     d.wait("the long command", |v| {
         v["method"] == "item/started"
             && v["params"]["item"]["type"] == "tool_call"
+            && v["params"]["item"]["arguments"]
+                .as_str()
+                .is_some_and(|a| a.contains("sleep"))
             && v["params"]["turn_id"] == json!(t5["id"])
     });
     d.call(
