@@ -405,14 +405,14 @@ fn desktop_handlers_replay() {
         fork_id
     );
     d.call("sessionFolder/delete", Some(json!({"id": folder})));
-    // Panels we do not serve yet answer method_not_found.
+    // Panels we do not serve answer method_not_found (never a canned empty answer); the
+    // ones we serve answer for real.
     for m in [
-        "mcp/list",
-        "skill/list",
-        "instructions/list",
-        "activity/list",
+        "channel/room/list",
+        "channel/agent/list",
+        "harness/dispatch",
     ] {
-        let e = d.call_err(m, Some(json!({})));
+        let e = d.call_err(m, Some(json!({"thread_id": th_id})));
         assert_eq!(e["code"], "method_not_found", "{m}: {e}");
     }
     // wuu:project-cleanup-state after removing another project.
