@@ -252,6 +252,13 @@ fn a_run_that_fails_after_stalled_attempts_reports_one_partial_text() {
     assert_eq!(r["final_message_partial"], true);
     assert_eq!(r["error_category"], "network", "{r}");
     assert_eq!(r["error_code"], "incomplete_stream", "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("no data for 0.3 s (stream_idle_timeout_ms 300)"),
+        "{r}"
+    );
     let tf = o.all("turn_failed");
     assert_eq!(tf.len(), 1);
     assert_eq!(tf[0]["category"], r["error_category"]);

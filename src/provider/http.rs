@@ -233,7 +233,20 @@ impl HttpProvider {
             sink,
         );
         cancel.clear_agent();
-        outcome
+        match outcome {
+            AttemptOutcome::Failed(mut e)
+                if e.kind == FailureKind::IncompleteStream
+                    && e.message.starts_with("stream stalled") =>
+            {
+                e.message = format!(
+                    "stream stalled: no data for {} s (stream_idle_timeout_ms {})",
+                    self.idle_timeout.as_secs_f64(),
+                    self.idle_timeout.as_millis()
+                );
+                AttemptOutcome::Failed(e)
+            }
+            other => other,
+        }
     }
 }
 
