@@ -636,3 +636,326 @@ fn titles_are_regenerated_and_stored() {
     let e = app.call_err("thread/regenerate-title", json!({"thread_id": "thr_nope"}));
     assert_eq!(e["code"], "thread_not_found");
 }
+
+// ----- workspace views (the phone reads the workspace through these) -------------------
+
+fn git_in(dir: &std::path::Path, args: &[&str]) {
+    let ok = std::process::Command::new("git")
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "commit.gpgsign=false",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
+#[test]
+fn file_views_list_read_resolve_and_download() {
+    let (mut app, _fake) = app_with_fake();
+    let ws = app.workdir.clone();
+    let root = ws.to_string_lossy().into_owned();
+    std::fs::create_dir_all(ws.join("src/deep")).unwrap();
+    std::fs::create_dir_all(ws.join("node_modules/x")).unwrap();
+    std::fs::write(ws.join("src/main.rs"), "fn main() {}\n").unwrap();
+    std::fs::write(ws.join("src/deep/lib.rs"), "pub fn f() {}\n").unwrap();
+    std::fs::write(ws.join("README.md"), "# hi\n").unwrap();
+    let png = b"\x89PNG\r\n\x1a\n0000".to_vec();
+    std::fs::write(ws.join("logo.png"), &png).unwrap();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(ws.join("big.bin"), &big).unwrap();
+
+    // The phone's calls: {path, root}.
+    let l = app.call(
+        "workspace/directory/list",
+        json!({"path": "", "root": root}),
+    );
+    let names: Vec<&str> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["src", "README.md", "big.bin", "logo.png"], "{l}");
+    assert_eq!(l["entries"][0]["kind"], "directory");
+    assert_eq!(l["entries"][0]["path"], "src/");
+    assert_eq!(l["truncated"], false);
+    let l = app.call(
+        "workspace/directory/list",
+        json!({"path": "src/", "root": root}),
+    );
+    assert_eq!(l["path"], "src");
+    assert_eq!(l["entries"][1]["path"], "src/main.rs");
+
+    let f = app.call(
+        "workspace/file/read",
+        json!({"path": "src/main.rs", "root": root}),
+    );
+    assert_eq!(f["text"], "fn main() {}\n");
+    assert_eq!(f["size_bytes"], 13);
+    assert_eq!(f["binary"], false);
+    assert_eq!(f["sha256"].as_str().unwrap().len(), 64);
+    assert!(f["absolute_path"]
+        .as_str()
+        .unwrap()
+        .ends_with("src/main.rs"));
+    let img = app.call(
+        "workspace/file/read",
+        json!({"path": "logo.png", "root": root}),
+    );
+    assert_eq!(img["renderable_kind"], "image");
+    assert!(img["renderable_url"]
+        .as_str()
+        .unwrap()
+        .starts_with("data:image/png;base64,"));
+
+    for (reference, status, path) in [
+        ("`src/main.rs:12`", "resolved", Some("src/main.rs")),
+        ("lib.rs", "resolved", Some("src/deep/lib.rs")),
+        ("src/nope.rs", "missing", None),
+        ("https://x.y/z", "invalid", None),
+    ] {
+        let r = app.call(
+            "workspace/file/resolve",
+            json!({"reference": reference, "root": root}),
+        );
+        assert_eq!(r["status"], status, "{reference}: {r}");
+        if let Some(p) = path {
+            assert_eq!(r["path"], p, "{reference}: {r}");
+        }
+    }
+
+    // workspaceDownload.ts: chunks until offset == size, version carried along.
+    let (mut offset, mut version, mut got) = (0u64, String::new(), Vec::new());
+    loop {
+        let c = app.call(
+            "workspace/file/chunk",
+            json!({"path": "big.bin", "root": root, "offset": offset, "version": version}),
+        );
+        assert_eq!(c["offset"], offset);
+        assert_eq!(c["size"], big.len());
+        use base64::Engine as _;
+        let data = base64::engine::general_purpose::STANDARD
+            .decode(c["data"].as_str().unwrap())
+            .unwrap();
+        assert!(data.len() <= 256 * 1024 && !data.is_empty());
+        offset += data.len() as u64;
+        got.extend(data);
+        version = c["version"].as_str().unwrap().to_owned();
+        if offset >= big.len() as u64 {
+            break;
+        }
+    }
+    assert_eq!(got, big);
+    std::fs::write(ws.join("big.bin"), b"changed").unwrap();
+    let e = app.call_err(
+        "workspace/file/chunk",
+        json!({"path": "big.bin", "root": root, "offset": 1, "version": version}),
+    );
+    assert!(e["message"].as_str().unwrap().contains("changed"), "{e}");
+}
+
+#[cfg(unix)]
+#[test]
+fn file_views_never_read_outside_the_workspace() {
+    let (mut app, _fake) = app_with_fake();
+    let ws = app.workdir.clone();
+    let root = ws.to_string_lossy().into_owned();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "TOP SECRET").unwrap();
+    std::fs::create_dir_all(outside.path().join("dir")).unwrap();
+    std::fs::write(outside.path().join("dir/inner.txt"), "TOP SECRET").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), ws.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("dir"), ws.join("linkdir")).unwrap();
+    std::fs::write(ws.join("inside.txt"), "mine").unwrap();
+    std::os::unix::fs::symlink("inside.txt", ws.join("good-link.txt")).unwrap();
+    // A hard link inside the workspace is the user's own file.
+    std::fs::hard_link(ws.join("inside.txt"), ws.join("hard.txt")).unwrap();
+    let name = ws.file_name().unwrap().to_string_lossy().into_owned();
+
+    let attempts = [
+        (
+            "workspace/file/read",
+            json!({"path": "link.txt", "root": root}),
+        ),
+        (
+            "workspace/file/read",
+            json!({"path": "linkdir/inner.txt", "root": root}),
+        ),
+        (
+            "workspace/file/read",
+            json!({"path": format!("../{name}/link.txt"), "root": root}),
+        ),
+        (
+            "workspace/file/read",
+            json!({"path": "../../etc/passwd", "root": root}),
+        ),
+        (
+            "workspace/file/read",
+            json!({"path": outside.path().join("secret.txt").to_string_lossy(), "root": root}),
+        ),
+        (
+            "workspace/file/chunk",
+            json!({"path": "link.txt", "root": root, "offset": 0, "version": ""}),
+        ),
+        (
+            "workspace/directory/list",
+            json!({"path": "linkdir", "root": root}),
+        ),
+        (
+            "workspace/directory/list",
+            json!({"path": "..", "root": root}),
+        ),
+        (
+            "workspace/file/read",
+            json!({"path": "secret.txt", "root": outside.path().to_string_lossy()}),
+        ),
+        (
+            "workspace/directory/list",
+            json!({"path": "", "root": ws.join("linkdir").to_string_lossy()}),
+        ),
+        (
+            "workspace/git/status",
+            json!({"root": outside.path().to_string_lossy()}),
+        ),
+    ];
+    for (method, params) in attempts {
+        let id = app.send(method, params.clone());
+        let r = app.response(&id);
+        assert!(r.get("error").is_some(), "{method} {params} must fail: {r}");
+        assert!(!r.to_string().contains("TOP SECRET"), "{r}");
+    }
+    let r = app.call(
+        "workspace/file/resolve",
+        json!({"reference": outside.path().join("secret.txt").to_string_lossy(), "root": root}),
+    );
+    assert_eq!(r["status"], "invalid");
+    let r = app.call(
+        "workspace/file/resolve",
+        json!({"reference": "linkdir/inner.txt", "root": root}),
+    );
+    assert_eq!(r["status"], "missing");
+    // Links that stay inside, and hard links, are read.
+    assert_eq!(
+        app.call(
+            "workspace/file/read",
+            json!({"path": "good-link.txt", "root": root})
+        )["text"],
+        "mine"
+    );
+    assert_eq!(
+        app.call(
+            "workspace/file/read",
+            json!({"path": "hard.txt", "root": root})
+        )["text"],
+        "mine"
+    );
+    let l = app.call(
+        "workspace/directory/list",
+        json!({"path": "", "root": root}),
+    );
+    assert!(!l.to_string().contains("inner.txt"));
+}
+
+#[test]
+fn git_views_status_changes_diff_and_no_repo() {
+    let (mut app, _fake) = app_with_fake();
+    let ws = app.workdir.clone();
+    let root = ws.to_string_lossy().into_owned();
+    // Not a repository: answered as the Go server does.
+    let s = app.call("workspace/git/status", json!({"root": root}));
+    assert_eq!(s["is_repo"], false);
+    assert_eq!(s["dirty_count"], 0);
+    let c = app.call("workspace/git/changes", json!({"root": root}));
+    assert_eq!(c, json!({"is_repo": false, "files": []}));
+    let d = app.call("workspace/git/diff", json!({"path": "a.txt", "root": root}));
+    assert_eq!(d["status"], "unknown");
+    assert_eq!(d["is_repo"], false);
+
+    git_in(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("a.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(ws.join("gone.txt"), "bye\n").unwrap();
+    git_in(&ws, &["add", "."]);
+    git_in(&ws, &["commit", "-q", "-m", "first"]);
+    std::fs::write(ws.join("a.txt"), "one\nTWO\nthree\n").unwrap();
+    std::fs::remove_file(ws.join("gone.txt")).unwrap();
+    std::fs::write(ws.join("new.txt"), "fresh\nlines\n").unwrap();
+    std::fs::write(ws.join("staged.txt"), "s\n").unwrap();
+    git_in(&ws, &["add", "staged.txt"]);
+
+    let s = app.call("workspace/git/status", json!({"root": root}));
+    assert_eq!(s["is_repo"], true);
+    assert_eq!(s["branch"], "main");
+    assert_eq!(s["branches"], json!(["main"]));
+    assert_eq!(s["detached"], false);
+    assert_eq!(s["dirty_count"], 4);
+    assert_eq!(
+        s["staged_diff"],
+        json!({"files": 1, "additions": 1, "deletions": 0})
+    );
+    assert_eq!(s["diff"]["files"], 4);
+
+    let c = app.call("workspace/git/changes", json!({"root": root}));
+    let files = c["files"].as_array().unwrap();
+    let by = |p: &str| files.iter().find(|f| f["path"] == p).unwrap().clone();
+    assert_eq!(by("a.txt")["status"], "modified");
+    assert_eq!(by("a.txt")["additions"], 2);
+    assert_eq!(by("a.txt")["deletions"], 1);
+    assert_eq!(by("gone.txt")["status"], "deleted");
+    assert_eq!(by("staged.txt")["status"], "added");
+    assert_eq!(by("new.txt")["status"], "untracked");
+    assert_eq!(by("new.txt")["additions"], 2);
+
+    let d = app.call("workspace/git/diff", json!({"path": "a.txt", "root": root}));
+    assert_eq!(d["status"], "modified");
+    assert!(d["patch"].as_str().unwrap().contains("+TWO"), "{d}");
+    assert_eq!(d["original_text"], "one\ntwo\n");
+    assert_eq!(d["modified_text"], "one\nTWO\nthree\n");
+    assert_eq!(d["truncated"], false);
+    let d = app.call(
+        "workspace/git/diff",
+        json!({"path": "new.txt", "root": root}),
+    );
+    assert_eq!(d["original_text"], "");
+    assert_eq!(d["modified_text"], "fresh\nlines\n");
+    let d = app.call(
+        "workspace/git/diff",
+        json!({"path": "gone.txt", "root": root}),
+    );
+    assert_eq!(d["modified_text"], "");
+    assert_eq!(d["original_text"], "bye\n");
+    let e = app.call_err("workspace/git/diff", json!({"path": "../x", "root": root}));
+    assert!(e["message"].as_str().unwrap().contains("inside"), "{e}");
+}
+
+#[cfg(unix)]
+#[test]
+fn git_diff_shows_a_link_out_of_the_workspace_as_its_target_text() {
+    let (mut app, _fake) = app_with_fake();
+    let ws = app.workdir.clone();
+    let root = ws.to_string_lossy().into_owned();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "TOP SECRET").unwrap();
+    git_in(&ws, &["init", "-q", "-b", "main"]);
+    std::fs::write(ws.join("x"), "x\n").unwrap();
+    git_in(&ws, &["add", "."]);
+    git_in(&ws, &["commit", "-q", "-m", "first"]);
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), ws.join("leak")).unwrap();
+    let d = app.call("workspace/git/diff", json!({"path": "leak", "root": root}));
+    assert_eq!(d["status"], "untracked");
+    assert!(!d.to_string().contains("TOP SECRET"), "{d}");
+    assert_eq!(
+        d["modified_text"],
+        outside.path().join("secret.txt").to_string_lossy().as_ref()
+    );
+}

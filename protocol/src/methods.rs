@@ -19,6 +19,7 @@ use crate::questions::*;
 use crate::run::*;
 use crate::thread::*;
 use crate::usage::*;
+use crate::workspace::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -193,6 +194,13 @@ client_methods! {
     TextPolish => "text/polish", TextPolishParams, TextPolishResult, |_| Route::Inline;
     GitCommitMessage => "git/commit-message", GitCommitMessageParams, GitCommitMessageResult, |_| Route::Inline;
     ThreadRegenerateTitle => "thread/regenerate-title", ThreadRegenerateTitleParams, ThreadRegenerateTitleResult, |_| Route::Inline;
+    WorkspaceGitStatus => "workspace/git/status", WorkspaceViewParams, GitStatusResult, |_| Route::Inline;
+    WorkspaceGitChanges => "workspace/git/changes", WorkspaceViewParams, GitChangesResult, |_| Route::Inline;
+    WorkspaceGitDiff => "workspace/git/diff", WorkspaceViewParams, GitDiffResult, |_| Route::Inline;
+    WorkspaceDirectoryList => "workspace/directory/list", WorkspaceViewParams, DirectoryListResult, |_| Route::Inline;
+    WorkspaceFileRead => "workspace/file/read", WorkspaceViewParams, FileReadResult, |_| Route::Inline;
+    WorkspaceFileResolve => "workspace/file/resolve", WorkspaceViewParams, FileResolveResult, |_| Route::Inline;
+    WorkspaceFileChunk => "workspace/file/chunk", WorkspaceViewParams, FileChunkResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

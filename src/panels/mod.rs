@@ -16,6 +16,7 @@ pub mod helpers;
 pub mod instructions;
 pub mod settings;
 pub mod skills;
+pub mod workspace;
 
 use crate::config::LoadedConfig;
 use crate::server::{Responder, Shared};
@@ -160,6 +161,15 @@ pub fn handle(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
         ClientRequest::ThreadRegenerateTitle(p) => on_helpers(shared, reply, move |s, r| {
             helpers::regenerate_title(s, p, r)
         }),
+        req @ (ClientRequest::WorkspaceGitStatus(_)
+        | ClientRequest::WorkspaceGitChanges(_)
+        | ClientRequest::WorkspaceGitDiff(_)
+        | ClientRequest::WorkspaceDirectoryList(_)
+        | ClientRequest::WorkspaceFileRead(_)
+        | ClientRequest::WorkspaceFileResolve(_)
+        | ClientRequest::WorkspaceFileChunk(_)) => {
+            on_views(shared, reply, move |s, r| workspace::handle(s, req, r))
+        }
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not an inline method", other.method()),
