@@ -129,6 +129,24 @@ fn days_are_cut_in_the_requested_zone_across_dst() {
         None,
         &[("t1", "2024-03-11T06:30:00Z", 8)],
     );
+    // Two loads of one skill (`/name` and `name`) in thr_a's first turn.
+    {
+        let mut store = Store::open_home(home.path()).unwrap();
+        for (n, arg) in ["/review", "review"].iter().enumerate() {
+            store
+                .upsert_item(&wuu_store::ItemRow {
+                    thread_id: "thr_a".into(),
+                    turn_id: "t1".into(),
+                    id: format!("it_{n}"),
+                    item_type: "tool_call".into(),
+                    status: Some("completed".into()),
+                    seq: 0,
+                    body: json!({"type": "tool_call", "name": "load_skill",
+                                 "arguments": json!({"name": arg}).to_string()}),
+                })
+                .unwrap();
+        }
+    }
     let mut app = App::spawn_in(home.path(), ws.path(), &[]);
     let la = app.call("usage/overview", json!({"timezone": "America/Los_Angeles"}));
     let r = &la;
@@ -160,6 +178,7 @@ fn days_are_cut_in_the_requested_zone_across_dst() {
     assert_eq!(mb[0]["provider"], "fake");
     assert_eq!(mb[0]["input_tokens"], 15);
     assert_eq!(mb[0]["sessions"], 2);
+    assert_eq!(s["skill_usage"], json!([{"name": "review", "count": 2}]));
 }
 
 #[test]

@@ -293,13 +293,17 @@ pub fn settings(input: &SettingsInputs<'_>, tz: &TimeZone) -> SettingsUsageResul
         entry.outside = Some(outside);
     }
     let (metrics, days) = agg.metrics_and_days();
-    let mut skill_usage: Vec<SkillUsage> = input
-        .skills
-        .iter()
-        .map(|(name, count)| SkillUsage {
-            name: name.clone(),
-            count: *count,
-        })
+    // `load_skill` accepts `/name` for `name`: count them as one skill.
+    let mut by_name: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, count) in input.skills {
+        let name = name.trim().trim_start_matches('/').trim();
+        if !name.is_empty() {
+            *by_name.entry(name.to_owned()).or_default() += count;
+        }
+    }
+    let mut skill_usage: Vec<SkillUsage> = by_name
+        .into_iter()
+        .map(|(name, count)| SkillUsage { name, count })
         .collect();
     skill_usage.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
     SettingsUsageResult {
@@ -492,7 +496,7 @@ mod tests {
             &SettingsInputs {
                 rows: &[mine],
                 claims: &claims,
-                skills: &[("review".into(), 2)],
+                skills: &[("review".into(), 2), ("/review".into(), 1), (" ".into(), 5)],
                 ledgers: &ledgers,
                 now_ms: 0,
             },
@@ -524,6 +528,12 @@ mod tests {
         // A day with only outside usage is not an active day.
         assert_eq!(s.metrics.active_days, 1);
         assert_eq!(s.metrics.input_tokens, 15);
-        assert_eq!(s.skill_usage[0].name, "review");
+        assert_eq!(
+            s.skill_usage,
+            vec![SkillUsage {
+                name: "review".into(),
+                count: 3
+            }]
+        );
     }
 }
