@@ -7,6 +7,7 @@
 pub mod browser;
 pub mod clients;
 pub mod config;
+pub mod engines;
 pub mod envelope;
 pub mod history;
 pub mod input;
@@ -22,6 +23,7 @@ pub mod workspace;
 
 pub use clients::*;
 pub use config::*;
+pub use engines::*;
 pub use envelope::*;
 pub use history::*;
 pub use input::*;

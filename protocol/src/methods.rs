@@ -12,6 +12,7 @@
 
 use crate::clients::*;
 use crate::config::*;
+use crate::engines::*;
 use crate::history::*;
 use crate::input::*;
 use crate::panels::*;
@@ -139,6 +140,8 @@ client_methods! {
     ConfigRead => "config/read", EmptyParams, ConfigReadResult, |_| Route::Inline;
     ModelCatalogProviders => "config/model-catalog/providers", ModelCatalogProvidersParams, ModelCatalogProvidersResult, |_| Route::Inline;
     ModelCatalogRefresh => "config/model-catalog/refresh", EmptyParams, ModelCatalogRefreshResult, |_| Route::Catalog;
+    EngineList => "engine/list", EngineListParams, EngineListResult, |_| Route::Catalog;
+    EngineUpdate => "engine/update", EngineUpdateParams, EngineListResult, |_| Route::Catalog;
     ThreadStart => "thread/start", ThreadStartParams, ThreadResult, |_| Route::Spawn;
     ThreadResume => "thread/resume", ThreadResumeParams, ThreadResumeResult, |p| Route::Resolve(p.session_id.clone());
     ThreadFork => "thread/fork", ThreadForkParams, ThreadResult, |_| Route::Spawn;

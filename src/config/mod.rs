@@ -195,13 +195,72 @@ pub struct SandboxConfig {
     pub writable_roots: Option<Vec<String>>,
 }
 
-/// Engine settings (`engines` object).
+/// One external engine's settings (`engines.<id>`; spec `engines.md` §1.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSettings {
+    /// Absent = automatic (available when its executable is found); `false` = opted
+    /// out; `true` = opted in.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// The executable (a program, not a command line).
+    #[serde(default)]
+    pub binary_path: Option<String>,
+}
+
+/// Engine settings (`engines` object; user-owned: a project cannot name executables).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct EnginesConfig {
-    /// Engine for new conversations; empty → `wuu`.
+    /// Engine for new conversations; empty → `wuu`. Kept when that engine is disabled
+    /// (new conversations then fail until it is re-enabled or the default changes).
     #[serde(default)]
     pub default_engine: Option<String>,
+    /// Codex.
+    #[serde(default)]
+    pub codex: Option<EngineSettings>,
+    /// Claude Code.
+    #[serde(default)]
+    pub claude: Option<EngineSettings>,
+    /// Cursor.
+    #[serde(default)]
+    pub cursor: Option<EngineSettings>,
+    /// Devin.
+    #[serde(default)]
+    pub devin: Option<EngineSettings>,
+    /// Grok.
+    #[serde(default)]
+    pub grok: Option<EngineSettings>,
+    /// Hermes.
+    #[serde(default)]
+    pub hermes: Option<EngineSettings>,
+    /// Pi.
+    #[serde(default)]
+    pub pi: Option<EngineSettings>,
+    /// OpenCode.
+    #[serde(default)]
+    pub opencode: Option<EngineSettings>,
+    /// Antigravity.
+    #[serde(default)]
+    pub antigravity: Option<EngineSettings>,
+}
+
+impl EnginesConfig {
+    /// The settings of engine `id`, if any.
+    pub fn settings(&self, id: &str) -> Option<&EngineSettings> {
+        match id {
+            "codex" => self.codex.as_ref(),
+            "claude" => self.claude.as_ref(),
+            "cursor" => self.cursor.as_ref(),
+            "devin" => self.devin.as_ref(),
+            "grok" => self.grok.as_ref(),
+            "hermes" => self.hermes.as_ref(),
+            "pi" => self.pi.as_ref(),
+            "opencode" => self.opencode.as_ref(),
+            "antigravity" => self.antigravity.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 /// The whole configuration document (every layer has this shape; every field optional).
@@ -241,6 +300,7 @@ pub const USER_OWNED: &[&str] = &[
     "/agent/effort",
     "/agent/shell_env",
     "/agent/sandbox",
+    "/engines",
 ];
 
 /// Project layer file names, in load order (later wins). Only the first of `.wuu.json` /

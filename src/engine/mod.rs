@@ -20,6 +20,8 @@
 //! `session` or `server`.
 
 pub mod builtin;
+pub mod catalog;
+pub mod codex;
 pub mod content_parts;
 pub mod context;
 pub mod history;
@@ -401,6 +403,9 @@ pub enum EngineEvent {
         call_id: String,
         /// The questions.
         questions: Vec<Question>,
+        /// Whether the engine waits for the answer (`false` = an offer that may be
+        /// skipped or expire).
+        blocking: bool,
     },
     /// The engine asks for an approval; answered with [`Control::Answer`].
     Approval {

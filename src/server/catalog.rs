@@ -292,6 +292,8 @@ fn handle(
         ClientRequest::RunInterrupt(p) => {
             crate::session::run::run_interrupt_catalog(shared, store, p, reply)
         }
+        ClientRequest::EngineList(p) => super::engines::list(shared, p, reply),
+        ClientRequest::EngineUpdate(p) => super::engines::update(shared, p, reply),
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),

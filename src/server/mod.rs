@@ -6,6 +6,7 @@
 //! runtime. Protocol: spec `app-server.md` (`wuu-app-server/v0.1`).
 
 pub mod catalog;
+pub mod engines;
 pub mod folders;
 pub mod init;
 pub mod registry;

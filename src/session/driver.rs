@@ -83,8 +83,8 @@ pub struct Driver<'a> {
     final_content: Option<String>,
     /// Steers handed to a native steering engine (not sent twice).
     steers_sent: Vec<String>,
-    /// Questions of the engine relayed to the client (engine `request_id`s).
-    questions: Vec<String>,
+    /// Questions of the engine relayed to the client.
+    questions: Vec<native::Relayed>,
     /// The control channel of the running engine.
     ctl: Option<crossbeam_channel::Sender<Control>>,
 }
@@ -821,7 +821,8 @@ impl<'a> Driver<'a> {
                 request_id,
                 call_id,
                 questions,
-            } => self.relay_question(request_id, call_id, questions),
+                blocking,
+            } => self.relay_question(request_id, call_id, questions, blocking),
             EngineEvent::Approval {
                 request_id,
                 request,

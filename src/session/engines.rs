@@ -105,13 +105,26 @@ pub fn open(s: &mut Session) -> Box<dyn Engine> {
     open_external(s, &id)
 }
 
-fn open_external(_s: &mut Session, id: &str) -> Box<dyn Engine> {
+fn open_external(s: &mut Session, id: &str) -> Box<dyn Engine> {
+    let cfg = s.shared.config();
+    let env = crate::engine::catalog::Env::current();
+    match crate::engine::catalog::available(id, cfg.config.engines.as_ref(), &env) {
+        Ok(binary) if id == crate::engine::codex::ID => {
+            Box::new(crate::engine::codex::CodexEngine::new(binary))
+        }
+        Ok(_) => unavailable(id, format!("engine {id:?} has no adapter in this build")),
+        Err(why) => unavailable(id, why),
+    }
+}
+
+fn unavailable(id: &str, message: String) -> Box<dyn Engine> {
     Box::new(FailingEngine {
         id: id.to_owned(),
         error: TurnError {
-            message: format!("engine {id:?} has no adapter in this build"),
+            message,
             code: Some("engine_unavailable".into()),
-            category: Some("local".into()),
+            category: Some("engine".into()),
+            provider: Some(id.to_owned()),
             ..Default::default()
         },
     })

@@ -54,6 +54,18 @@ pub fn input_of(row: &InputRow) -> TurnInput {
     }
 }
 
+/// Whether an entry's native delivery is unconfirmed: it may have reached the engine,
+/// so it is never edited, withdrawn, requeued or resent (seed: 排队输入与崩溃恢复).
+pub fn frozen(row: &InputRow) -> bool {
+    row.body["delivery_unconfirmed"].as_bool() == Some(true)
+}
+
+fn frozen_refusal(id: &str) -> String {
+    format!(
+        "input {id:?} may already have reached the engine (delivery_unconfirmed): it cannot be edited, withdrawn, requeued or resent; check the native conversation before sending a replacement"
+    )
+}
+
 /// The wire form of a stored input.
 pub fn message_of(row: &InputRow) -> HeldUserMessage {
     let b = &row.body;
@@ -134,6 +146,11 @@ impl Session {
             .collect()
     }
 
+    /// Announces the complete held list (after an engine changed an entry).
+    pub(crate) fn announce_held(&self) {
+        self.notify_held(None);
+    }
+
     fn notify_held(&self, error: Option<String>) {
         let _ = self.shared.notify(&TurnHeld {
             thread_id: self.id.clone(),
@@ -201,6 +218,9 @@ impl Session {
         };
         let id = input.client_id.clone().unwrap_or_else(|| new_id("q"));
         if let Some(existing) = self.input_get(&id) {
+            if frozen(&existing) {
+                return reply.err(ErrorCode::Error, frozen_refusal(&id));
+            }
             match (existing.mode.as_str(), existing.state.as_str()) {
                 (_, input_state::CONSUMED) => {
                     return reply.err(
@@ -272,6 +292,9 @@ impl Session {
                 queued: None,
             });
         };
+        if frozen(&row) {
+            return reply.err(ErrorCode::Error, frozen_refusal(&row.id));
+        }
         let mut input = input_of(&row);
         if let Some(prompt) = p.prompt {
             input.prompt = prompt;
@@ -310,6 +333,9 @@ impl Session {
     pub(crate) fn dequeue(&mut self, p: TurnDequeueParams, reply: Responder) {
         let id = p.queue_id.trim().to_owned();
         let now = now_ms();
+        if self.input_get(&id).is_some_and(|r| frozen(&r)) {
+            return reply.err(ErrorCode::Error, frozen_refusal(&id));
+        }
         match self.input_get(&id) {
             Some(mut row)
                 if row.mode == input_mode::QUEUE
@@ -353,6 +379,9 @@ impl Session {
     pub(crate) fn unsteer(&mut self, p: TurnUnsteerParams, reply: Responder) {
         let id = p.steer_id.trim().to_owned();
         let now = now_ms();
+        if self.input_get(&id).is_some_and(|r| frozen(&r)) {
+            return reply.err(ErrorCode::Error, frozen_refusal(&id));
+        }
         match self.input_get(&id) {
             Some(mut row)
                 if row.mode == input_mode::STEER
@@ -466,6 +495,9 @@ impl Session {
             .filter(|s| !s.is_empty())
             .map(str::to_owned);
         let existing = id.as_deref().and_then(|i| self.input_get(i));
+        if let Some(ex) = existing.as_ref().filter(|r| frozen(r)) {
+            return Err(refuse(frozen_refusal(&ex.id)));
+        }
         let active = self.active_turn_id();
         let mut from_entry: Option<InputRow> = None;
         if let Some(ex) = &existing {

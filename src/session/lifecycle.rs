@@ -111,11 +111,22 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
                 .and_then(|e| clean(&e.default_engine))
         })
         .unwrap_or_else(|| "wuu".into());
-    if engine != "wuu" {
-        return Err((
-            ErrorCode::Error,
-            format!("engine {engine:?} is not available (this host runs the built-in engine `wuu` only)"),
-        ));
+    // The selected engine must be available now; never a silent fallback (seed:
+    // default-engine rules). Refused before anything is stored.
+    if engine != crate::engine::BUILTIN {
+        if !crate::engine::catalog::known(&engine) {
+            return Err(invalid(format!(
+                "engine: unknown engine {:?}",
+                crate::util::clip(&engine, 100)
+            )));
+        }
+        if let Err(why) = crate::engine::catalog::available(
+            &engine,
+            cfg.config.engines.as_ref(),
+            &crate::engine::catalog::Env::current(),
+        ) {
+            return Err((ErrorCode::Error, why));
+        }
     }
     if let Some(w) = clean(&p.workspace) {
         if w != "shared" {

@@ -709,6 +709,44 @@ pub fn run_ask_user(
     outcome_for_model(&questions, resolution)
 }
 
+/// Asks a question an external engine raised (seed "回答原生引擎问题"): registers the
+/// prepared request (`reply_to_tool: true`, the native item id in `call_id`), emits
+/// `user-question/requested` and waits on the calling (helper) thread until it settles
+/// or `cancel` is set (then it is revoked with `revoke_reason`).
+pub fn ask_for_engine(
+    shared: &Shared,
+    mut request: UserQuestionRequest,
+    cancel: &AtomicBool,
+    revoke_reason: &str,
+) -> Resolution {
+    if request.mode == "offer" {
+        let ttl = offer_ttl(shared);
+        request.expires_at = Some(crate::util::rfc3339(
+            crate::util::now_ms() + ttl.as_millis() as i64,
+        ));
+    }
+    let request_id = request.request_id.clone();
+    let rx = shared.questions.open(shared, request);
+    loop {
+        if cancel.load(Ordering::SeqCst) {
+            shared.questions.revoke(shared, &request_id, revoke_reason);
+        } else {
+            shared.questions.expire_due(shared, &request_id);
+        }
+        match rx.recv_timeout(POLL) {
+            Ok(r) => return r,
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => {
+                return Resolution {
+                    outcome: Outcome::Revoked,
+                    answer: None,
+                    reason: Some("the question registry went away".into()),
+                }
+            }
+        }
+    }
+}
+
 fn outcome_for_model(questions: &[Question], r: Resolution) -> ToolOutcome {
     match (r.outcome, r.answer) {
         (Outcome::Answered, Some(a)) => {

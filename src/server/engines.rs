@@ -1,0 +1,266 @@
+//! `engine/list` and `engine/update` (spec `engines.md` §2; seed "刷新外部引擎",
+//! default-engine rules).
+//!
+//! `engine/list` answers from its own helper thread (native model discovery can take
+//! seconds), so it never holds a catalog worker; responses may therefore overtake
+//! others (clients correlate by id). `engine/update` writes the user config's
+//! `engines` object atomically, re-validates the whole config, and answers the list
+//! shape without discovery (every `models_status` is `deferred`).
+//!
+//! Quota hook: `include_quota: true` is handed to [`attach_quota`], the single place
+//! where account quota, `subscription_providers`, `local_usage` and `latest_request`
+//! are added (issue 14 wires its collectors there).
+
+use super::{Responder, Shared};
+use crate::engine::catalog::{self, Env};
+use crate::engine::codex;
+use serde_json::{json, Map, Value};
+use std::path::PathBuf;
+use std::sync::Arc;
+use wuu_protocol::*;
+
+/// Adds quota and activity to an `engine/list` answer (`include_quota: true`;
+/// `include_activity` false skips the history scan). Until the quota collectors are
+/// wired this refuses the request instead of answering without quota.
+pub fn attach_quota(
+    _shared: &Arc<Shared>,
+    _p: &EngineListParams,
+    _result: &mut EngineListResult,
+) -> Result<(), String> {
+    Err("include_quota is not available in this build yet".into())
+}
+
+/// The persisted `engines` object of the effective config (absent without one).
+fn settings(shared: &Shared) -> Option<Value> {
+    shared
+        .config()
+        .config
+        .engines
+        .as_ref()
+        .and_then(|e| serde_json::to_value(e).ok())
+        .map(strip_nulls)
+}
+
+fn strip_nulls(v: Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+/// Builds the list. `discover`: run native model discovery (`false` → `deferred`).
+pub fn build(
+    shared: &Shared,
+    cwd: &std::path::Path,
+    discover: bool,
+    refresh: bool,
+) -> EngineListResult {
+    if refresh {
+        catalog::rescan();
+    }
+    let cfg = shared.config();
+    let engines_cfg = cfg.config.engines.as_ref();
+    let env = Env::current();
+    let mut out = vec![catalog::builtin_info()];
+    // Probes run concurrently (one thread per probed engine).
+    let mut probes = vec![];
+    for e in catalog::CATALOGUE {
+        let (mut info, detection) = catalog::describe(e, engines_cfg, &env);
+        let probed = discover && info.enabled && e.id == codex::ID;
+        if !discover {
+            info.models_status = Some("deferred".into());
+        } else if !probed && info.enabled {
+            info.models_status = Some("unsupported".into());
+        }
+        let idx = out.len();
+        out.push(info);
+        if probed {
+            if let Some(binary) = detection.path {
+                let (cwd, env) = (cwd.to_path_buf(), env.clone());
+                probes.push((
+                    idx,
+                    std::thread::spawn(move || {
+                        let key = catalog::cache_key(codex::ID, &binary, &cwd, &env);
+                        catalog::discover(
+                            codex::ID,
+                            key,
+                            refresh,
+                            || codex::discover_models(&binary, &cwd),
+                            || catalog::cache_key(codex::ID, &binary, &cwd, &env),
+                        )
+                    }),
+                ));
+            }
+        }
+    }
+    for (idx, h) in probes {
+        let (status, models, error) = h.join().unwrap_or_else(|_| {
+            (
+                "error".into(),
+                vec![],
+                Some("model discovery failed".into()),
+            )
+        });
+        let info = &mut out[idx];
+        info.models = Some(models);
+        info.models_error = error.filter(|_| status != "unsupported");
+        info.models_status = Some(status);
+    }
+    EngineListResult {
+        engines: out,
+        settings: settings(shared),
+        subscription_providers: None,
+    }
+}
+
+/// `engine/list`.
+pub fn list(shared: &Arc<Shared>, p: EngineListParams, reply: Responder) {
+    let cwd = match p.cwd.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+        None => shared.opts.workdir.clone(),
+        Some(c) => {
+            let path = PathBuf::from(c);
+            if !path.is_absolute() {
+                return reply.err(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "invalid params: cwd: {:?} is not an absolute path",
+                        crate::util::clip(c, 200)
+                    ),
+                );
+            }
+            if !path.is_dir() {
+                return reply.err(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "invalid params: cwd: {:?} is not a directory",
+                        crate::util::clip(c, 200)
+                    ),
+                );
+            }
+            path
+        }
+    };
+    let shared = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name("wuu-engine-list".into())
+        .spawn(move || {
+            let discover = p.include_models != Some(false);
+            let mut result = build(&shared, &cwd, discover, p.refresh_models == Some(true));
+            if p.include_quota == Some(true) {
+                if let Err(e) = attach_quota(&shared, &p, &mut result) {
+                    return reply.err(ErrorCode::Error, e);
+                }
+            }
+            reply.ok(&result);
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start engine/list: {e}");
+    }
+}
+
+/// `engine/update`: changes `engines` in the user config (atomic write, whole config
+/// re-validated), keeps `default_engine` when that engine is disabled, answers the
+/// list shape with every `models_status` `deferred`.
+pub fn update(shared: &Arc<Shared>, p: EngineUpdateParams, reply: Responder) {
+    if let Some(d) = p.default_engine.as_deref().map(str::trim) {
+        if !d.is_empty() && !catalog::known(d) {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                format!(
+                    "invalid params: default_engine: unknown engine {:?}",
+                    crate::util::clip(d, 100)
+                ),
+            );
+        }
+    }
+    for (id, u) in p.entries() {
+        if let Some(b) = u.binary_path.as_deref() {
+            let b = b.trim();
+            if !b.is_empty() && !b.contains('/') && b.contains(char::is_whitespace) {
+                return reply.err(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "invalid params: {id}.binary_path must name a program, not a command line"
+                    ),
+                );
+            }
+        }
+    }
+    let cfg = shared.config();
+    let path = cfg.config_path.clone();
+    let written = edit_user_config(shared, &path, |doc| {
+        let root = doc
+            .as_object_mut()
+            .ok_or("the config file is not a JSON object")?;
+        let engines = root
+            .entry("engines")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !engines.is_object() {
+            *engines = Value::Object(Map::new());
+        }
+        let engines = engines.as_object_mut().ok_or("engines is not an object")?;
+        if let Some(d) = p.default_engine.as_deref().map(str::trim) {
+            if d.is_empty() || d == crate::engine::BUILTIN {
+                engines.remove("default_engine");
+            } else {
+                engines.insert("default_engine".into(), json!(d));
+            }
+        }
+        for (id, u) in p.entries() {
+            let entry = engines
+                .entry(id.to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(Map::new());
+            }
+            let entry = entry
+                .as_object_mut()
+                .ok_or("engine entry is not an object")?;
+            if let Some(en) = u.enabled {
+                entry.insert("enabled".into(), json!(en));
+            }
+            if let Some(b) = u.binary_path.as_deref().map(str::trim) {
+                if b.is_empty() {
+                    entry.remove("binary_path");
+                } else {
+                    entry.insert("binary_path".into(), json!(b));
+                }
+            }
+            if entry.is_empty() {
+                engines.remove(id);
+            }
+        }
+        if engines.is_empty() {
+            root.remove("engines");
+        }
+        Ok(())
+    });
+    if let Err((code, m)) = written {
+        return reply.err(code, m);
+    }
+    let result = build(shared, &shared.opts.workdir.clone(), false, true);
+    reply.ok(&result);
+}
+
+/// Edits the user config file through the shared settings editor (one process-wide
+/// lock, strict validation naming the field, atomic replace, reload, watcher restamp).
+fn edit_user_config(
+    shared: &Shared,
+    _path: &std::path::Path,
+    f: impl FnOnce(&mut Value) -> Result<(), &'static str>,
+) -> Result<(), (ErrorCode, String)> {
+    crate::panels::settings::edit_user_config(shared, |doc, _| {
+        let mut v = Value::Object(std::mem::take(doc));
+        let r = f(&mut v);
+        if let Value::Object(o) = v {
+            *doc = o;
+        }
+        r.map_err(|m| (ErrorCode::Error, m.to_owned()))
+    })
+    .map(|_| ())
+}
