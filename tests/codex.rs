@@ -273,5 +273,359 @@ fn codex_tool_turn_runs_a_command_in_the_workspace() {
     assert!(last.contains("codex-was-here"), "{last}");
 }
 
+// ---- the scripted fake `codex app-server` (tests/support/fake_codex.sh) ----
+
+/// A server whose Codex is the scripted fake in `mode`; returns it and the fake's log.
+struct Fake {
+    app: App,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Fake {
+    fn start(mode: &str) -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(
+            home.join("config.json"),
+            json!({"agent": {"auto_title": false}}).to_string(),
+        )
+        .unwrap();
+        let ws = ws.canonicalize().unwrap();
+        let log = dir.path().join("fake-codex.log");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_codex.sh");
+        let env = vec![
+            (
+                "WUU_CODEX_BINARY".to_owned(),
+                script.to_string_lossy().into_owned(),
+            ),
+            ("FAKE_CODEX_MODE".to_owned(), mode.to_owned()),
+            (
+                "FAKE_CODEX_LOG".to_owned(),
+                log.to_string_lossy().into_owned(),
+            ),
+            ("HOME".to_owned(), home.to_string_lossy().into_owned()),
+        ];
+        let app = Fake::spawn(&home, &ws, &env);
+        let mut f = Fake {
+            app,
+            log,
+            _dir: dir,
+            home,
+            ws,
+            env,
+        };
+        init(&mut f.app);
+        f
+    }
+
+    fn spawn(home: &Path, ws: &Path, env: &[(String, String)]) -> App {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        App::spawn_in_env(home, ws, &env)
+    }
+
+    fn restart(&mut self) {
+        let app = Fake::spawn(&self.home, &self.ws, &self.env);
+        self.app = app; // the old server is killed on drop
+        init(&mut self.app);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn turn(&mut self, thread_id: &str, prompt: &str) -> String {
+        let r = self.app.call(
+            "turn/start",
+            json!({"thread_id": thread_id, "prompt": prompt}),
+        );
+        r["turn"]["id"].as_str().unwrap().to_owned()
+    }
+}
+
+#[test]
+fn fake_codex_question_is_relayed_and_answered_to_the_native_call() {
+    let mut f = Fake::start("question");
+    let thread_id = start_codex_thread(&mut f.app);
+    let turn_id = f.turn(&thread_id, "ask me");
+    let q = f.app.notification("user-question/requested");
+    let req = &q["params"]["request"];
+    assert_eq!(req["reply_to_tool"], true, "{q}");
+    assert_eq!(req["call_id"], "call_q1");
+    assert_eq!(req["thread_id"], thread_id.as_str());
+    assert_eq!(req["turn_id"], turn_id.as_str());
+    assert_eq!(req["mode"], "ask");
+    assert_eq!(req["questions"][0]["id"], "color");
+    assert_eq!(req["questions"][0]["options"][1]["label"], "blue");
+    let request_id = req["request_id"].as_str().unwrap().to_owned();
+    f.app.call(
+        "user-question/respond",
+        json!({"request_id": request_id, "answer": {"answers": [{"id": "color", "selected": ["blue"]}]}}),
+    );
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["params"]["content"], "you chose blue", "{end}");
+    assert!(
+        f.log()
+            .contains(r#""result":{"answers":{"color":{"answers":["blue"]}}}"#),
+        "{}",
+        f.log()
+    );
+}
+
+#[test]
+fn fake_codex_question_is_revoked_when_the_turn_is_interrupted() {
+    let mut f = Fake::start("question");
+    let thread_id = start_codex_thread(&mut f.app);
+    let turn_id = f.turn(&thread_id, "ask me");
+    let q = f.app.notification("user-question/requested");
+    let request_id = q["params"]["request_id"].as_str().unwrap().to_owned();
+    f.app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let rid = request_id.clone();
+    let resolved = f.app.wait_for("revocation", move |v| {
+        v["method"] == "user-question/resolved" && v["params"]["request_id"] == rid.as_str()
+    });
+    assert_eq!(resolved["params"]["outcome"], "revoked", "{resolved}");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    // A late answer is refused.
+    let e = f.app.call_err(
+        "user-question/respond",
+        json!({"request_id": request_id, "answer": {"answers": [{"id": "color", "selected": ["red"]}]}}),
+    );
+    assert!(e["message"].as_str().unwrap().contains("revoked"), "{e}");
+}
+
+#[test]
+fn fake_codex_approval_is_declined_and_reported() {
+    let mut f = Fake::start("approval");
+    let thread_id = start_codex_thread(&mut f.app);
+    f.turn(&thread_id, "do something risky");
+    let ev = f.app.wait_for("approval event", |v| {
+        v["method"] == "turn/event" && v.to_string().contains("approval_declined")
+    });
+    assert!(ev.to_string().contains("rm -rf /tmp/x"), "{ev}");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["params"]["content"], "declined", "{end}");
+    assert!(
+        f.log().contains(r#""result":{"decision":"decline"}"#),
+        "{}",
+        f.log()
+    );
+}
+
+#[test]
+fn fake_codex_crash_fails_the_turn_and_the_next_turn_starts_a_new_host() {
+    let mut f = Fake::start("crash");
+    let thread_id = start_codex_thread(&mut f.app);
+    f.turn(&thread_id, "first");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["method"], "turn/error", "{end}");
+    let msg = end["params"]["error"].as_str().unwrap();
+    assert!(msg.contains("stopped during the turn"), "{msg}");
+    assert!(
+        msg.contains("simulated crash"),
+        "the stderr tail is named: {msg}"
+    );
+    // The partial text streamed before the crash is kept.
+    let items = end["params"]["turn"]["items"].as_array().unwrap();
+    assert!(items
+        .iter()
+        .any(|i| i["type"] == "agent_message" && i["text"] == "partial"));
+    f.turn(&thread_id, "second");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["params"]["content"], "hello", "{end}");
+    // The second host resumed the stored native thread.
+    assert!(
+        f.log().contains(r#""method":"thread/resume""#),
+        "{}",
+        f.log()
+    );
+}
+
+fn steer(f: &mut Fake, thread_id: &str, turn_id: &str, id: &str) -> Value {
+    f.app
+        .wait_for("streaming", |v| v["method"] == "item/agentMessage/delta");
+    f.app.call(
+        "turn/steer",
+        json!({"thread_id": thread_id, "expected_turn_id": turn_id, "prompt": "also this", "client_id": id}),
+    )
+}
+
+fn pending_and_held(f: &mut Fake, thread_id: &str) -> (Value, Value) {
+    let r = f
+        .app
+        .call("thread/resume", json!({"session_id": thread_id}));
+    (
+        r["pending_user_messages"].clone(),
+        r["held_user_messages"].clone(),
+    )
+}
+
+#[test]
+fn fake_codex_steer_is_consumed_only_after_the_native_ack() {
+    let mut f = Fake::start("steer");
+    let thread_id = start_codex_thread(&mut f.app);
+    let turn_id = f.turn(&thread_id, "work");
+    let r = steer(&mut f, &thread_id, &turn_id, "steer-1");
+    assert_eq!(r["delivery"], "active_turn", "{r}");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    let items = end["params"]["turn"]["items"].as_array().unwrap();
+    let user = items
+        .iter()
+        .find(|i| i["type"] == "user_message" && i["text"] == "also this")
+        .unwrap_or_else(|| panic!("steer not in history: {end}"));
+    assert_eq!(user["source_id"], "steer-1");
+    assert!(f.log().contains(r#""expectedTurnId":"t1""#), "{}", f.log());
+    let (pending, held) = pending_and_held(&mut f, &thread_id);
+    assert!(!pending.to_string().contains("steer-1") && !held.to_string().contains("steer-1"));
+}
+
+#[test]
+fn fake_codex_refused_steer_returns_to_pending() {
+    let mut f = Fake::start("refuse");
+    let thread_id = start_codex_thread(&mut f.app);
+    let turn_id = f.turn(&thread_id, "work");
+    steer(&mut f, &thread_id, &turn_id, "steer-r");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert!(!end.to_string().contains("also this"), "{end}");
+    let (pending, held) = pending_and_held(&mut f, &thread_id);
+    let all = format!("{pending}{held}");
+    assert!(
+        all.contains("steer-r"),
+        "the refused steer is still waiting: {all}"
+    );
+    assert!(!all.contains("delivery_unconfirmed"), "{all}");
+}
+
+#[test]
+fn fake_codex_lost_steer_ack_freezes_the_entry_across_restarts() {
+    let mut f = Fake::start("lost");
+    let thread_id = start_codex_thread(&mut f.app);
+    let turn_id = f.turn(&thread_id, "work");
+    steer(&mut f, &thread_id, &turn_id, "steer-l");
+    wait_turn_end(&mut f.app, &thread_id);
+    let (_, held) = pending_and_held(&mut f, &thread_id);
+    let entry = held
+        .as_array()
+        .and_then(|a| a.iter().find(|m| m["id"] == "steer-l").cloned())
+        .unwrap_or_else(|| panic!("not held: {held}"));
+    assert_eq!(entry["delivery_unconfirmed"], true, "{entry}");
+    f.restart();
+    let (_, held) = pending_and_held(&mut f, &thread_id);
+    assert!(held.to_string().contains("delivery_unconfirmed"), "{held}");
+    for (method, params) in [
+        (
+            "turn/unsteer",
+            json!({"thread_id": thread_id, "steer_id": "steer-l"}),
+        ),
+        (
+            "turn/steer",
+            json!({"thread_id": thread_id, "client_id": "steer-l"}),
+        ),
+        (
+            "turn/queue",
+            json!({"thread_id": thread_id, "client_id": "steer-l", "prompt": "again"}),
+        ),
+    ] {
+        let e = f.app.call_err(method, params);
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("delivery_unconfirmed"),
+            "{method}: {e}"
+        );
+    }
+}
+
+#[test]
+fn engine_update_keeps_a_disabled_default_and_thread_start_refuses_it() {
+    let mut f = Fake::start("normal");
+    let r = f.app.call(
+        "engine/update",
+        json!({"default_engine": "codex", "codex": {"enabled": false}}),
+    );
+    assert_eq!(r["settings"]["default_engine"], "codex", "{r}");
+    assert_eq!(r["settings"]["codex"]["enabled"], false);
+    let codex = &r["engines"][1];
+    assert_eq!(codex["enabled"], false, "{codex}");
+    assert_eq!(codex["binary_ok"], true);
+    assert!(r["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .all(|e| e["models_status"] == "deferred"));
+    let e = f.app.call_err("thread/start", json!({}));
+    assert!(e["message"].as_str().unwrap().contains("disabled"), "{e}");
+    assert_eq!(
+        f.app.call("thread/list", json!({}))["data"]
+            .as_array()
+            .map(Vec::len)
+            .unwrap_or(0),
+        0
+    );
+    // Re-enabled: the default engine is used; the user config keeps the choice.
+    f.app
+        .call("engine/update", json!({"codex": {"enabled": true}}));
+    let t = f.app.call("thread/start", json!({}));
+    assert_eq!(t["thread"]["engine_id"], "codex", "{t}");
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(f.home.join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(cfg["engines"]["default_engine"], "codex", "{cfg}");
+    // Discovery through `model/list`, cached between calls.
+    let r = f.app.call("engine/list", json!({}));
+    let codex = &r["engines"][1];
+    assert_eq!(codex["models_status"], "ready", "{codex}");
+    assert_eq!(codex["models"][0]["id"], "fake-1");
+    assert_eq!(codex["models"][0]["fast_mode"], true);
+    assert_eq!(
+        codex["models"][0]["supported_efforts"],
+        json!(["low", "medium"])
+    );
+    let before = f.log().matches("model/list").count();
+    f.app.call("engine/list", json!({}));
+    assert_eq!(
+        f.log().matches("model/list").count(),
+        before,
+        "served from the cache"
+    );
+    f.app.call("engine/list", json!({"refresh_models": true}));
+    assert!(
+        f.log().matches("model/list").count() > before,
+        "refresh bypasses the cache"
+    );
+    // Unknown ids and command lines are refused.
+    let e = f
+        .app
+        .call_err("engine/update", json!({"default_engine": "nope"}));
+    assert!(
+        e["message"].as_str().unwrap().contains("unknown engine"),
+        "{e}"
+    );
+    let e = f.app.call_err(
+        "engine/update",
+        json!({"codex": {"binary_path": "codex --yolo"}}),
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a command line"),
+        "{e}"
+    );
+}
+
 #[allow(dead_code)]
-fn _unused(_: &Path, _: Duration) {}
+fn _unused(_: Duration) {}
