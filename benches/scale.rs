@@ -232,6 +232,7 @@ impl Home {
                         created_at_ms: now + i as i64,
                         updated_at_ms: now + i as i64,
                         extra: serde_json::json!({}),
+                        damage: None,
                     })?;
                 }
                 Ok(())

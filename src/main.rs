@@ -198,6 +198,26 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
             std::io::BufWriter::with_capacity(256 * 1024, stdout),
         )),
         |shared| {
+            // A broken output (the client closed our stdout: EPIPE) ends the connection
+            // even while stdin stays open: active turns are interrupted and settled,
+            // then the process exits 1.
+            let watched = shared.clone();
+            let watch = std::thread::Builder::new()
+                .name("wuu-output-watch".into())
+                .spawn(move || loop {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    if watched.outbox.is_broken() {
+                        log::warn!("the output was closed by the client: shutting down");
+                        watched.shutdown(None);
+                        std::process::exit(1);
+                    }
+                    if watched.is_closing() {
+                        return;
+                    }
+                });
+            if let Err(e) = watch {
+                log::warn!("cannot watch the output: {e}");
+            }
             // SIGTERM/SIGINT take the graceful path: settle, flush, exit 0.
             let mut signals = match signal_hook::iterator::Signals::new([
                 signal_hook::consts::SIGTERM,

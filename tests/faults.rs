@@ -573,3 +573,114 @@ fn an_unknown_stored_turn_status_is_not_passed_to_clients() {
         assert_eq!(r["thread"]["turns"][0]["status"], "failed", "{text}");
     }
 }
+
+#[test]
+fn numeric_ids_are_echoed_exactly_or_refused() {
+    let mut app = App::start(None);
+    for (raw, echoed) in [
+        ("7", "7"),
+        ("-12", "-12"),
+        ("18446744073709551615", "18446744073709551615"),
+    ] {
+        app.write_raw(format!("{{\"id\":{raw},\"method\":\"thread/list\"}}\n").as_bytes());
+        let line = app.wait_for(raw, |v| {
+            v.get("result").is_some() || v.get("error").is_some()
+        });
+        assert!(line.get("result").is_some(), "{line}");
+        // Compare the raw text of the echoed id.
+        assert_eq!(line["id"].to_string(), echoed, "{line}");
+    }
+    for raw in ["123456789012345678901234567890", "-0", "1E2", "1.5", "7.0"] {
+        app.write_raw(format!("{{\"id\":{raw},\"method\":\"thread/list\"}}\n").as_bytes());
+        let line = app.wait_for(raw, |v| {
+            v.get("error").is_some() || v.get("result").is_some()
+        });
+        assert_eq!(line["error"]["code"], "invalid_request", "{raw}: {line}");
+        assert_eq!(line["id"], Value::Null, "{raw}: {line}");
+    }
+    assert!(app.call("thread/list", json!({}))["threads"].is_array());
+}
+
+#[test]
+fn closing_our_stdout_with_stdin_open_interrupts_the_turn_and_exits() {
+    use std::io::{BufRead, BufReader, Write};
+    let fake = FakeProvider::start();
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.json"),
+        config_for(&fake.base_url()).to_string(),
+    )
+    .unwrap();
+    fake.push(Script::tool_call(
+        "call_loop",
+        "bash",
+        r#"{"command":"while true; do echo tick; sleep 0.05; done"}"#,
+    ));
+    let mut child = std::process::Command::new(support::app::wuu_bin())
+        .arg("app-server")
+        .arg("--workdir")
+        .arg(ws.path())
+        .env("WUU_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut next = |out: &mut BufReader<_>| -> Value {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    writeln!(
+        stdin,
+        r#"{{"id":"1","method":"thread/start","params":{{}}}}"#
+    )
+    .unwrap();
+    let th = loop {
+        let v = next(&mut out);
+        if v["id"] == "1" {
+            break v["result"]["thread"]["id"].as_str().unwrap().to_owned();
+        }
+    };
+    writeln!(
+        stdin,
+        "{}",
+        json!({"id": "2", "method": "turn/start", "params": {"thread_id": th, "prompt": "loop"}})
+    )
+    .unwrap();
+    loop {
+        let v = next(&mut out);
+        if v["method"] == "item/toolCall/outputDelta" {
+            break;
+        }
+    }
+    drop(out); // the client closes its end of our stdout; stdin stays open
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server kept running after its output closed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(1));
+    drop(stdin);
+    let c = rusqlite::Connection::open(home.path().join("wuu.db")).unwrap();
+    let status: String = c
+        .query_row(
+            "SELECT status FROM turns WHERE thread_id = ?1",
+            [&th],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(status, "interrupted");
+}

@@ -13,8 +13,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// A request id, echoed back exactly as the client sent it (a JSON string or number; any
-/// other JSON value is kept too). Serializes to the same JSON it was read from.
+/// A request id, echoed back exactly as the client sent it: a JSON string, or an integer
+/// in the 64-bit range written plainly (other numbers are refused by
+/// [`Message::parse_line`] with `invalid_request`, since they could not be echoed byte
+/// for byte). Serializes to the same JSON it was read from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RequestId {
@@ -263,7 +265,19 @@ impl Message {
         let id = match obj.remove("id") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(RequestId::String(s)),
-            Some(Value::Number(n)) => Some(RequestId::Number(n)),
+            // Only integers are echoed exactly: a number serde_json reads as a float
+            // (`1E2`, `-0`, `1.5`, or an integer beyond 64 bits) would come back
+            // rewritten, so it is refused.
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(RequestId::Number(n)),
+            Some(Value::Number(n)) => {
+                return Err(EnvelopeError {
+                    code: ErrorCode::InvalidRequest,
+                    message: format!(
+                        "invalid request: a numeric id must be an integer between -2^63 and 2^64-1 written without exponent or fraction (got {n}); use a string id for anything else"
+                    ),
+                    id: None,
+                })
+            }
             Some(other) => {
                 return Err(EnvelopeError {
                     code: ErrorCode::InvalidRequest,

@@ -272,6 +272,12 @@ impl Outbox {
         self.send(frame);
     }
 
+    /// Whether a write to the output failed (the client closed its end: EPIPE). Once
+    /// true it stays true; later frames are discarded.
+    pub fn is_broken(&self) -> bool {
+        self.out.broken.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Counts a request that will be answered (see [`Outbox::answered`]).
     pub fn begin_request(&self) {
         *self.inflight.count.lock() += 1;
