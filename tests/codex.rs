@@ -629,3 +629,39 @@ fn engine_update_keeps_a_disabled_default_and_thread_start_refuses_it() {
 
 #[allow(dead_code)]
 fn _unused(_: Duration) {}
+
+#[test]
+fn codex_interrupt_stops_the_native_turn() {
+    let Some(bin) = codex_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::new(&fp, bin);
+    let mut app = s.app();
+    init(&mut app);
+    let thread_id = start_codex_thread(&mut app);
+    fp.push(Script::stall(
+        &["thinking about it"],
+        Duration::from_secs(60),
+    ));
+    let r = app.call(
+        "turn/start",
+        json!({"thread_id": thread_id, "prompt": "take your time"}),
+    );
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_owned();
+    app.wait_for("first delta", |v| v["method"] == "item/agentMessage/delta");
+    app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/error", "{end}");
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    // The conversation goes on: the next turn runs on the same native thread.
+    fp.push(Script::text(&["back again"]));
+    app.call(
+        "turn/start",
+        json!({"thread_id": thread_id, "prompt": "continue"}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["content"], "back again", "{end}");
+}
