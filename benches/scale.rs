@@ -6,7 +6,7 @@
 //! Rows (select with `WUU_SCALE_ROWS=memory,list,rtt,spawn,stream`; default all):
 //! - **memory**: RSS and OS threads of a server with N conversations just started
 //!   (`thread/start` ×N), after each ran one short turn (fake provider), and after they
-//!   all went idle and parked (the server runs with `WUU_PARK_AFTER_MS`, default 3000
+//!   all went idle and parked (the server runs with `WUU_PARK_AFTER_MS`, default 20000
 //!   here, instead of the 60 s default, so the bench does not wait a minute).
 //! - **list**: `thread/list` with 0 / 100 / 1,000 conversations in the store, uncached
 //!   (each call follows a `thread/rename`, which invalidates listings) and cached
@@ -28,7 +28,7 @@ mod fake_provider;
 
 use fake_provider::{FakeProvider, Script};
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -285,7 +285,7 @@ fn filler(len: usize) -> Vec<u8> {
 fn row_memory(n: usize) {
     let fake = FakeProvider::start();
     let home = Home::new(Some(&fake.base_url()));
-    let park_ms = env_or("WUU_PARK_AFTER_MS", 3000) as u64;
+    let park_ms = env_or("WUU_PARK_AFTER_MS", 20_000) as u64;
     let mut p = home.server(Some(park_ms));
     p.request("i", "initialize", serde_json::json!({}));
     std::thread::sleep(Duration::from_millis(200));
@@ -564,8 +564,7 @@ fn bare_stream(root_url: &str) -> (usize, Instant, Instant) {
             }
         }
     }
-    let mut rest = Vec::new();
-    let _ = r.read_to_end(&mut rest);
+    // The connection stays open (keep-alive): [DONE] ends the stream.
     (n, first.unwrap_or(last), last)
 }
 
