@@ -383,7 +383,10 @@ impl<'a> Driver<'a> {
                 max_steps: agent.max_steps.unwrap_or(200).max(1),
                 bash_timeout_ms: agent.bash_timeout_ms.unwrap_or(120_000),
                 output_cap_bytes: agent.output_cap_bytes.unwrap_or(64 * 1024),
-                sandbox: crate::tools::sandbox::SandboxSettings::from_config(&cfg),
+                sandbox: crate::tools::sandbox::SandboxSettings {
+                    process_ledger: Some(self.s.shared.opts.home.clone()),
+                    ..crate::tools::sandbox::SandboxSettings::from_config(&cfg)
+                },
             },
         }
     }

@@ -153,6 +153,7 @@ pub mod beneath;
 mod files;
 mod patch;
 mod paths;
+pub mod process;
 mod revision;
 pub mod sandbox;
 mod search;

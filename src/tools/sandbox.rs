@@ -109,6 +109,9 @@ pub struct SandboxSettings {
     pub env_keep: Vec<String>,
     /// Variables always removed: the `api_key_env` of every configured provider.
     pub env_remove: Vec<String>,
+    /// The wuu home whose store records each command's process group (`process`);
+    /// None = not recorded.
+    pub process_ledger: Option<PathBuf>,
 }
 
 impl SandboxSettings {
@@ -146,6 +149,7 @@ impl SandboxSettings {
                 .flatten()
                 .filter_map(|(_, p)| p.api_key_env.clone())
                 .collect(),
+            process_ledger: None,
         }
     }
 }

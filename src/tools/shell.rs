@@ -403,12 +403,14 @@ pub(crate) fn run(
             )))
         }
     };
+    let token = uuid::Uuid::new_v4().simple().to_string();
     let mut child = cmd
         .arg("-c")
         .arg(&a.command)
         .current_dir(&dir)
         .env_clear()
         .envs(super::sandbox::command_env(ctx))
+        .env(super::process::TOKEN_VAR, &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -422,6 +424,7 @@ pub(crate) fn run(
             ))
         })?;
     let pgid = Pid::from_child(&child);
+    super::process::started(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
     let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<(usize, Vec<u8>)>(16);
     let mut reader_error = None;
     if let Some(out) = child.stdout.take() {
@@ -438,6 +441,7 @@ pub(crate) fn run(
     if let Some(e) = reader_error {
         signal_group(pgid, Signal::KILL);
         let _ = child.wait();
+        super::process::ended(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
         return Err(Fail::Error(format!(
             "internal error: cannot start output reader threads: {e}"
         )));
@@ -577,6 +581,7 @@ pub(crate) fn run(
     if kill_sent {
         signal_group(pgid, Signal::KILL);
     }
+    super::process::ended(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
 
     let elapsed_ms = start.elapsed().as_millis() as u64;
     Ok(outcome(&Finished {

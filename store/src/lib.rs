@@ -24,6 +24,7 @@ mod history;
 mod lease;
 mod organization;
 mod pages;
+mod processes;
 mod records;
 mod rows;
 mod schema;
@@ -37,6 +38,7 @@ pub use error::{Result, StoreError};
 pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE, TOOL_OUTCOME_UNKNOWN};
 pub use organization::FolderRow;
 pub use pages::{ItemHead, SMALL_BODY_BYTES};
+pub use processes::ProcessGroupRow;
 pub use rows::{
     input_mode, input_state, item_damage, turn_status, DeleteOutcome, InputRow, ItemRow,
     LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter,

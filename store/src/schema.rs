@@ -177,6 +177,19 @@ CREATE TABLE skill_uses (
 ) STRICT;
 CREATE INDEX skill_uses_by_time ON skill_uses (at_ms);
 "#,
+    // 5: the process ledger: the process group of each running command, so a start
+    // after a crash can kill what the dead owner left (see `processes.rs`).
+    r#"
+CREATE TABLE process_groups (
+    pgid          INTEGER NOT NULL,
+    host          TEXT    NOT NULL,
+    owner_pid     INTEGER NOT NULL,
+    instance      TEXT    NOT NULL,
+    token         TEXT    NOT NULL,
+    started_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (host, pgid)
+) STRICT;
+"#,
 ];
 
 /// The schema version this build migrates to.
