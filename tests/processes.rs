@@ -256,6 +256,11 @@ fn a_restart_sweeps_groups_a_dead_host_left() {
         .find(|(_, c)| c.contains("__sandbox"))
         .unwrap()
         .0;
+    // Stop the host first so it cannot notice the launcher's death and clean up.
+    let _ = Command::new("kill")
+        .arg("-STOP")
+        .arg(host.id().to_string())
+        .status();
     kill9(launcher);
     host.kill().unwrap();
     host.wait().unwrap();

@@ -579,9 +579,9 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>, fresh_store: Option<wuu_store
             Ok(_) => {}
             Err(e) => log::warn!("recovery failed: {e}"),
         }
+        // Commands a dead host left running (its launcher killed with it) die now.
+        crate::tools::process::sweep(store);
     }
-    // Commands a dead host left running (its launcher killed with it) die now.
-    crate::tools::process::sweep(&mut store);
     loop {
         // Between beats (every 3 s) the same thread polls the configuration files for
         // hand edits (`panels::config_tick`, every 500 ms).
