@@ -330,3 +330,136 @@ fn engine_breakdowns_read_the_local_ledgers_of_a_temp_home() {
     assert_eq!(o["days"].as_array().unwrap().len(), 1);
     assert!(o["days"][0].get("outside").is_none());
 }
+
+/// A fake `codex app-server` that answers the handshake and `account/rateLimits/read`.
+const FAKE_CODEX: &str = r#"#!/usr/bin/env bash
+while IFS= read -r line; do
+  [[ $line =~ \"id\":([0-9]+) ]] || continue
+  id="${BASH_REMATCH[1]}"
+  case "$line" in
+    *'"method":"initialize"'*) echo "{\"id\":$id,\"result\":{\"userAgent\":\"fake/1\"}}" ;;
+    *'"method":"account/rateLimits/read"'*) echo "{\"id\":$id,\"result\":{\"rateLimits\":{\"limitId\":\"codex\",\"planType\":\"plus\",\"primary\":{\"usedPercent\":42,\"windowDurationMins\":300,\"resetsAt\":1900000000}},\"accountId\":\"acct-1\"}}" ;;
+    *) echo "{\"id\":$id,\"error\":{\"code\":-32601,\"message\":\"fake\"}}" ;;
+  esac
+done
+"#;
+
+/// A one-shot HTTP server answering every request with `body`.
+fn json_server(body: Value) -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let body = body.to_string();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                let mut rd = std::io::BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut l = String::new();
+                    if rd.read_line(&mut l).unwrap_or(0) == 0 || l.trim().is_empty() {
+                        break;
+                    }
+                }
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+#[test]
+fn engine_list_include_quota_reports_services_engines_and_statistics() {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let user = tempfile::tempdir().unwrap();
+    let codex = user.path().join("fake-codex");
+    std::fs::write(&codex, FAKE_CODEX).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&codex, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"agent": {"auto_title": false}, "default_provider": "fake",
+               "providers": {"fake": {"type": "openai-compatible", "base_url": "https://openrouter.ai/api/v1",
+                                      "model": "fake-model", "headers": {"Authorization": "Bearer sk-or-test"}}}})
+        .to_string(),
+    )
+    .unwrap();
+    seed(
+        home.path(),
+        ws.path(),
+        "thr_w",
+        "wuu",
+        None,
+        &[("t1", "2024-05-01T10:00:00Z", 5)],
+    );
+    let or = json_server(json!({"data": {"total_credits": 12.5, "total_usage": 2.25}}));
+    let env = [
+        ("HOME", user.path().to_str().unwrap()),
+        ("CLAUDE_CONFIG_DIR", ""),
+        ("WUU_CODEX_BINARY", codex.to_str().unwrap()),
+        ("WUU_QUOTA_OPENROUTER_URL", or.as_str()),
+    ];
+    let mut app = App::spawn_in_env(home.path(), ws.path(), &env);
+    // Plain engine/list carries none of it.
+    let plain = app.call("engine/list", json!({"include_models": false}));
+    assert!(plain.get("subscription_providers").is_none(), "{plain}");
+    assert!(plain["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e.get("quota").is_none() && e.get("local_usage").is_none()));
+    let r = app.call(
+        "engine/list",
+        json!({"include_models": false, "include_quota": true}),
+    );
+    let sp = &r["subscription_providers"][0];
+    assert_eq!(sp["name"], "fake");
+    assert_eq!(sp["quota"]["status"], "available", "{r}");
+    assert_eq!(sp["quota"]["kind"], "balance");
+    assert_eq!(
+        sp["quota"]["balances"],
+        json!([{"currency": "USD", "amount": "10.25"}])
+    );
+    assert_eq!(sp["local_usage"]["input_tokens"], 5);
+    assert_eq!(sp["local_usage"]["reported_turns"], 1);
+    assert_eq!(sp["latest_request"]["status"], "completed");
+    assert_eq!(sp["latest_request"]["usage_reported"], true);
+    assert!(!r.to_string().contains("sk-or-test"));
+    let engines = r["engines"].as_array().unwrap();
+    let by = |id: &str| engines.iter().find(|e| e["id"] == id).unwrap().clone();
+    let wuu = by("wuu");
+    assert!(
+        wuu.get("quota").is_none(),
+        "the built-in engine has no account quota"
+    );
+    assert_eq!(wuu["local_usage"]["input_tokens"], 5);
+    let c = by("codex");
+    assert_eq!(c["enabled"], true, "{c}");
+    assert_eq!(c["quota"]["status"], "available", "{c}");
+    assert_eq!(c["quota"]["plan"], "plus");
+    assert_eq!(c["quota"]["windows"][0]["id"], "codex:primary");
+    assert_eq!(c["quota"]["windows"][0]["used_percent"], 42.0);
+    assert_eq!(c["local_usage"]["input_tokens"], 0);
+    // Activity off: quota only.
+    let r = app.call(
+        "engine/list",
+        json!({"include_models": false, "include_quota": true, "include_activity": false}),
+    );
+    assert_eq!(
+        r["subscription_providers"][0]["quota"]["status"],
+        "available"
+    );
+    assert!(r["subscription_providers"][0].get("local_usage").is_none());
+    assert!(r["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e.get("local_usage").is_none()));
+}

@@ -20,14 +20,70 @@ use std::sync::Arc;
 use wuu_protocol::*;
 
 /// Adds quota and activity to an `engine/list` answer (`include_quota: true`;
-/// `include_activity` false skips the history scan). Until the quota collectors are
-/// wired this refuses the request instead of answering without quota.
+/// `include_activity` false skips the history scan): `subscription_providers` and each
+/// entry's `quota` / `local_usage` / `latest_request`, built by
+/// [`crate::usage::engine_list_usage`] (all quota sources under one 8 s deadline; the
+/// Codex entry's rate limits through its shared host's `account/rateLimits/read`).
+/// Errors: the store cannot be opened.
 pub fn attach_quota(
-    _shared: &Arc<Shared>,
-    _p: &EngineListParams,
-    _result: &mut EngineListResult,
+    shared: &Arc<Shared>,
+    p: &EngineListParams,
+    result: &mut EngineListResult,
 ) -> Result<(), String> {
-    Err("include_quota is not available in this build yet".into())
+    let mut store = wuu_store::Store::open_home(&shared.opts.home)
+        .map_err(|e| format!("store unavailable: {e}"))?;
+    let root = p
+        .cwd
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| shared.opts.workdir.clone());
+    let codex_reader: Option<crate::usage::quota::SharedReader> = result
+        .engines
+        .iter()
+        .find(|e| e.id == "codex" && e.enabled && e.binary_ok)
+        .and_then(|e| e.binary_path.clone())
+        .map(|binary| {
+            let binary = PathBuf::from(binary);
+            let reader = move |timeout: std::time::Duration| -> Result<Value, String> {
+                let host = codex::shared_host(&binary, &root)?;
+                host.peer
+                    .request("account/rateLimits/read", json!({}), timeout)
+                    .map_err(|e| e.to_string())
+            };
+            Arc::new(reader) as crate::usage::quota::SharedReader
+        });
+    let entries: Vec<crate::usage::EngineEntry<'_>> = result
+        .engines
+        .iter()
+        .map(|e| crate::usage::EngineEntry {
+            id: &e.id,
+            available: e.enabled && e.binary_ok,
+        })
+        .collect();
+    let usage = crate::usage::engine_list_usage(
+        shared,
+        &mut store,
+        &entries,
+        p.include_activity != Some(false),
+        codex_reader,
+    );
+    for e in &mut result.engines {
+        if let Some(u) = usage.engines.get(&e.id) {
+            e.quota = u.quota.as_ref().map(to_json);
+            e.local_usage = u.local_usage.as_ref().map(to_json);
+            e.latest_request = u.latest_request.as_ref().map(to_json);
+        }
+    }
+    result.subscription_providers =
+        Some(usage.subscription_providers.iter().map(to_json).collect());
+    Ok(())
+}
+
+/// A protocol value as JSON (plain data: serialization cannot fail).
+fn to_json<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// The persisted `engines` object of the effective config (absent without one).
