@@ -684,3 +684,16 @@ fn closing_our_stdout_with_stdin_open_interrupts_the_turn_and_exits() {
         .unwrap();
     assert_eq!(status, "interrupted");
 }
+
+#[test]
+fn a_write_lock_held_past_the_busy_timeout_is_store_busy_naming_the_database() {
+    let mut app = App::start(None);
+    app.call("thread/list", json!({}));
+    let c = db(&app);
+    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let e = app.call_err("thread/start", json!({}));
+    assert_eq!(e["code"], "store_busy", "{e}");
+    assert!(e["message"].as_str().unwrap().contains("wuu.db"), "{e}");
+    c.execute_batch("ROLLBACK").unwrap();
+    app.call("thread/start", json!({}));
+}

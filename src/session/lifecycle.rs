@@ -227,14 +227,13 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
     let mut store = open(shared)?;
     store
         .insert_thread(&thread)
-        .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+        .map_err(|e| crate::server::store_refusal(shared, &e))?;
     shared.threads_changed();
     Ok((Some(store), thread, vec![]))
 }
 
 fn open(shared: &Shared) -> Result<Store, Refusal> {
-    Store::open_home(&shared.opts.home)
-        .map_err(|e| (ErrorCode::InternalError, format!("store unavailable: {e}")))
+    Store::open_home(&shared.opts.home).map_err(|e| crate::server::store_refusal(shared, &e))
 }
 
 /// `thread/fork`: copies the source's selection and history up to the cut into a new
