@@ -150,6 +150,7 @@ fn in_process(base_url: &str, mut on_delta: impl FnMut(&[u8])) -> Vec<Instant> {
         max_output_tokens: None,
         prompt_cache_key: None,
         output_schema: None,
+        temperature: None,
     };
     let h = start_stream(p, req);
     let mut at = Vec::new();

@@ -485,6 +485,7 @@ fn llama_server_function_call_arguments_are_streamed() {
         max_output_tokens: None,
         prompt_cache_key: None,
         output_schema: None,
+        temperature: None,
     };
     let mut evs = vec![];
     p.stream(&req, &mut |e| {

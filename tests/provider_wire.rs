@@ -63,6 +63,7 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
         max_output_tokens: None,
         prompt_cache_key: Some("thread-1".into()),
         output_schema: None,
+        temperature: None,
     }
 }
 

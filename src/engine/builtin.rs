@@ -141,6 +141,7 @@ impl Engine for Builtin {
                     .output_schema
                     .clone()
                     .map(|s| json!({"name": "final_answer", "schema": s})),
+                temperature: req.limits.temperature,
             };
             let rc = context::request_context(
                 step,

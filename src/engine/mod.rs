@@ -73,6 +73,9 @@ pub struct Limits {
     pub output_cap_bytes: usize,
     /// Command sandbox roots and environment rules (`agent.sandbox`, `agent.shell_env`).
     pub sandbox: crate::tools::sandbox::SandboxSettings,
+    /// Sampling temperature of every model request (`agent.temperature`, 0 ..= 2);
+    /// `None` leaves it to the provider.
+    pub temperature: Option<f64>,
 }
 
 impl Default for Limits {
@@ -82,6 +85,7 @@ impl Default for Limits {
             bash_timeout_ms: 120_000,
             output_cap_bytes: 64 * 1024,
             sandbox: Default::default(),
+            temperature: None,
         }
     }
 }

@@ -3,7 +3,8 @@
 //! Request: `model`, `max_tokens` (request's limit, default [`DEFAULT_MAX_TOKENS`], or
 //! [`DEFAULT_MAX_TOKENS_THINKING`] with an effort), `stream:true`, `system` (the system
 //! prompt), `tools` (`{name, description, input_schema}`), and with an effort
-//! `thinking:{"type":"adaptive"}` + `output_config:{"effort"}`. Output schemas are not
+//! `thinking:{"type":"adaptive"}` + `output_config:{"effort"}`, `temperature` when set
+//! and no effort is (Messages refuses a temperature with thinking). Output schemas are not
 //! sent (Messages has no equivalent in this layer).
 //!
 //! History lowering (§3.2, §3.3, §6.3):
@@ -160,6 +161,14 @@ pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
     if let Some(effort) = &req.effort {
         o.insert("thinking".into(), json!({"type": "adaptive"}));
         o.insert("output_config".into(), json!({"effort": effort}));
+    }
+    match req.temperature {
+        // Messages refuse a temperature together with extended thinking.
+        Some(t) if thinking => log::debug!("temperature {t} not sent: thinking is on"),
+        Some(t) => {
+            o.insert("temperature".into(), json!(t));
+        }
+        None => {}
     }
     body
 }
@@ -647,10 +656,22 @@ mod tests {
             max_output_tokens: None,
             prompt_cache_key: None,
             output_schema: None,
+            temperature: None,
         };
         let b = build_body("a", &req);
         assert_eq!(b["system"], "sys");
         assert_eq!(b["max_tokens"], DEFAULT_MAX_TOKENS);
+        assert!(b.get("temperature").is_none());
+        let hot = ChatRequest {
+            temperature: Some(0.5),
+            ..req.clone()
+        };
+        assert_eq!(build_body("a", &hot)["temperature"], 0.5);
+        let thinking = ChatRequest {
+            effort: Some("high".into()),
+            ..hot
+        };
+        assert!(build_body("a", &thinking).get("temperature").is_none());
         let m = b["messages"].as_array().unwrap();
         assert_eq!(m.len(), 5);
         assert_eq!(m[0]["content"][0]["text"], " ");

@@ -171,6 +171,12 @@ pub struct ChatRequest {
     /// Structured output: `{name, schema}` sent as the protocol's JSON-schema format.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,
+    /// Sampling temperature (`agent.temperature`, 0 ..= 2), sent as `temperature` by
+    /// all three protocols; `None` omits the field (the provider's default). Anthropic
+    /// Messages omit it while extended thinking is on (an effort is set), because that
+    /// API refuses a temperature with thinking.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
 }
 
 /// Token usage of one provider response.

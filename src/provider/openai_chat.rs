@@ -4,7 +4,8 @@
 //! Request: `stream:true`, `stream_options:{include_usage:true}`, `messages` (system
 //! first; adjacent content-only user/assistant messages merged; assistant `tool_calls`;
 //! `tool` messages with `tool_call_id`), function tools nested under `function`,
-//! `tool_choice:"auto"` when tools exist, `max_tokens`, `reasoning_effort` (OpenRouter:
+//! `tool_choice:"auto"` when tools exist, `max_tokens`, `temperature` when set,
+//! `reasoning_effort` (OpenRouter:
 //! `reasoning:{effort}`), `response_format` json_schema when an output schema is set.
 //! Assistant messages carry `reasoning_content` when they had reasoning from this provider
 //! and model, and always (possibly `""`) for DeepSeek models (model id contains
@@ -89,6 +90,9 @@ pub fn build_body(provider_id: &str, base_url: &str, req: &ChatRequest) -> Value
     }
     if let Some(n) = req.max_output_tokens {
         o.insert("max_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.temperature {
+        o.insert("temperature".into(), json!(t));
     }
     if let Some(effort) = &req.effort {
         if base_url.contains("openrouter.ai") {
@@ -638,10 +642,12 @@ mod tests {
             max_output_tokens: None,
             prompt_cache_key: None,
             output_schema: Some(json!({"type":"object"})),
+            temperature: Some(0.3),
         };
         let b = build_body("p", "https://api.deepseek.com", &req);
         assert_eq!(b["stream_options"]["include_usage"], true);
         assert_eq!(b["reasoning_effort"], "high");
+        assert_eq!(b["temperature"], 0.3);
         assert_eq!(b["response_format"]["json_schema"]["name"], "output");
         let m = b["messages"].as_array().unwrap();
         let roles: Vec<&str> = m.iter().map(|x| x["role"].as_str().unwrap()).collect();

@@ -5,7 +5,7 @@
 //! tools with `strict:false`, `tool_choice:"auto"` when tools exist, `prompt_cache_key`
 //! (clamped to 64 chars), `reasoning:{effort, summary:"auto"}` and
 //! `include:["reasoning.encrypted_content"]` when an effort is set, `max_output_tokens`,
-//! and `text.format` json_schema when an output schema is set.
+//! `temperature` when set, and `text.format` json_schema when an output schema is set.
 //!
 //! Replay rules (`store:false` means the server keeps nothing, §1.2): reasoning items are
 //! replayed only to the same provider + model and only when they carry
@@ -84,6 +84,9 @@ pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
     }
     if let Some(n) = req.max_output_tokens {
         o.insert("max_output_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.temperature {
+        o.insert("temperature".into(), json!(t));
     }
     if let Some(schema) = &req.output_schema {
         let (name, schema, strict) = output_schema_parts(schema);
@@ -832,6 +835,7 @@ mod tests {
             max_output_tokens: Some(100),
             prompt_cache_key: Some("k".repeat(100)),
             output_schema: Some(json!({"name":"answer","schema":{"type":"object"}})),
+            temperature: Some(0.3),
         }
     }
 
@@ -876,6 +880,7 @@ mod tests {
         assert_eq!(b["instructions"], "sys");
         assert_eq!(b["prompt_cache_key"].as_str().unwrap().len(), 64);
         assert_eq!(b["reasoning"]["effort"], "low");
+        assert_eq!(b["temperature"], 0.3);
         assert_eq!(b["tools"][0]["strict"], false);
         assert_eq!(b["tools"][0]["parameters"]["properties"], json!({}));
         assert_eq!(b["text"]["format"]["type"], "json_schema");

@@ -271,6 +271,7 @@ mod tests {
             max_output_tokens: None,
             prompt_cache_key: None,
             output_schema: None,
+            temperature: None,
         }
     }
 

@@ -387,6 +387,7 @@ impl<'a> Driver<'a> {
                     process_ledger: Some(self.s.shared.opts.home.clone()),
                     ..crate::tools::sandbox::SandboxSettings::from_config(&cfg)
                 },
+                temperature: agent.temperature,
             },
         }
     }

@@ -106,6 +106,7 @@ pub fn after_turn(s: &Session, succeeded: bool) {
         max_output_tokens: Some(64),
         prompt_cache_key: None,
         output_schema: None,
+        temperature: s.shared.config().agent().temperature,
     };
     let shared = s.shared.clone();
     let id = s.id.clone();
