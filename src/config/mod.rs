@@ -367,6 +367,17 @@ impl LoadedConfig {
             .unwrap_or_default()
     }
 
+    /// The target of the alias `model` (`agent.model_aliases.<model>`), when `model`
+    /// names one and `provider` is absent or is the alias's own provider; `None` when the
+    /// model is to be taken literally. Aliases do not chain: the target's model is used
+    /// as written. Applied where a selection is made (`thread/start`, `config/model/update`
+    /// with `thread_id`, one-shot helpers), so a conversation stores the resolved
+    /// provider and model.
+    pub fn alias(&self, provider: Option<&str>, model: &str) -> Option<AliasConfig> {
+        let a = self.agent().model_aliases?.remove(model.trim())?;
+        provider.is_none_or(|p| p == a.provider).then_some(a)
+    }
+
     /// The agent settings (defaults when absent).
     pub fn agent(&self) -> AgentConfig {
         self.config.agent.clone().unwrap_or_default()

@@ -101,7 +101,11 @@ fn selection(shared: &Arc<Shared>, thread_id: Option<&str>) -> Result<(String, S
         }
         None => {
             let cfg = shared.config();
-            Ok((cfg.default_provider(), cfg.default_model()))
+            let model = cfg.default_model();
+            Ok(match cfg.alias(None, &model) {
+                Some(a) => (a.provider, a.model),
+                None => (cfg.default_provider(), model),
+            })
         }
     }
 }
@@ -129,6 +133,7 @@ fn ask(
             format!("no model is selected for provider {provider_id:?}"),
         ));
     }
+    let temperature = shared.config().agent().temperature;
     let req = ChatRequest {
         model: model.to_owned(),
         system: system.to_owned(),
@@ -138,6 +143,7 @@ fn ask(
         max_output_tokens: Some(max_output_tokens),
         prompt_cache_key: None,
         output_schema: None,
+        temperature,
     };
     let handle = provider::start_stream(p, req);
     let deadline = Instant::now() + timeout;

@@ -113,16 +113,28 @@ fn catalog_model(id: &str) -> CatalogModel {
     }
 }
 
-/// The context window (tokens) of `model` at `provider`: the provider's
-/// `context_window` in the config, else the model catalog's entry, else `None`.
+/// The context window (tokens) of `model` at `provider`, as `turn/usage`
+/// `context_window_tokens` reports it (the clients' context meter): the override
+/// `agent.provider_context_window`, else the provider's `context_window` in the config,
+/// else the model catalog's entry; then capped by the budget `agent.max_context_tokens`
+/// (which alone gives the window when nothing else knows it). `0` in either agent
+/// setting means unset. `None` when no source knows a window.
 pub fn context_window(shared: &Shared, provider: &str, model: &str) -> Option<u64> {
-    if let Some(w) = shared
-        .config()
-        .provider(provider)
-        .and_then(|p| p.context_window)
-    {
-        return Some(w);
+    let cfg = shared.config();
+    let agent = cfg.agent();
+    let window = agent
+        .provider_context_window
+        .filter(|w| *w > 0)
+        .or_else(|| cfg.provider(provider).and_then(|p| p.context_window))
+        .or_else(|| model_window(shared, provider, model));
+    match agent.max_context_tokens.filter(|b| *b > 0) {
+        Some(budget) => Some(window.map_or(budget, |w| w.min(budget))),
+        None => window,
     }
+}
+
+/// The model catalog's context window of `model` (the provider's own entry first).
+fn model_window(shared: &Shared, provider: &str, model: &str) -> Option<u64> {
     let catalog = shared.model_catalog.lock();
     catalog
         .iter()

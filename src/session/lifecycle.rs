@@ -161,9 +161,27 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
         })
         .or_else(|| provider_cfg.map(|c| c.model.clone()))
         .unwrap_or_default();
+    // A model naming an alias selects its target (`LoadedConfig::alias`).
+    let (provider, model, alias_effort, alias_variant) =
+        match cfg.alias(clean(&p.provider).as_deref(), &model) {
+            Some(a) => {
+                if cfg.provider(&a.provider).is_none() {
+                    return Err(invalid(format!(
+                        "model alias {model:?} names provider {:?}, which is not configured",
+                        a.provider
+                    )));
+                }
+                (a.provider, a.model, a.effort, a.variant)
+            }
+            None => (provider, model, None, None),
+        };
     let effort = clean(&p.effort)
+        .or_else(|| alias_effort.filter(|e| !e.is_empty()))
         .or_else(|| cfg.agent().effort)
         .unwrap_or_default();
+    let variant = alias_variant
+        .filter(|v| !v.is_empty() && clean(&p.effort).is_none())
+        .unwrap_or_else(|| effort.clone());
     let cwd = match clean(&p.cwd) {
         Some(c) => {
             let path = Path::new(&c);
@@ -204,7 +222,7 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
         preview: String::new(),
         provider,
         model,
-        variant: effort.clone(),
+        variant,
         effort,
         permission_mode: mode,
         engine_id: engine,

@@ -136,7 +136,26 @@ impl Session {
             row.provider = pv.clone();
         }
         if let Some(m) = clean(&p.model) {
-            row.model = m;
+            // A model naming an alias selects its target (`LoadedConfig::alias`).
+            match cfg.alias(provider.as_deref(), &m) {
+                Some(a) => {
+                    if cfg.provider(&a.provider).is_none() {
+                        return Err(invalid(format!(
+                            "model alias {m:?} names provider {:?}, which is not configured",
+                            a.provider
+                        )));
+                    }
+                    row.provider = a.provider;
+                    row.model = a.model;
+                    if clean(&p.effort).is_none() {
+                        if let Some(e) = a.effort.filter(|e| !e.is_empty()) {
+                            row.variant = a.variant.filter(|v| !v.is_empty()).unwrap_or(e.clone());
+                            row.effort = e;
+                        }
+                    }
+                }
+                None => row.model = m,
+            }
         }
         if let Some(e) = clean(&p.effort) {
             row.effort = e.clone();
