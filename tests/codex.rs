@@ -665,3 +665,149 @@ fn codex_interrupt_stops_the_native_turn() {
     let end = wait_turn_end(&mut app, &thread_id);
     assert_eq!(end["params"]["content"], "back again", "{end}");
 }
+
+/// The steer lands mid-turn in the real Codex: while a native command runs (`sleep`), our
+/// `turn/steer` goes out as Codex `turn/steer` bound to the native turn; Codex acks it,
+/// records the user message into the same turn, and sends it with the command's output in
+/// its next model request. On our side the steer is consumed and committed as a user item
+/// of the active turn (nothing left pending or held).
+#[test]
+fn codex_steer_mid_turn_is_delivered_natively() {
+    let Some(bin) = codex_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::new(&fp, bin);
+    let mut app = s.app();
+    init(&mut app);
+    let thread_id = start_codex_thread(&mut app);
+    fp.push(Script::tool_call(
+        "call_sleep",
+        "exec_command",
+        &json!({"cmd": "sleep 4 && echo slept-well", "yield_time_ms": 20000}).to_string(),
+    ));
+    fp.push(Script::text(&["steered answer"]));
+    let r = app.call(
+        "turn/start",
+        json!({"thread_id": thread_id, "prompt": "run the slow command"}),
+    );
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_owned();
+    // The native command is running: the turn is active inside Codex.
+    app.wait_for("the command starts", |v| {
+        v["method"].as_str().unwrap_or("").starts_with("item/")
+            && v.to_string().contains("slept-well")
+    });
+    assert!(fp.wait_requests(1, Duration::from_secs(5)), "first request");
+    let r = app.call(
+        "turn/steer",
+        json!({"thread_id": thread_id, "expected_turn_id": turn_id,
+               "prompt": "also mention pineapples", "client_id": "steer-real"}),
+    );
+    assert_eq!(r["delivery"], "active_turn", "{r}");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert_eq!(end["params"]["content"], "steered answer", "{end}");
+    assert_eq!(end["params"]["turn"]["id"], turn_id.as_str(), "one turn");
+    let items = end["params"]["turn"]["items"].as_array().unwrap();
+    let tool_at = items
+        .iter()
+        .position(|i| i["type"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool item: {end}"));
+    let steer_at = items
+        .iter()
+        .position(|i| i["type"] == "user_message" && i["text"] == "also mention pineapples")
+        .unwrap_or_else(|| panic!("steer not committed into the turn: {end}"));
+    assert_eq!(items[steer_at]["source_id"], "steer-real", "{end}");
+    assert!(
+        tool_at < steer_at,
+        "the steer follows the running command: {end}"
+    );
+    // Codex sent the steer natively: in the request after the command, not the first one.
+    let bodies = bodies(&fp);
+    assert_eq!(bodies.len(), 2, "two model requests in the turn");
+    assert!(!bodies[0].contains("pineapples"));
+    assert!(
+        bodies[1].contains("pineapples") && bodies[1].contains("slept-well"),
+        "{}",
+        bodies[1]
+    );
+    // Consumed: nothing pending or held; the stored history has it once.
+    let r = app.call("thread/resume", json!({"session_id": thread_id}));
+    let waiting = format!("{}{}", r["pending_user_messages"], r["held_user_messages"]);
+    assert!(!waiting.contains("steer-real"), "{waiting}");
+    assert_eq!(
+        r.to_string().matches("also mention pineapples").count(),
+        1,
+        "{r}"
+    );
+}
+
+/// `wuu exec resume ID PROMPT` of a Codex conversation made through the app-server: exec
+/// resumes the stored native thread (Codex replays its history to the provider) and the
+/// run ends with a completed `result`.
+#[test]
+fn codex_exec_resume_continues_the_native_thread() {
+    let Some(bin) = codex_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::new(&fp, bin);
+    let mut app = s.app();
+    init(&mut app);
+    let thread_id = start_codex_thread(&mut app);
+    fp.push(Script::text(&["the word is kiwi"]));
+    app.call(
+        "turn/start",
+        json!({"thread_id": thread_id, "prompt": "remember the word kiwi"}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    drop(app);
+
+    fp.push(Script::text(&["kiwi"]));
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"));
+    cmd.arg("exec")
+        .arg("resume")
+        .arg("--cd")
+        .arg(&s.ws)
+        .args(["--json", &thread_id, "what was the word?"])
+        .envs(s.env())
+        .env("WUU_HOME", &s.home)
+        .env_remove("RUST_LOG")
+        .current_dir(&s.ws)
+        .stdin(std::process::Stdio::null());
+    let out = cmd.output().expect("run wuu exec");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "thread_resumed" && e["thread_id"] == thread_id.as_str()),
+        "{stdout}"
+    );
+    let result = events.last().unwrap();
+    assert_eq!(result["type"], "result", "{stdout}");
+    assert_eq!(result["status"], "completed", "{stdout}");
+    assert_eq!(result["thread_id"], thread_id.as_str(), "{stdout}");
+    assert_eq!(result["final_message"], "kiwi", "{stdout}");
+    // The native thread was resumed: Codex sent the earlier exchange with the new prompt.
+    let last = bodies(&fp).pop().unwrap();
+    assert!(
+        last.contains("remember the word kiwi")
+            && last.contains("the word is kiwi")
+            && last.contains("what was the word?"),
+        "{last}"
+    );
+    // One conversation, two turns.
+    let mut app = s.app();
+    init(&mut app);
+    let r = app.call("thread/resume", json!({"session_id": thread_id}));
+    assert_eq!(
+        r["thread"]["turns"].as_array().map(Vec::len),
+        Some(2),
+        "{r}"
+    );
+}

@@ -648,10 +648,14 @@ fn validate_providers(out: &mut LoadedConfig) {
         out.issues.push(ConfigIssue {
             code: "invalid_config",
             provider: None,
-            message: format!("{}: no providers configured", out.config_path.display()),
+            message: format!("{}: {NO_PROVIDERS}", out.config_path.display()),
         });
     }
 }
+
+/// The tail of the `invalid_config` issue message for a config without providers; exec
+/// matches it to tell "no wuu provider" (harmless for an external engine) from a broken file.
+pub const NO_PROVIDERS: &str = "no providers configured";
 
 #[cfg(test)]
 mod tests {

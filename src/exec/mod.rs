@@ -497,7 +497,12 @@ impl Runner {
                 "client": {"name": "wuu-exec", "version": env!("CARGO_PKG_VERSION")},
             }),
         )?;
-        self.check_setup(&init)?;
+        // A resumed conversation may run on an external engine (Codex) that needs no wuu
+        // provider: its provider problems are judged once the thread's engine is known.
+        let resume = matches!(self.opts.mode, Mode::Resume(_));
+        if !resume {
+            self.check_setup(&init, "wuu")?;
+        }
         let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         let mode = init
             .pointer("/permissions/mode")
@@ -523,6 +528,14 @@ impl Runner {
         .map_err(cancel_fail)?;
 
         let thread = self.acquire_thread()?;
+        if resume {
+            let engine = thread
+                .get("engine_id")
+                .and_then(Value::as_str)
+                .filter(|e| !e.is_empty())
+                .unwrap_or("wuu");
+            self.check_setup(&init, engine)?;
+        }
         let thread_id = str_of(&thread, "id");
         self.proj = Projector::new(&thread_id);
 
@@ -565,7 +578,11 @@ impl Runner {
 
     /// Fails setup when `initialize` reports a configuration that cannot run: a
     /// missing/invalid config, or a problem with the provider that will be used.
-    fn check_setup(&self, init: &Value) -> Result<(), Fail> {
+    /// `engine` is the engine that runs the turn (`"wuu"` = the built-in one): for an
+    /// external engine (Codex) wuu's provider issues, including "no providers
+    /// configured", are warnings, since the engine brings its own provider.
+    fn check_setup(&self, init: &Value, engine: &str) -> Result<(), Fail> {
+        let own_provider = engine == "wuu";
         if init.get("status").and_then(Value::as_str) != Some("needs_setup") {
             return Ok(());
         }
@@ -591,12 +608,15 @@ impl Runner {
                 .unwrap_or("")
                 .to_owned();
             match c {
+                "invalid_config" if !own_provider && m.ends_with(crate::config::NO_PROVIDERS) => {
+                    eprintln!("warning: {m}")
+                }
                 "missing_user_config" | "invalid_config" => fatal.push(m),
-                "unknown_provider" if self.opts.provider.is_none() => {
+                "unknown_provider" if own_provider && self.opts.provider.is_none() => {
                     provider_problem = true;
                     fatal.push(m)
                 }
-                "invalid_provider" | "missing_api_key" if p == selected => {
+                "invalid_provider" | "missing_api_key" if own_provider && p == selected => {
                     provider_problem = true;
                     fatal.push(m)
                 }
