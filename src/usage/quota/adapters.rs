@@ -573,6 +573,10 @@ impl Decimal {
             mantissa = mantissa.checked_mul(10)?.checked_add((b - b'0') as i128)?;
         }
         let mut scale = frac.len() as i64 - exp as i64;
+        if mantissa == 0 {
+            // Zero at any exponent: `0e2147483647` would otherwise loop 2^31 times.
+            scale = scale.clamp(0, 36);
+        }
         while scale < 0 {
             mantissa = mantissa.checked_mul(10)?;
             scale += 1;
@@ -1025,6 +1029,9 @@ mod tests {
         assert!(Decimal::parse("abc").is_none());
         assert!(Decimal::parse("").is_none());
         assert!(Decimal::parse("1e99999").is_none());
+        // A zero with a huge exponent (provider bytes) is zero, at once.
+        assert_eq!(d("0e2147483647").render(), "0");
+        assert_eq!(d("-0.0e-2147483648").render(), "0");
         let r = parse_openrouter(&json!({"data": {"total_credits": 10.1, "total_usage": 0.2}}))
             .unwrap();
         assert_eq!(r.balances[0].amount, "9.9");
