@@ -697,3 +697,63 @@ fn a_write_lock_held_past_the_busy_timeout_is_store_busy_naming_the_database() {
     c.execute_batch("ROLLBACK").unwrap();
     app.call("thread/start", json!({}));
 }
+
+#[test]
+fn turn_admission_and_queue_under_a_held_write_lock_are_store_busy_naming_the_database() {
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    let th = thread_id(&app.call("thread/start", json!({})));
+    let c = db(&app);
+    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for (method, params) in [
+        ("turn/start", json!({"thread_id": th, "prompt": "hello"})),
+        ("turn/queue", json!({"thread_id": th, "prompt": "later"})),
+    ] {
+        let e = app.call_err(method, params);
+        assert_eq!(e["code"], "store_busy", "{method}: {e}");
+        let m = e["message"].as_str().unwrap();
+        assert!(m.contains("wuu.db"), "{method}: {e}");
+    }
+    c.execute_batch("ROLLBACK").unwrap();
+    // Nothing was lost or left half-admitted: the conversation takes a turn afterwards.
+    fake.push(Script::text(&["done"]));
+    app.call("turn/start", json!({"thread_id": th, "prompt": "hello"}));
+    app.wait_for("turn/completed", |v| v["method"] == "turn/completed");
+}
+
+#[test]
+fn exec_on_a_store_locked_past_the_busy_timeout_exits_8_with_store_busy() {
+    let fake = FakeProvider::start();
+    fake.push(Script::text(&["done"]));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.json"),
+        config_for(&fake.base_url()).to_string(),
+    )
+    .unwrap();
+    let run = || {
+        std::process::Command::new(support::app::wuu_bin())
+            .args(["exec", "--json", "hello"])
+            .current_dir(ws.path())
+            .env("WUU_HOME", home.path())
+            .env("HOME", home.path())
+            .env_remove("RUST_LOG")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    };
+    // A first run creates the database.
+    assert_eq!(run().status.code(), Some(0));
+    let c = rusqlite::Connection::open(home.path().join("wuu.db")).unwrap();
+    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let out = run();
+    c.execute_batch("ROLLBACK").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(8), "{stdout}");
+    let last: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "result", "{last}");
+    assert_eq!(last["error_category"], "store_busy", "{last}");
+    assert_eq!(last["error_code"], "store_busy", "{last}");
+    assert!(last["error"].as_str().unwrap().contains("wuu.db"), "{last}");
+}

@@ -55,7 +55,9 @@ pub mod code {
     pub const PROTOCOL: i32 = 6;
     /// Provider, model, auth, network or invalid-request failure.
     pub const PROVIDER: i32 = 7;
-    /// Unrecovered local or tool failure.
+    /// Unrecovered local or tool failure; also a busy store (the app-server answered
+    /// `store_busy`: another process held the SQLite write lock past the busy timeout;
+    /// `result.error_category`/`error_code` are `store_busy`, retrying later may succeed).
     pub const TOOL: i32 = 8;
     /// The conversation already has an active run (`thread_busy`).
     pub const CONFLICT: i32 = 9;
@@ -112,6 +114,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 struct Fail {
     code: i32,
     msg: String,
+    /// The app-server error code when the failure is an RPC error (`""` otherwise).
+    rpc_code: String,
 }
 
 impl Fail {
@@ -119,6 +123,7 @@ impl Fail {
         Fail {
             code,
             msg: msg.into(),
+            rpc_code: String::new(),
         }
     }
 }
@@ -413,7 +418,7 @@ impl Runner {
 
     /// Sends a request and waits for its response, watching signals, the deadline and
     /// the subscription. Errors: RPC error (`thread_busy` → 9, `thread_not_found` /
-    /// `invalid_params` → 2, others → 6), protocol failure (6), cancellation (4/5).
+    /// `invalid_params` → 2, `store_busy` → 8, others → 6), protocol failure (6), cancellation (4/5).
     fn rpc(&mut self, method: &str, params: Value) -> Result<Value, Fail> {
         let conn = self.conn()?;
         let id = conn
@@ -436,9 +441,12 @@ impl Runner {
                         let exit = match c.to_ascii_lowercase().as_str() {
                             "thread_busy" => code::CONFLICT,
                             "thread_not_found" | "invalid_params" => code::INVALID_INPUT,
+                            "store_busy" => code::TOOL,
                             _ => code::PROTOCOL,
                         };
-                        return Err(Fail::new(exit, format!("{method}: {m} ({c})")));
+                        let mut f = Fail::new(exit, format!("{method}: {m} ({c})"));
+                        f.rpc_code = c;
+                        return Err(f);
                     }
                     return Ok(r.result.unwrap_or(Value::Null));
                 }
@@ -992,7 +1000,11 @@ impl Runner {
             return f.code;
         }
         let limit = Instant::now() + OUTPUT_GRACE;
-        let result = self.result_base(f.code, f.msg.clone(), self.proj.message.clone());
+        let mut result = self.result_base(f.code, f.msg.clone(), self.proj.message.clone());
+        if f.rpc_code == "store_busy" {
+            result.error_category = "store_busy".to_owned();
+            result.error_code = "store_busy".to_owned();
+        }
         self.emit_bounded(Event::Result(result), limit);
         f.code
     }

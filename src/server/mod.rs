@@ -357,6 +357,18 @@ pub fn store_refusal(shared: &Shared, e: &wuu_store::StoreError) -> (ErrorCode, 
     }
 }
 
+/// The error a client request gets when a store call on its path failed: the busy case
+/// (another connection held the write lock past the busy timeout) goes through
+/// [`store_refusal`] (`store_busy`, retryable, naming the database file); every other
+/// store error stays `internal_error` with its `store: …` message.
+pub fn store_error(shared: &Shared, e: &wuu_store::StoreError) -> (ErrorCode, String) {
+    if e.is_busy() {
+        store_refusal(shared, e)
+    } else {
+        (ErrorCode::InternalError, format!("store: {e}"))
+    }
+}
+
 /// Answers one request. Requests without id (client notifications) are executed but
 /// not answered. Dropping a responder without answering answers `internal_error`, so a
 /// request is never left without a response.

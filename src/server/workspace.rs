@@ -185,7 +185,7 @@ pub fn cleanup(
                 archived: Some(false),
                 limit: None,
             })
-            .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+            .map_err(|e| super::store_error(shared, &e))?;
         for row in rows
             .iter()
             .filter(|r| Path::new(&r.cwd).starts_with(root) && !r.cwd.is_empty())
@@ -200,7 +200,7 @@ pub fn cleanup(
             match store.set_archived(&row.id, true, Some(CLEANUP_REASON)) {
                 Ok(Some(_)) => data_archived = true,
                 Ok(None) => {}
-                Err(e) => return Err((ErrorCode::InternalError, format!("store: {e}"))),
+                Err(e) => return Err(super::store_error(shared, &e)),
             }
         }
         if data_archived {

@@ -104,7 +104,7 @@ impl Session {
                             ),
                         ))
                     }
-                    Err(e) => return Err((ErrorCode::InternalError, format!("store: {e}"))),
+                    Err(e) => return Err(crate::server::store_error(&self.shared, &e)),
                 }
             }
             self.set_extra("folder_id", folder.map(Value::String))

@@ -357,11 +357,11 @@ pub fn fork(shared: &Arc<Shared>, p: ThreadForkParams) -> Result<Created, Refusa
             }
             Ok(())
         })
-        .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?;
+        .map_err(|e| crate::server::store_error(shared, &e))?;
     // Re-read so item seqs are the new conversation's own.
     let turns = store
         .load_history(&new_id_)
-        .map_err(|e| (ErrorCode::InternalError, format!("store: {e}")))?
+        .map_err(|e| crate::server::store_error(shared, &e))?
         .into_iter()
         .map(|t| TurnState {
             items: t.items.iter().map(item_wire).collect(),
@@ -406,7 +406,7 @@ impl Session {
     ) -> Result<T, (ErrorCode, String)> {
         let r = match self.store.as_mut() {
             None => Ok(T::default()),
-            Some(s) => f(s).map_err(|e| (ErrorCode::InternalError, format!("store: {e}"))),
+            Some(s) => f(s).map_err(|e| crate::server::store_error(&self.shared, &e)),
         };
         self.shared.threads_changed();
         r
@@ -506,7 +506,10 @@ impl Session {
                     Ok(_) => {
                         let _ = store.release_lease(&id, &owner);
                     }
-                    Err(e) => return reply.err(ErrorCode::InternalError, format!("store: {e}")),
+                    Err(e) => {
+                        let (c, m) = crate::server::store_error(&self.shared, &e);
+                        return reply.err(c, m);
+                    }
                 }
             }
         }
@@ -549,7 +552,10 @@ impl Session {
                 )
             }
             Ok(_) => {}
-            Err(e) => return reply.err(ErrorCode::InternalError, format!("store: {e}")),
+            Err(e) => {
+                let (c, m) = crate::server::store_error(&self.shared, &e);
+                return reply.err(c, m);
+            }
         }
         let outcome = store.delete_thread(&id, only_if_archived);
         self.shared.threads_changed();
@@ -570,7 +576,10 @@ impl Session {
                     format!("thread {id:?} not found"),
                 )
             }
-            Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
+            Err(e) => {
+                let (c, m) = crate::server::store_error(&self.shared, &e);
+                reply.err(c, m)
+            }
         }
     }
 }

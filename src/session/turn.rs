@@ -151,7 +151,7 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
                 }
             }
             Ok(_) => {}
-            Err(e) => return Err((ErrorCode::InternalError, format!("store: {e}"))),
+            Err(e) => return Err(crate::server::store_error(&s.shared, &e)),
         }
     }
     let now = now_ms();
@@ -253,7 +253,7 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
     s.shared.threads_changed();
     let seq = committed.map_err(|e| match e {
         wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
-        e => (ErrorCode::InternalError, format!("store: {e}")),
+        e => crate::server::store_error(&s.shared, &e),
     });
     match seq {
         Ok(seq) => {
