@@ -135,6 +135,16 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
             )));
         }
     }
+    if let Some(w) = clean(&p.workspace_id) {
+        // Same rule as `--workspace-id` and `workspace/state/cleanup`: the id names a
+        // directory under `$WUU_HOME`, so `../x`, NUL bytes and long ids are refused.
+        if !crate::server::workspace::valid_id(&w) {
+            return Err(invalid(format!(
+                "workspace_id: {:?} is not a workspace id (use 1-128 letters, digits, '.', '_' or '-')",
+                crate::util::clip(&w, 40)
+            )));
+        }
+    }
     if clean(&p.base_revision).is_some() {
         return Err(invalid("base_revision: requires workspace \"worktree\""));
     }
