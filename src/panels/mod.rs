@@ -240,7 +240,16 @@ pub fn config_tick(shared: &Shared) {
         if shared.opts.ignore_user_config && *path == shared.config().config_path {
             continue;
         }
-        if let Err(reason) = crate::config::read_layer(path) {
+        // A removed user config is treated like an invalid one: the configuration in
+        // force stays (a missing optional project layer is a legitimate change).
+        let removed = *path == shared.config().config_path
+            && matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let verdict = if removed {
+            Err("the file was removed".to_owned())
+        } else {
+            crate::config::read_layer(path).map(drop)
+        };
+        if let Err(reason) = verdict {
             let digest = std::fs::read(path)
                 .map(|b| {
                     use sha2::Digest;
