@@ -35,3 +35,70 @@ fn thread_start_refuses_workspace_ids_the_flag_refuses() {
     let r = app.call("thread/start", json!({"workspace_id": "proj-1.a_b"}));
     assert_eq!(r["thread"]["workspace_id"], "proj-1.a_b", "{r}");
 }
+
+#[test]
+fn titles_and_folder_names_refuse_control_characters() {
+    let mut app = app();
+    let r = app.call("thread/start", json!({}));
+    let id = r["thread"]["id"].as_str().unwrap().to_owned();
+    for bad in [
+        "a\u{0}b",
+        "line\nbreak",
+        "esc\u{1b}[31m",
+        "cr\rx",
+        "del\u{7f}",
+    ] {
+        let e = app.call_err("thread/rename", json!({"thread_id": id, "title": bad}));
+        assert_eq!(e["code"], "invalid_params", "{bad:?}: {e}");
+        assert!(message(&e).contains("title"), "{bad:?}: {e}");
+    }
+    // The title was left alone; a tab is fine.
+    let list = app.call("thread/list", json!({}));
+    assert!(list["threads"][0]["title"].is_null(), "{list}");
+    let r = app.call("thread/rename", json!({"thread_id": id, "title": "a\tb"}));
+    assert_eq!(r["thread"]["title"], "a\tb", "{r}");
+
+    for bad in ["a\u{0}b", "esc\u{1b}x", "cr\rx"] {
+        let e = app.call_err("sessionFolder/create", json!({"name": bad}));
+        assert_eq!(e["code"], "invalid_params", "{bad:?}: {e}");
+        assert!(message(&e).contains("name"), "{bad:?}: {e}");
+    }
+    let org = app.call("sessionOrganization/list", json!({}));
+    assert_eq!(org["organization"]["folders"], json!([]), "{org}");
+    let f = app.call("sessionFolder/create", json!({"name": "Work\tTwo\nLines"}));
+    assert_eq!(f["group"]["name"], "Work\tTwo\nLines", "{f}");
+    let fid = f["group"]["id"].clone();
+    let e = app.call_err("sessionFolder/update", json!({"id": fid, "name": "x\u{0}"}));
+    assert_eq!(e["code"], "invalid_params", "{e}");
+    let org = app.call("sessionOrganization/list", json!({}));
+    assert_eq!(
+        org["organization"]["folders"][0]["name"],
+        "Work\tTwo\nLines"
+    );
+}
+
+#[test]
+fn removed_user_config_keeps_the_configuration_and_reports_an_error() {
+    let mut app = app();
+    app.call("initialize", json!({}));
+    let path = app.home.join("config.json");
+    let kept = std::fs::read(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let e = app.notification("config/error");
+    assert_eq!(e["params"]["path"], path.to_string_lossy().as_ref(), "{e}");
+    assert_eq!(e["params"]["reason"], "the file was removed", "{e}");
+    assert!(
+        app.backlog.iter().all(|v| v["method"] != "config/changed"),
+        "{:?}",
+        app.backlog
+    );
+    let read = app.call("config/read", json!({}));
+    assert_eq!(read["provider"], "fake", "{read}");
+    assert_eq!(read["model"], "fake-model", "{read}");
+    let r = app.call("thread/start", json!({}));
+    assert_eq!(r["thread"]["model_provider"], "fake", "{r}");
+    // Putting a valid file back applies it again.
+    std::fs::write(&path, kept).unwrap();
+    let n = app.notification("config/changed");
+    assert_eq!(n["params"]["provider"], "fake", "{n}");
+}

@@ -61,6 +61,16 @@ fn name_of(name: &str) -> Result<String, Refusal> {
             format!("invalid params: name is longer than {MAX_FOLDER_NAME_CHARS} characters"),
         ));
     }
+    // Control characters other than tab and newline (NUL, ESC, CR, ...) are refused.
+    if let Some(c) = n
+        .chars()
+        .find(|c| c.is_control() && !matches!(c, '\t' | '\n'))
+    {
+        return Err((
+            ErrorCode::InvalidParams,
+            format!("invalid params: name: contains the control character {c:?}"),
+        ));
+    }
     Ok(n.to_owned())
 }
 

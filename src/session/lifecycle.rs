@@ -460,6 +460,14 @@ impl Session {
                 format!("invalid params: title: longer than {MAX_TITLE_CHARS} characters"),
             );
         }
+        // A title is one line: control characters (NUL, ESC, CR, newline, ...) are
+        // refused; only tab is allowed.
+        if let Some(c) = title.chars().find(|c| c.is_control() && *c != '\t') {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                format!("invalid params: title: contains the control character {c:?}"),
+            );
+        }
         let revision = p.title_revision.unwrap_or(self.thread.title_revision + 1);
         // Revisions only grow: an explicit revision at or below the stored one is stale.
         if revision < self.thread.title_revision
