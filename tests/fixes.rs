@@ -102,3 +102,41 @@ fn removed_user_config_keeps_the_configuration_and_reports_an_error() {
     let n = app.notification("config/changed");
     assert_eq!(n["params"]["provider"], "fake", "{n}");
 }
+
+#[test]
+fn directory_list_reports_symlinks_and_skips_non_utf8_names() {
+    use std::os::unix::ffi::OsStrExt;
+    let mut app = app();
+    let ws = app.workdir.clone();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(ws.join("plain.txt"), "x").unwrap();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), ws.join("out-link")).unwrap();
+    std::os::unix::fs::symlink("plain.txt", ws.join("file-link")).unwrap();
+    let bad = ws.join(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+    std::fs::write(&bad, "y").unwrap();
+    let l = app.call(
+        "workspace/directory/list",
+        json!({"path": "", "root": ws.to_string_lossy()}),
+    );
+    let entries: Vec<(String, String, String)> = l["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or_default().to_owned();
+            (s("name"), s("path"), s("kind"))
+        })
+        .collect();
+    let want = |n: &str, p: &str, k: &str| (n.to_owned(), p.to_owned(), k.to_owned());
+    assert_eq!(
+        entries,
+        vec![
+            want("sub", "sub/", "directory"),
+            want("file-link", "file-link", "symlink"),
+            want("out-link", "out-link", "symlink"),
+            want("plain.txt", "plain.txt", "file"),
+        ],
+        "{l}"
+    );
+}

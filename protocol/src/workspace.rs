@@ -124,8 +124,8 @@ pub struct WorkspaceFileEntry {
     pub name: String,
     /// Path relative to the root (directories end with `/`).
     pub path: String,
-    /// `file` | `directory` (a link is listed as `file`; it is never followed out of the
-    /// root).
+    /// `file` | `directory` | `symlink` (a symbolic link, whatever it points at; it is
+    /// never followed). Entries whose name is not UTF-8 are left out of the listing.
     pub kind: String,
 }
 

@@ -221,7 +221,8 @@ fn list_directory(
         .iter()
         .take(DIRECTORY_ENTRIES)
         .filter_map(|e| {
-            let name = e.name.to_string_lossy().into_owned();
+            // A name that is not UTF-8 could not be sent back to open it: skipped.
+            let name = e.name.to_str()?.to_owned();
             let dir = e.kind == Kind::Dir;
             if ignored(&name, dir) || e.kind == Kind::Other {
                 return None;
@@ -233,7 +234,14 @@ fn list_directory(
             Some(WorkspaceFileEntry {
                 name,
                 path,
-                kind: if dir { "directory" } else { "file" }.into(),
+                // A symlink is reported as such and never followed (the Go server
+                // lists it as "file", which hid links to directories).
+                kind: match e.kind {
+                    Kind::Dir => "directory",
+                    Kind::Symlink => "symlink",
+                    _ => "file",
+                }
+                .into(),
             })
         })
         .collect();
