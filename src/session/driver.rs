@@ -844,30 +844,34 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Replaces the whole text of the open message (or reasoning) item, opening one if
-    /// needed; clients get the item again (an upsert, spec §4.3).
-    fn replace_text(&mut self, reasoning: bool, text: String) {
+    /// This step's open agent-message (or reasoning) item, created when there is none;
+    /// the flag says whether it was created now.
+    fn open_text_item(&mut self, reasoning: bool) -> (usize, bool) {
         let open = if reasoning {
             self.reasoning_item
         } else {
             self.agent_item
         };
-        let idx = match open {
-            Some(i) => i,
-            None => {
-                let i = self.new_item(if reasoning {
-                    "reasoning"
-                } else {
-                    "agent_message"
-                });
-                if reasoning {
-                    self.reasoning_item = Some(i);
-                } else {
-                    self.agent_item = Some(i);
-                }
-                i
-            }
-        };
+        if let Some(i) = open {
+            return (i, false);
+        }
+        let i = self.new_item(if reasoning {
+            "reasoning"
+        } else {
+            "agent_message"
+        });
+        if reasoning {
+            self.reasoning_item = Some(i);
+        } else {
+            self.agent_item = Some(i);
+        }
+        (i, true)
+    }
+
+    /// Replaces the whole text of the open message (or reasoning) item, opening one if
+    /// needed; clients get the item again (an upsert, spec §4.3).
+    fn replace_text(&mut self, reasoning: bool, text: String) {
+        let (idx, _) = self.open_text_item(reasoning);
         self.item(idx).text = Some(text);
         self.announce_started(idx);
     }
@@ -989,29 +993,11 @@ impl<'a> Driver<'a> {
     /// Appends streamed text to this step's open agent-message (or reasoning) item,
     /// opening it first, and announces the delta.
     fn append_text(&mut self, reasoning: bool, text: String) {
-        let open = if reasoning {
-            self.reasoning_item
-        } else {
-            self.agent_item
-        };
-        let idx = match open {
-            Some(i) => i,
-            None => {
-                let i = self.new_item(if reasoning {
-                    "reasoning"
-                } else {
-                    "agent_message"
-                });
-                self.item(i).text = Some(String::new());
-                self.announce_started(i);
-                if reasoning {
-                    self.reasoning_item = Some(i);
-                } else {
-                    self.agent_item = Some(i);
-                }
-                i
-            }
-        };
+        let (idx, opened) = self.open_text_item(reasoning);
+        if opened {
+            self.item(idx).text = Some(String::new());
+            self.announce_started(idx);
+        }
         self.item(idx)
             .text
             .get_or_insert_with(String::new)
