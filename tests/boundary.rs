@@ -237,7 +237,10 @@ fn bash_cannot_write_outside_write_home_or_read_outside() {
                 bash("echo ok > inside-bash.txt && cat inside-bash.txt"),
                 bash("ls ../outside"),
                 // The launcher ($PPID) and the host (its parent) are outside the domain.
-                bash("host=$(awk '{print $4}' /proc/$PPID/stat); echo host=$host; cat /proc/$PPID/environ | tr '\\0' '\\n' | grep -c FAKE_API_KEY; cat /proc/$host/environ | tr '\\0' '\\n' | grep FAKE_API_KEY"),
+                bash("host=$(awk '{print $4}' /proc/$PPID/stat); echo host=$host; cat /proc/$PPID/environ | tr '\\0' '\\n' | grep -c FAKE_API_KEY; cat /proc/$host/environ | tr '\\0' '\\n' | grep FAKE_API_KEY; cat /proc/$host/maps | head -c 100"),
+                bash("grep Cap /proc/self/status"),
+                bash("mknod blk b 1 3 || mknod blk c 1 3"),
+                bash("n=0; for b in $(ls /sys/class/block); do n=$((n+1)); if head -c 1 \"/dev/$b\" > /dev/null 2>&1; then echo \"READ /dev/$b\"; fi; done; echo scanned $n"),
             ],
         );
         assert_ok_or_refused(&r, mode);
@@ -253,18 +256,35 @@ fn bash_cannot_write_outside_write_home_or_read_outside() {
         }
         assert_refused(&r.results[4], &["Permission denied"]);
         assert!(r.results[5].contains("host="), "{}", r.results[5]);
-        // The host is non-dumpable and the command lacks CAP_SYS_PTRACE; Landlock
-        // refuses cross-domain /proc/PID/environ. Root on some kernels (this CI's among
-        // them) is let through anyway (see the README), so only the launcher's own
-        // environment is asserted for root.
+        // The launcher's environment is scrubbed, and the host's cannot be read: it is
+        // non-dumpable and the command holds none of CAP_SYS_PTRACE, CAP_SYS_ADMIN,
+        // CAP_PERFMON (each of which lets root read it anyway). Asserted for root too.
         assert!(
             r.results[5].contains("\n0\n"),
             "launcher env: {}",
             r.results[5]
         );
-        if !rustix::process::geteuid().is_root() {
-            assert!(!r.results[5].contains(KEY), "{}", r.results[5]);
+        assert!(!r.results[5].contains(KEY), "{}", r.results[5]);
+        assert_refused(&r.results[5], &["Permission denied"]);
+        // Capabilities that reach past the file-system sandbox are gone (root has them
+        // otherwise): bits 19 SYS_PTRACE, 21 SYS_ADMIN, 16 SYS_MODULE, 17 SYS_RAWIO,
+        // 27 MKNOD, 2 DAC_READ_SEARCH, 38 PERFMON, 39 BPF.
+        let caps = r.results[6]
+            .lines()
+            .find_map(|l| l.strip_prefix("CapBnd:"))
+            .and_then(|h| u64::from_str_radix(h.trim(), 16).ok())
+            .unwrap_or_else(|| panic!("no CapBnd in {}", r.results[6]));
+        for bit in [19, 21, 16, 17, 27, 2, 38, 39] {
+            assert_eq!(caps & (1 << bit), 0, "capability {bit} kept: {caps:x}");
         }
+        // No device node can be made, not even in the workspace, and no disk is readable.
+        assert_refused(
+            &r.results[7],
+            &["Permission denied", "Operation not permitted"],
+        );
+        assert!(!lab.ws().join("blk").exists());
+        assert!(r.results[8].contains("scanned"), "{}", r.results[8]);
+        assert!(!r.results[8].contains("READ "), "{}", r.results[8]);
         assert_no_secret(&r);
         lab.assert_outside_untouched();
         let _ = fs::remove_file(lab.ws().join("inside-bash.txt"));

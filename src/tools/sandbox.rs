@@ -15,13 +15,16 @@
 //!
 //! 1. asks for `SIGHUP` when its parent thread dies (`PR_SET_PDEATHSIG`) and checks that
 //!    the host (`--ppid`) is still its parent (else it exits: the host died first);
-//! 2. in `standard` and `read_only` mode restricts itself with Landlock
+//! 2. in `standard` and `read_only` mode drops every capability outside
+//!    [`kept_capabilities`] (only root has any) and restricts itself with Landlock
 //!    ([`landlock`] crate, best effort up to ABI 5): reading and executing only beneath
 //!    the `--read` and `--write` roots, writing (creating, removing, renaming, linking,
 //!    truncating) only beneath the `--write` roots, plus reading and writing a few
 //!    device files (`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`, `/dev/random`,
-//!    `/dev/urandom`). A Landlock domain also keeps the command from ptracing, or
-//!    reading `/proc/PID/environ` of, processes outside it (the host among them);
+//!    `/dev/urandom`); no device node can be made. A Landlock domain also keeps the
+//!    command from ptracing processes outside it; with the host non-dumpable and
+//!    `CAP_SYS_PTRACE`, `CAP_SYS_ADMIN` and `CAP_PERFMON` gone, not even a root command
+//!    can read the host's `/proc/PID/environ`, memory or descriptors;
 //! 3. starts `SHELL -c COMMAND` as its child (same process group, the restriction is
 //!    inherited and cannot be lifted) and waits for it; it exits with the shell's exit
 //!    code, or dies by the same signal;
@@ -48,7 +51,8 @@ pub const LAUNCHER_ARG: &str = "__sandbox";
 
 /// Makes the host process non-dumpable (`PR_SET_DUMPABLE 0`, as ssh-agent does): its
 /// `/proc/PID/environ` and memory, which hold the provider keys, can then be read only
-/// with `CAP_SYS_PTRACE`, which sandboxed commands do not have (not even as root).
+/// with `CAP_SYS_PTRACE`, `CAP_SYS_ADMIN` or `CAP_PERFMON`, which sandboxed commands do
+/// not have (not even as root, see [`kept_capabilities`]).
 /// Reset by `execve`, so commands and the launcher are unaffected. Call once at startup.
 pub fn protect_host() {
     #[cfg(target_os = "linux")]
@@ -64,7 +68,10 @@ pub fn protect_host() {
 #[cfg(target_os = "linux")]
 const ABI: landlock::ABI = landlock::ABI::V5;
 
-/// Device files every sandboxed command may read and write.
+/// Device files every sandboxed command may read and write. The rest of `/dev` is not
+/// readable: a disk's block device (`/dev/vda`, readable by root and the `disk` group)
+/// would hand out every file outside the workspace. `/dev/stdin`, `/dev/fd/N` and the
+/// like are links into `/proc/self/fd`, which stays readable.
 const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
@@ -77,7 +84,7 @@ const DEVICES: &[&str] = &[
 /// System directories commands may read and execute from.
 const SYSTEM_READ: &[&str] = &[
     "/bin", "/sbin", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-    "/proc", "/sys", "/dev", "/run",
+    "/proc", "/sys", "/run",
 ];
 
 /// Toolchain locations in `$HOME` commands may read and execute from (never written).
@@ -409,8 +416,14 @@ fn restrict(read: &[PathBuf], write: &[PathBuf]) -> Result<(), String> {
         .and_then(|r| r.create())
         .map_err(|e| format!("cannot create the Landlock ruleset: {e}"))?;
     let devices: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
-    let groups: [(&[PathBuf], BitFlags<AccessFs>); 3] =
-        [(read, read_access), (write, all), (&devices, file_access)];
+    // Device nodes cannot be made anywhere, not even in the workspace (a block device
+    // node made there would read the whole disk).
+    let write_access = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    let groups: [(&[PathBuf], BitFlags<AccessFs>); 3] = [
+        (read, read_access),
+        (write, write_access),
+        (&devices, file_access),
+    ];
     for (paths, access) in groups {
         for p in paths {
             // Missing roots are skipped (a toolchain that is not installed).
@@ -437,33 +450,78 @@ fn restrict(read: &[PathBuf], write: &[PathBuf]) -> Result<(), String> {
     Ok(())
 }
 
-/// Removes `CAP_SYS_PTRACE` (bounding, effective, permitted, inheritable): a command
-/// run as root would otherwise be allowed by Landlock to read `/proc/PID/environ` of
-/// processes outside its domain, the host's among them. Without the capability (as for
-/// every ordinary user) Landlock refuses such access.
+/// The capabilities a sandboxed command may keep (only root, or a binary with file
+/// capabilities, has any): Docker's default set for containers minus `CAP_MKNOD` and
+/// `CAP_SETPCAP`, i.e. what package managers and build tools run as root expect (chown
+/// and mode bits of files they write, `setuid` for privilege drops, binding low ports,
+/// raw sockets for `ping`). Everything else is removed from the bounding, effective,
+/// permitted, inheritable and ambient sets before Landlock is applied, so neither the
+/// command nor anything it executes (no-new-privs is set too) can hold it. Dropped among
+/// others, because each reaches past a file-system sandbox: `CAP_SYS_PTRACE`,
+/// `CAP_SYS_ADMIN` and `CAP_PERFMON` (each lets root read another root process's
+/// `/proc/PID/environ`, `maps`, `fd/` even when that process is non-dumpable, as measured
+/// on Linux 6.18), `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_MKNOD` (device nodes),
+/// `CAP_DAC_READ_SEARCH` (`open_by_handle_at`), `CAP_BPF`, `CAP_NET_ADMIN`, `CAP_SYSLOG`.
 #[cfg(target_os = "linux")]
-fn drop_ptrace() -> Result<(), String> {
+pub(crate) fn kept_capabilities() -> rustix::thread::CapabilitySet {
+    use rustix::thread::CapabilitySet as C;
+    C::CHOWN
+        | C::DAC_OVERRIDE
+        | C::FOWNER
+        | C::FSETID
+        | C::KILL
+        | C::SETGID
+        | C::SETUID
+        | C::SETFCAP
+        | C::NET_BIND_SERVICE
+        | C::NET_RAW
+        | C::SYS_CHROOT
+        | C::AUDIT_WRITE
+}
+
+/// Removes every capability outside [`kept_capabilities`] (see there why). As an
+/// ordinary user there is nothing to remove: the bounding-set calls fail with `EPERM`
+/// (no `CAP_SETPCAP`), which is fine because such a process holds no capability that an
+/// `execve` could raise.
+#[cfg(target_os = "linux")]
+fn drop_capabilities() -> Result<(), String> {
     use rustix::thread::{
-        capabilities, remove_capability_from_bounding_set, set_capabilities, CapabilitySet,
+        capabilities, capability_is_in_bounding_set, clear_ambient_capability_set,
+        remove_capability_from_bounding_set, set_capabilities, CapabilitySet,
     };
-    match remove_capability_from_bounding_set(CapabilitySet::SYS_PTRACE) {
-        // EPERM: we lack CAP_SETPCAP, so we cannot hold CAP_SYS_PTRACE either way
-        // after exec (it is not in our permitted set below).
-        Ok(()) | Err(rustix::io::Errno::PERM) | Err(rustix::io::Errno::INVAL) => {}
-        Err(e) => return Err(format!("cannot drop CAP_SYS_PTRACE: {e}")),
+    let keep = kept_capabilities();
+    for cap in CapabilitySet::all().iter() {
+        if keep.contains(cap) || cap.bits().count_ones() != 1 {
+            continue;
+        }
+        // EINVAL: a capability this kernel does not know.
+        if !matches!(capability_is_in_bounding_set(cap), Ok(true)) {
+            continue;
+        }
+        match remove_capability_from_bounding_set(cap) {
+            Ok(()) | Err(rustix::io::Errno::PERM) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => return Err(format!("cannot drop capability {cap:?}: {e}")),
+        }
+    }
+    match clear_ambient_capability_set() {
+        Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+        Err(e) => return Err(format!("cannot clear the ambient capabilities: {e}")),
     }
     let mut sets = capabilities(None).map_err(|e| format!("cannot read capabilities: {e}"))?;
-    if (sets.effective | sets.permitted | sets.inheritable).contains(CapabilitySet::SYS_PTRACE) {
-        sets.effective.remove(CapabilitySet::SYS_PTRACE);
-        sets.permitted.remove(CapabilitySet::SYS_PTRACE);
-        sets.inheritable.remove(CapabilitySet::SYS_PTRACE);
-        set_capabilities(None, sets).map_err(|e| format!("cannot drop CAP_SYS_PTRACE: {e}"))?;
+    if !(keep.contains(sets.effective)
+        && keep.contains(sets.permitted)
+        && keep.contains(sets.inheritable))
+    {
+        sets.effective &= keep;
+        sets.permitted &= keep;
+        sets.inheritable &= keep;
+        set_capabilities(None, sets).map_err(|e| format!("cannot drop capabilities: {e}"))?;
     }
     Ok(())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn drop_ptrace() -> Result<(), String> {
+fn drop_capabilities() -> Result<(), String> {
     Ok(())
 }
 
@@ -499,7 +557,7 @@ fn run_launcher(a: LaunchArgs) -> ExitCode {
     }
     match a.mode.as_str() {
         "standard" | "read_only" => {
-            if let Err(e) = drop_ptrace().and_then(|()| restrict(&a.read, &a.write)) {
+            if let Err(e) = drop_capabilities().and_then(|()| restrict(&a.read, &a.write)) {
                 eprintln!("wuu sandbox: {e}; the command was not run");
                 return ExitCode::from(126);
             }
