@@ -811,3 +811,52 @@ fn codex_exec_resume_continues_the_native_thread() {
         "{r}"
     );
 }
+
+/// `wuu exec` of a new conversation whose configured default engine is Codex needs no
+/// wuu provider (was: refused with "no providers configured", exit 2).
+#[test]
+fn codex_exec_new_conversation_on_the_default_engine_needs_no_wuu_provider() {
+    let Some(bin) = codex_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::new(&fp, bin);
+    std::fs::write(
+        s.home.join("config.json"),
+        json!({"agent": {"auto_title": false}, "engines": {"default_engine": "codex"}}).to_string(),
+    )
+    .unwrap();
+    fp.push(Script::text(&["hello from codex"]));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
+        .arg("exec")
+        .arg("--cd")
+        .arg(&s.ws)
+        .args(["--json", "say hello"])
+        .envs(s.env())
+        .env("WUU_HOME", &s.home)
+        .env_remove("RUST_LOG")
+        .current_dir(&s.ws)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run wuu exec");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "thread_started")
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let result = events.last().unwrap();
+    assert_eq!(result["type"], "result", "{stdout}");
+    assert_eq!(result["status"], "completed", "{stdout}");
+    assert_eq!(result["final_message"], "hello from codex", "{stdout}");
+    // The conversation is a Codex one.
+    let thread_id = started["thread_id"].as_str().unwrap_or_default().to_owned();
+    let mut app = s.app();
+    init(&mut app);
+    let r = app.call("thread/resume", json!({"session_id": thread_id}));
+    assert_eq!(r["thread"]["engine_id"], "codex", "{r}");
+}

@@ -507,9 +507,17 @@ impl Runner {
         )?;
         // A resumed conversation may run on an external engine (Codex) that needs no wuu
         // provider: its provider problems are judged once the thread's engine is known.
+        // A new conversation runs on `engines.default_engine` (exec has no engine flag),
+        // judged before the conversation is created; looked up only when `initialize`
+        // reports a problem.
         let resume = matches!(self.opts.mode, Mode::Resume(_));
         if !resume {
-            self.check_setup(&init, "wuu")?;
+            let needs_setup = init.get("status").and_then(Value::as_str) == Some("needs_setup");
+            let engine = match self.opts.mode {
+                Mode::Start if needs_setup => self.default_engine()?,
+                _ => "wuu".to_owned(),
+            };
+            self.check_setup(&init, &engine)?;
         }
         let str_of = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
         let mode = init
@@ -582,6 +590,20 @@ impl Runner {
             End::Cancel(c) => Ok(self.cancel(c, None)),
             End::Fail(f) => Ok(self.cancel_failed(f)),
         }
+    }
+
+    /// The engine a new conversation starts on: the configuration's
+    /// `engines.default_engine` (the `settings` of `engine/list` without model
+    /// discovery), else `"wuu"`.
+    fn default_engine(&mut self) -> Result<String, Fail> {
+        let list = self.rpc("engine/list", json!({"include_models": false}))?;
+        Ok(list
+            .pointer("/settings/default_engine")
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .unwrap_or("wuu")
+            .to_owned())
     }
 
     /// Fails setup when `initialize` reports a configuration that cannot run: a
