@@ -699,6 +699,35 @@ fn a_write_lock_held_past_the_busy_timeout_is_store_busy_naming_the_database() {
 }
 
 #[test]
+fn folder_writes_under_a_held_write_lock_are_store_busy_and_lose_nothing() {
+    let mut app = App::start(None);
+    let r = app.call("sessionFolder/create", json!({"name": "kept"}));
+    let kept = r["group"]["id"].as_str().unwrap().to_owned();
+    let c = db(&app);
+    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    for (method, params) in [
+        ("sessionFolder/create", json!({"name": "later"})),
+        (
+            "sessionFolder/update",
+            json!({"id": kept, "name": "renamed"}),
+        ),
+    ] {
+        let e = app.call_err(method, params);
+        assert_eq!(e["code"], "store_busy", "{method}: {e}");
+        assert!(e["message"].as_str().unwrap().contains("wuu.db"), "{e}");
+    }
+    c.execute_batch("ROLLBACK").unwrap();
+    let r = app.call("sessionOrganization/list", json!({}));
+    let folders = r["organization"]["folders"].as_array().unwrap();
+    assert_eq!(folders.len(), 1, "{r}");
+    assert_eq!(folders[0]["name"], "kept", "{r}");
+    app.call(
+        "sessionFolder/update",
+        json!({"id": kept, "name": "renamed"}),
+    );
+}
+
+#[test]
 fn turn_admission_and_queue_under_a_held_write_lock_are_store_busy_naming_the_database() {
     let fake = FakeProvider::start();
     let mut app = App::start(Some(config_for(&fake.base_url())));

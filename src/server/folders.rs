@@ -16,13 +16,16 @@ pub const MAX_FOLDER_NAME_CHARS: usize = 100;
 
 type Refusal = (ErrorCode, String);
 
-fn store_err(e: StoreError) -> Refusal {
+/// `invalid_params` for ids the store refused; `store_busy` (retryable, naming the
+/// database) when another connection held the write lock past the busy timeout;
+/// `internal_error` otherwise.
+fn store_err(shared: &Shared, e: StoreError) -> Refusal {
     match e {
         StoreError::Invalid(m) => (
             ErrorCode::InvalidParams,
             format!("invalid params: ids: {m}"),
         ),
-        other => (ErrorCode::InternalError, format!("store: {other}")),
+        other => super::store_error(shared, &other),
     }
 }
 
@@ -36,11 +39,11 @@ fn wire(f: &FolderRow) -> SessionFolder {
     }
 }
 
-fn organization(store: &Store) -> Result<SessionOrganization, Refusal> {
+fn organization(shared: &Shared, store: &Store) -> Result<SessionOrganization, Refusal> {
     Ok(SessionOrganization {
         folders: store
             .list_folders()
-            .map_err(store_err)?
+            .map_err(|e| store_err(shared, e))?
             .iter()
             .map(wire)
             .collect(),
@@ -96,38 +99,42 @@ fn serve(
     let now = now_ms();
     match req {
         ClientRequest::SessionOrganizationList(_) => Ok(v(&SessionOrganizationResult {
-            organization: organization(store)?,
+            organization: organization(shared, store)?,
         })),
         ClientRequest::SessionFolderCreate(p) => {
             let name = name_of(&p.name)?;
             let f = store
                 .create_folder(&new_id("fld"), &name, now)
-                .map_err(store_err)?;
+                .map_err(|e| store_err(shared, e))?;
             Ok(v(&SessionFolderResult {
                 group: wire(&f),
-                organization: organization(store)?,
+                organization: organization(shared, store)?,
             }))
         }
         ClientRequest::SessionFolderUpdate(p) => {
             let name = name_of(&p.name)?;
             let f = store
                 .rename_folder(p.id.trim(), &name, now)
-                .map_err(store_err)?
+                .map_err(|e| store_err(shared, e))?
                 .ok_or_else(|| missing(&p.id))?;
             Ok(v(&SessionFolderResult {
                 group: wire(&f),
-                organization: organization(store)?,
+                organization: organization(shared, store)?,
             }))
         }
         ClientRequest::SessionFolderReorder(p) => {
             let ids: Vec<String> = p.ids.iter().map(|i| i.trim().to_owned()).collect();
-            store.reorder_folders(&ids, now).map_err(store_err)?;
+            store
+                .reorder_folders(&ids, now)
+                .map_err(|e| store_err(shared, e))?;
             Ok(v(&SessionOrganizationResult {
-                organization: organization(store)?,
+                organization: organization(shared, store)?,
             }))
         }
         ClientRequest::SessionFolderDelete(p) => {
-            let (found, members) = store.delete_folder(p.id.trim()).map_err(store_err)?;
+            let (found, members) = store
+                .delete_folder(p.id.trim())
+                .map_err(|e| store_err(shared, e))?;
             if !found {
                 return Err(missing(&p.id));
             }
@@ -142,7 +149,7 @@ fn serve(
                 }
             }
             Ok(v(&SessionOrganizationResult {
-                organization: organization(store)?,
+                organization: organization(shared, store)?,
             }))
         }
         other => Err((
