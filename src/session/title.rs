@@ -153,7 +153,9 @@ fn request(p: std::sync::Arc<dyn provider::Provider>, req: ChatRequest) -> Resul
 }
 
 /// First non-empty line, without surrounding quotes, `Title:` prefixes or trailing
-/// punctuation, at most [`MAX_TITLE_CHARS`] characters.
+/// punctuation, control characters (a tab becomes a space; `thread/rename` refuses
+/// them from clients, and a model's answer gets the same rule), at most
+/// [`MAX_TITLE_CHARS`] characters.
 pub fn clean_title(raw: &str) -> String {
     let line = raw
         .lines()
@@ -169,7 +171,12 @@ pub fn clean_title(raw: &str) -> String {
         .trim_matches(|c: char| matches!(c, '"' | '\'' | '`' | '*' | '#' | '“' | '”'))
         .trim_end_matches(['.', '。', '!', ':'])
         .trim();
-    clip(line, MAX_TITLE_CHARS)
+    let line: String = line
+        .chars()
+        .map(|c| if c == '\t' { ' ' } else { c })
+        .filter(|c| !c.is_control())
+        .collect();
+    clip(line.trim(), MAX_TITLE_CHARS)
 }
 
 /// Applies a title answer in the session (the [`SessionMsg::Title`] handler).
@@ -232,5 +239,10 @@ mod tests {
         assert_eq!(clean_title("Title: Rust paging"), "Rust paging");
         assert_eq!(clean_title(""), "");
         assert_eq!(clean_title(&"x".repeat(200)).len(), MAX_TITLE_CHARS);
+        assert_eq!(
+            clean_title("Fix\r the\u{1b}[31m\tparser\u{0}\u{7f}"),
+            "Fix the[31m parser"
+        );
+        assert_eq!(clean_title("\u{1b}\r\u{0}"), "");
     }
 }
