@@ -17,8 +17,10 @@
 //! - **spawn**: spawn → `initialize` response with a fresh home and with 10,000
 //!   conversations in the store, vs spawn → echo of `cat`.
 //! - **stream**: 200 conversations streaming at once, 1,000 deltas each, from the Rust
-//!   fake provider (in this process): aggregate notifications/s and the max/min
-//!   per-conversation rate, vs 200 bare SSE readers on the same provider.
+//!   fake provider (in this process): aggregate notifications/s and fairness, vs 200
+//!   bare SSE readers on the same provider measured the same way. Fairness is the
+//!   max/min of the streams' completion times since their common start (see
+//!   `stream_figures`).
 //!
 //! Run: `cargo bench --bench scale` (env `WUU_SCALE_N` = conversations of the memory
 //! row, default 1000; `WUU_SCALE_STREAMS` default 200; `WUU_SCALE_DELTAS` default 1000).
@@ -531,7 +533,8 @@ fn row_spawn() {
     );
 }
 
-/// One bare SSE stream (POST, chunked, `data:` lines): counts deltas.
+/// One bare SSE stream (POST, chunked, `data:` lines): counts the text deltas (chunks
+/// with a non-empty `content`), with the times of the first and the last.
 fn bare_stream(root_url: &str) -> (usize, Instant, Instant) {
     const NEEDLE: &[u8] = b"\"content\":\"";
     let body =
@@ -557,15 +560,82 @@ fn bare_stream(root_url: &str) -> (usize, Instant, Instant) {
             if line.starts_with(b"data: [DONE]") {
                 break;
             }
-            if find(&line, NEEDLE).is_some() {
-                n += 1;
-                last = Instant::now();
-                first.get_or_insert(last);
+            if let Some(i) = find(&line, NEEDLE) {
+                if line.get(i + NEEDLE.len()) != Some(&b'"') {
+                    n += 1;
+                    last = Instant::now();
+                    first.get_or_insert(last);
+                }
             }
         }
     }
     // The connection stays open (keep-alive): [DONE] ends the stream.
     (n, first.unwrap_or(last), last)
+}
+
+/// What one stream received: deltas, and the times of its first and last delta.
+#[derive(Clone, Copy)]
+struct StreamTimes {
+    n: usize,
+    first: Instant,
+    last: Instant,
+}
+
+/// Throughput and fairness of a set of streams that all started at `t0`.
+///
+/// - aggregate: all deltas / (last delta of any stream − first delta of any stream);
+/// - **completion max/min** (the fairness figure): each stream's completion time is its
+///   last delta − `t0` (the common start); max/min over the streams. Served round-robin,
+///   all finish together (≈ 1); served one after another, it approaches the number of
+///   streams. Unlike n / (last − first) of each stream, a burst of scheduling does not
+///   move it;
+/// - overlap share max/min: in the window in which every stream was active (the latest
+///   first delta to the earliest last delta), the deltas each stream received, max/min
+///   ("none": some stream finished before another began).
+fn stream_figures(t0: Instant, per: &[StreamTimes]) -> String {
+    let total: usize = per.iter().map(|p| p.n).sum();
+    let first = per.iter().map(|p| p.first).min().unwrap_or(t0);
+    let last = per.iter().map(|p| p.last).max().unwrap_or(t0);
+    let span = (last - first).as_secs_f64().max(1e-6);
+    let done: Vec<f64> = per
+        .iter()
+        .map(|p| (p.last - t0).as_secs_f64().max(1e-6))
+        .collect();
+    let max = done.iter().cloned().fold(0.0, f64::max);
+    let min = done.iter().cloned().fold(f64::INFINITY, f64::min);
+    let (lo, hi) = (
+        per.iter().map(|p| p.first).max().unwrap_or(t0),
+        per.iter().map(|p| p.last).min().unwrap_or(t0),
+    );
+    let overlap = if hi > lo {
+        // Deltas inside [lo, hi], assuming each stream's deltas spread evenly between its
+        // first and last (the bench keeps only the endpoints and the count).
+        let shares: Vec<f64> = per
+            .iter()
+            .map(|p| {
+                let len = (p.last - p.first).as_secs_f64().max(1e-9);
+                p.n as f64 * (hi - lo).as_secs_f64() / len
+            })
+            .collect();
+        let smax = shares.iter().cloned().fold(0.0, f64::max);
+        let smin = shares.iter().cloned().fold(f64::INFINITY, f64::min);
+        format!(
+            "{:.2} over {:.0} ms",
+            smax / smin.max(1e-9),
+            (hi - lo).as_secs_f64() * 1e3
+        )
+    } else {
+        "none (a stream finished before another began)".into()
+    };
+    format!(
+        "{total} deltas, {:.0}/s aggregate (first to last delta, {:.0} ms; {:.0} ms from the common start); completion max/min {:.2} ({:.0} / {:.0} ms); overlap share max/min {overlap}",
+        total as f64 / span,
+        span * 1e3,
+        max * 1e3,
+        max / min,
+        max * 1e3,
+        min * 1e3,
+    )
 }
 
 fn row_stream(streams: usize, deltas: usize) {
@@ -575,21 +645,26 @@ fn row_stream(streams: usize, deltas: usize) {
         fake.push(Script::many_deltas(deltas, "tok "));
     }
     let root = fake.root_url();
-    let t = Instant::now();
+    let t0 = Instant::now();
     let handles: Vec<_> = (0..streams)
         .map(|_| {
             let r = root.clone();
             std::thread::spawn(move || bare_stream(&r))
         })
         .collect();
-    let mut bare_total = 0;
-    let mut bare_rates = vec![];
-    for h in handles {
-        let (n, a, b) = h.join().unwrap();
-        bare_total += n;
-        bare_rates.push(n as f64 / (b - a).as_secs_f64().max(1e-6));
-    }
-    let bare_wall = t.elapsed();
+    let bare: Vec<StreamTimes> = handles
+        .into_iter()
+        .map(|h| {
+            let (n, first, last) = h.join().unwrap();
+            StreamTimes { n, first, last }
+        })
+        .collect();
+    let bare_total: usize = bare.iter().map(|p| p.n).sum();
+    let bare_span = (bare.iter().map(|p| p.last).max().unwrap()
+        - bare.iter().map(|p| p.first).min().unwrap())
+    .as_secs_f64()
+    .max(1e-6);
+    let bare_line = stream_figures(t0, &bare);
 
     let home = Home::new(Some(&fake.base_url()));
     let mut p = home.server(None);
@@ -602,68 +677,69 @@ fn row_stream(streams: usize, deltas: usize) {
     for _ in 0..streams {
         fake.push(Script::many_deltas(deltas, "tok "));
     }
-    let mut per: HashMap<String, (usize, Instant, Instant)> = HashMap::new();
-    let t = Instant::now();
+    let index: HashMap<Vec<u8>, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (id.as_bytes().to_vec(), i))
+        .collect();
+    let mut per: Vec<Option<StreamTimes>> = vec![None; streams];
+    let mut lines = String::new();
     for (i, id) in ids.iter().enumerate() {
-        let line = serde_json::json!({"id": format!("t{i}"), "method": "turn/start",
+        lines += &(serde_json::json!({"id": format!("t{i}"), "method": "turn/start",
             "params": {"thread_id": id, "prompt": "go"}})
         .to_string()
-            + "\n";
-        p.stdin.write_all(line.as_bytes()).unwrap();
+            + "\n");
     }
+    let t0 = Instant::now();
+    p.stdin.write_all(lines.as_bytes()).unwrap();
     p.stdin.flush().unwrap();
     let mut completed = 0;
     let mut total = 0usize;
-    let (mut first, mut last) = (None::<Instant>, Instant::now());
-    const TID: &[u8] = b"\"thread_id\":\"";
+    // Frames start with the method, then the params in declaration order (thread_id
+    // first): a prefix test keeps this reader cheap, since it shares the 2 cores.
+    const DELTA: &[u8] = b"{\"method\":\"item/agentMessage/delta\",\"params\":{\"thread_id\":\"";
     while completed < streams {
         let l = p.read_line();
-        if find(l, b"\"method\":\"item/agentMessage/delta\"").is_some() {
+        if let Some(rest) = l.strip_prefix(DELTA) {
             let now = Instant::now();
             total += 1;
-            first.get_or_insert(now);
-            last = now;
-            if let Some(i) = find(l, TID) {
-                let rest = &l[i + TID.len()..];
-                let end = rest.iter().position(|&b| b == b'"').unwrap_or(0);
-                let id = String::from_utf8_lossy(&rest[..end]).into_owned();
-                let e = per.entry(id).or_insert((0, now, now));
-                e.0 += 1;
-                e.2 = now;
-            }
-        } else if find(l, b"\"method\":\"turn/completed\"").is_some() {
+            let end = rest.iter().position(|&b| b == b'"').unwrap_or(0);
+            let i = *index.get(&rest[..end]).unwrap_or_else(|| {
+                panic!("delta of an unknown thread: {}", String::from_utf8_lossy(l))
+            });
+            let e = per[i].get_or_insert(StreamTimes {
+                n: 0,
+                first: now,
+                last: now,
+            });
+            e.n += 1;
+            e.last = now;
+        } else if find(l, b"\"method\":\"item/agentMessage/delta\"").is_some() {
+            panic!(
+                "unexpected delta frame shape: {}",
+                String::from_utf8_lossy(l)
+            );
+        } else if l.starts_with(b"{\"method\":\"turn/completed\"") {
             completed += 1;
         } else if find(l, b"\"method\":\"turn/error\"").is_some() {
             panic!("turn failed: {}", String::from_utf8_lossy(l));
         }
     }
-    let wall = t.elapsed();
-    let span = (last - first.unwrap_or(last)).as_secs_f64().max(1e-6);
-    let rates: Vec<f64> = per
-        .values()
-        .map(|(n, a, b)| *n as f64 / (*b - *a).as_secs_f64().max(1e-3))
-        .collect();
-    let spread = |r: &[f64]| {
-        let max = r.iter().cloned().fold(0.0, f64::max);
-        let min = r.iter().cloned().fold(f64::INFINITY, f64::min);
-        max / min
-    };
+    let per: Vec<StreamTimes> = per.into_iter().flatten().collect();
+    assert_eq!(per.len(), streams, "every conversation streamed");
+    assert_eq!(total, streams * deltas, "every delta arrived");
+    let span = (per.iter().map(|p| p.last).max().unwrap()
+        - per.iter().map(|p| p.first).min().unwrap())
+    .as_secs_f64()
+    .max(1e-6);
     println!(
         "## streaming ({streams} conversations at once, {deltas} deltas each, Rust fake provider)"
     );
+    println!("bare SSE readers ({streams} threads): {bare_line}");
     println!(
-        "bare SSE readers ({streams} threads): {bare_total} deltas in {:.0} ms = {:.0}/s aggregate; per-stream max/min {:.2}",
-        bare_wall.as_secs_f64() * 1e3,
-        bare_total as f64 / bare_wall.as_secs_f64(),
-        spread(&bare_rates)
-    );
-    println!(
-        "app-server: {total} item/agentMessage/delta notifications from {} conversations, {:.0}/s aggregate (first to last delta; {:.0} ms from the first turn/start to the last turn/completed); per-conversation rate max/min {:.2}; ratio to the bare readers {:.2}×; RSS {:.1} MiB",
-        per.len(),
-        total as f64 / span,
-        wall.as_secs_f64() * 1e3,
-        spread(&rates),
-        (total as f64 / span) / (bare_total as f64 / bare_wall.as_secs_f64()),
+        "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB",
+        stream_figures(t0, &per),
+        (total as f64 / span) / (bare_total as f64 / bare_span),
         p.rss_mib()
     );
 }

@@ -19,10 +19,13 @@
 //!
 //! Streams use `Transfer-Encoding: chunked` (one chunk per SSE event, flushed) with
 //! keep-alive, or close-delimited bodies after [`FakeProvider::set_close_delimited`].
+//! Buffered scripts ([`Script::many_deltas`], for throughput) are rendered once to their
+//! complete wire bytes (head, chunks of at most 64 KiB, terminator) and sent with one
+//! `write_all`; the same script answered again reuses those bytes.
 #![allow(dead_code)]
 
 use std::collections::{HashSet, VecDeque};
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1113,6 +1116,20 @@ struct Shared {
     close_delimited: AtomicBool,
     stop: AtomicBool,
     connections_closed: Mutex<usize>,
+    /// The last buffered stream rendered to wire bytes (key: protocol, model, chunked,
+    /// script), reused while the same script is answered again (benches push the same
+    /// `many_deltas` script for hundreds of streams).
+    wire_cache: Mutex<Option<WireCache>>,
+}
+
+/// A buffered stream's complete answer on the wire: status line, headers, framed body
+/// and, when the stream ends normally, the chunked terminator.
+struct WireCache {
+    proto: Proto,
+    model: String,
+    chunked: bool,
+    script: Script,
+    bytes: Arc<Vec<u8>>,
 }
 
 /// The running fake server. Dropping it stops accepting and wakes sleeping stalls.
@@ -1134,6 +1151,7 @@ impl FakeProvider {
             close_delimited: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             connections_closed: Mutex::new(0),
+            wire_cache: Mutex::new(None),
         });
         let s = shared.clone();
         thread::Builder::new()
@@ -1317,6 +1335,98 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> io::Result<()> {
     }
 }
 
+/// The events a stream script sends, in order, per its ending.
+fn events_to_send(r: &Rendered, ending: &Ending) -> Vec<String> {
+    match ending {
+        Ending::Complete | Ending::Length => r.events.clone(),
+        Ending::Truncate | Ending::Stall(_) => r.events[..r.cut].to_vec(),
+        Ending::Error(_) => r.events[..r.cut]
+            .iter()
+            .chain(r.error.iter())
+            .cloned()
+            .collect(),
+    }
+}
+
+/// The head of a 200 event stream (chunked, or close-delimited).
+fn stream_head(chunked: bool) -> String {
+    let mut head = String::from(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n",
+    );
+    head.push_str(if chunked {
+        "transfer-encoding: chunked\r\n"
+    } else {
+        "connection: close\r\n"
+    });
+    head.push_str("\r\n");
+    head
+}
+
+/// A buffered stream script (`buffered: true`) as its complete wire bytes: the head,
+/// the SSE events framed in chunks of at most 64 KiB (chunk boundaries fall anywhere,
+/// as on a real network), and the chunked terminator when the stream ends normally.
+/// Rendered once and reused for the same (protocol, model, framing, script), so the
+/// server sends a stream with a few large writes and no per-event work.
+fn buffered_wire(
+    shared: &Shared,
+    proto: Proto,
+    model: &str,
+    chunked: bool,
+    script: Script,
+) -> Arc<Vec<u8>> {
+    let mut cache = shared.wire_cache.lock().unwrap();
+    if let Some(c) = cache.as_ref() {
+        if c.proto == proto && c.model == model && c.chunked == chunked && c.script == script {
+            return c.bytes.clone();
+        }
+    }
+    let Script::Stream {
+        parts,
+        usage,
+        ending,
+        whole_tool_calls,
+        server,
+        ..
+    } = &script
+    else {
+        unreachable!("buffered_wire takes stream scripts");
+    };
+    let err = match ending {
+        Ending::Error(k) => Some(*k),
+        _ => None,
+    };
+    let opts = RenderOpts {
+        whole_calls: *whole_tool_calls,
+        err,
+        length: *ending == Ending::Length,
+        server: *server,
+    };
+    let r = render(proto, model, parts, *usage, opts);
+    let sse: Vec<u8> = events_to_send(&r, ending).concat().into_bytes();
+    let mut bytes = stream_head(chunked).into_bytes();
+    if chunked {
+        for piece in sse.chunks(64 * 1024) {
+            bytes.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+            bytes.extend_from_slice(piece);
+            bytes.extend_from_slice(b"\r\n");
+        }
+        if matches!(ending, Ending::Complete | Ending::Error(_) | Ending::Length) {
+            bytes.extend_from_slice(b"0\r\n\r\n");
+        }
+    } else {
+        bytes.extend_from_slice(&sse);
+    }
+    let bytes = Arc::new(bytes);
+    *cache = Some(WireCache {
+        proto,
+        model: model.to_string(),
+        chunked,
+        script,
+        bytes: bytes.clone(),
+    });
+    bytes
+}
+
 fn write_fixed(
     stream: &TcpStream,
     status: u16,
@@ -1410,6 +1520,31 @@ fn respond(
         return Ok(true);
     };
     let model = body["model"].as_str().unwrap_or("fake-model").to_string();
+    if let Script::Stream {
+        buffered: true,
+        json_body: false,
+        ending,
+        ..
+    } = &script
+    {
+        let ending = ending.clone();
+        let chunked = !shared.close_delimited.load(Ordering::SeqCst);
+        let bytes = buffered_wire(shared, proto, &model, chunked, script);
+        let mut s = stream;
+        s.write_all(&bytes)?;
+        s.flush()?;
+        return match ending {
+            Ending::Complete | Ending::Error(_) | Ending::Length => Ok(chunked),
+            Ending::Truncate => Ok(false),
+            Ending::Stall(d) => {
+                let end = Instant::now() + d;
+                while Instant::now() < end && !shared.stop.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                Ok(false)
+            }
+        };
+    }
     match script {
         Script::Status { error, retry_after } => {
             let mut h = Vec::new();
@@ -1448,7 +1583,7 @@ fn respond(
             ending,
             split_utf8,
             whole_tool_calls,
-            buffered,
+            buffered: _,
             server,
             json_body,
         } => {
@@ -1468,48 +1603,28 @@ fn respond(
                 server,
             };
             let r = render(proto, &model, &parts, usage, opts);
-            let to_send: Vec<&String> = match &ending {
-                Ending::Complete | Ending::Length => r.events.iter().collect(),
-                Ending::Truncate | Ending::Stall(_) => r.events[..r.cut].iter().collect(),
-                Ending::Error(_) => r.events[..r.cut].iter().chain(r.error.iter()).collect(),
-            };
+            let to_send = events_to_send(&r, &ending);
             let chunked = !shared.close_delimited.load(Ordering::SeqCst);
             let mut s = stream;
-            let mut head = String::from(
-                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n",
-            );
-            head.push_str(if chunked {
-                "transfer-encoding: chunked\r\n"
-            } else {
-                "connection: close\r\n"
-            });
-            head.push_str("\r\n");
-            s.write_all(head.as_bytes())?;
+            s.write_all(stream_head(chunked).as_bytes())?;
             s.flush()?;
             let mut w = BodyWriter { stream, chunked };
-            if buffered {
-                let mut bw = BufWriter::with_capacity(64 * 1024, &mut w);
-                for e in &to_send {
-                    bw.write_all(e.as_bytes())?;
-                }
-                bw.flush()?;
-            } else {
-                for e in &to_send {
-                    let bytes = e.as_bytes();
-                    let split = split_utf8
-                        .then(|| bytes.iter().position(|&b| b >= 0xC0))
-                        .flatten();
-                    match split {
-                        Some(i) => {
-                            w.write_all(&bytes[..=i])?;
-                            w.flush()?;
-                            thread::sleep(Duration::from_millis(5));
-                            w.write_all(&bytes[i + 1..])?;
-                        }
-                        None => w.write_all(bytes)?,
+            // (Buffered scripts were answered above, from `buffered_wire`.)
+            for e in &to_send {
+                let bytes = e.as_bytes();
+                let split = split_utf8
+                    .then(|| bytes.iter().position(|&b| b >= 0xC0))
+                    .flatten();
+                match split {
+                    Some(i) => {
+                        w.write_all(&bytes[..=i])?;
+                        w.flush()?;
+                        thread::sleep(Duration::from_millis(5));
+                        w.write_all(&bytes[i + 1..])?;
                     }
-                    w.flush()?;
+                    None => w.write_all(bytes)?,
                 }
+                w.flush()?;
             }
             match ending {
                 Ending::Complete | Ending::Error(_) | Ending::Length => {
