@@ -11,12 +11,100 @@ pub fn now_ms() -> i64 {
 }
 
 /// RFC 3339 UTC timestamp (millisecond precision) of Unix milliseconds, e.g.
-/// `2026-05-01T10:00:00.123Z`.
+/// `2026-05-01T10:00:00.123Z`. Times before 1970 or after year 9998 use jiff's
+/// formatting (`-000001-…` style years); times outside jiff's range read as the epoch.
 pub fn rfc3339(ms: i64) -> String {
-    match jiff::Timestamp::from_millisecond(ms) {
-        Ok(ts) => format!("{ts:.3}"),
-        Err(_) => "1970-01-01T00:00:00.000Z".to_owned(),
+    Rfc3339::of(ms).as_str().to_owned()
+}
+
+/// An RFC 3339 UTC timestamp (millisecond precision) formatted without allocating:
+/// [`rfc3339`]'s text (byte for byte), kept on the stack. Serializes as a JSON string.
+/// Times from 1970 to the end of year 9998 are formatted by hand (the common case:
+/// listings format two per conversation); others go through jiff.
+#[derive(Clone, Copy)]
+pub struct Rfc3339 {
+    buf: [u8; Rfc3339::MAX_LEN],
+    len: u8,
+}
+
+impl Rfc3339 {
+    /// Longest text: jiff's six-digit signed years (`-009999-…`).
+    const MAX_LEN: usize = 32;
+    /// 9999-01-01T00:00:00Z in Unix ms: the end of the hand-formatted range.
+    const FAST_END_MS: i64 = 253_370_764_800_000;
+
+    /// The timestamp text of Unix milliseconds `ms`.
+    pub fn of(ms: i64) -> Rfc3339 {
+        let mut out = Rfc3339 {
+            buf: [0; Rfc3339::MAX_LEN],
+            len: 0,
+        };
+        if (0..Self::FAST_END_MS).contains(&ms) {
+            out.len = 24;
+            civil_utc(ms, &mut out.buf);
+            return out;
+        }
+        let text = match jiff::Timestamp::from_millisecond(ms) {
+            Ok(ts) => format!("{ts:.3}"),
+            Err(_) => "1970-01-01T00:00:00.000Z".to_owned(),
+        };
+        let n = text.len().min(Self::MAX_LEN);
+        out.buf[..n].copy_from_slice(&text.as_bytes()[..n]);
+        out.len = n as u8;
+        out
     }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        // Only ASCII digits and separators (hand path) or jiff's ASCII output are
+        // stored, so this never fails; the fallback keeps it panic-free regardless.
+        std::str::from_utf8(&self.buf[..usize::from(self.len)]).unwrap_or("")
+    }
+}
+
+impl serde::Serialize for Rfc3339 {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+/// Writes `YYYY-MM-DDTHH:MM:SS.mmmZ` (24 bytes) of `ms` (0 <= ms, year <= 9999) into
+/// `out`. Days to civil date: Howard Hinnant's `civil_from_days` (proleptic Gregorian).
+fn civil_utc(ms: i64, out: &mut [u8; Rfc3339::MAX_LEN]) {
+    let days = ms / 86_400_000;
+    let in_day = ms % 86_400_000;
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, rest) = (in_day / 3_600_000, in_day % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, milli) = (rest / 1000, rest % 1000);
+    let digits = |out: &mut [u8; Rfc3339::MAX_LEN], at: usize, width: usize, mut v: i64| {
+        for i in (0..width).rev() {
+            out[at + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    digits(out, 0, 4, year);
+    out[4] = b'-';
+    digits(out, 5, 2, month);
+    out[7] = b'-';
+    digits(out, 8, 2, day);
+    out[10] = b'T';
+    digits(out, 11, 2, h);
+    out[13] = b':';
+    digits(out, 14, 2, m);
+    out[16] = b':';
+    digits(out, 17, 2, s);
+    out[19] = b'.';
+    digits(out, 20, 3, milli);
+    out[23] = b'Z';
 }
 
 /// A new time-ordered opaque id with a prefix, e.g. `thr_0193…` (UUID v7, simple form).
@@ -110,6 +198,71 @@ mod tests {
         assert!(super::check_thread_id("thread_id", "a\u{0}").is_err());
         assert!(super::check_thread_id("thread_id", &"x".repeat(257)).is_err());
         assert!(super::check_thread_id("thread_id", "thr_é€").is_ok());
+    }
+
+    /// The timestamp text as it was before the hand formatter (jiff's `Display`).
+    fn jiff_rfc3339(ms: i64) -> String {
+        match jiff::Timestamp::from_millisecond(ms) {
+            Ok(ts) => format!("{ts:.3}"),
+            Err(_) => "1970-01-01T00:00:00.000Z".to_owned(),
+        }
+    }
+
+    #[test]
+    fn hand_formatted_timestamps_match_jiff_byte_for_byte() {
+        let day = 86_400_000i64;
+        let mut cases: Vec<i64> = vec![
+            0,
+            1,
+            999,
+            1000,
+            59_999,
+            60_000,
+            3_599_999,
+            day - 1,
+            day,
+            951_782_400_000,     // 2000-02-29
+            951_868_800_000,     // 2000-03-01
+            4_107_542_400_000,   // 2100-02-28
+            4_107_628_800_000,   // 2100-03-01
+            1_780_000_000_000,   // 2026
+            253_370_764_799_999, // 9998-12-31T23:59:59.999
+            253_370_764_800_000, // 9999-01-01 (jiff path from here)
+            253_402_207_200_999, // jiff's last millisecond
+            253_402_207_201_000, // outside jiff's range
+            253_402_300_799_999,
+            i64::MAX,
+            -1,
+            -999,
+            -1000,
+            -day,
+            -62_135_596_800_000, // 0001-01-01
+            -62_167_219_200_000, // 0000-01-01
+            -62_167_219_200_001,
+            -377_705_116_800_000, // -009999-01-01
+            -377_705_116_800_001,
+            i64::MIN,
+        ];
+        // Every day boundary (and its neighbours) of 1968-2104, plus a spread of random
+        // values (a fixed LCG, so failures reproduce) over the whole hand-formatted range.
+        for d in -730..49_000i64 {
+            cases.extend([d * day - 1, d * day, d * day + 1, d * day + 43_199_999]);
+        }
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..200_000 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            cases.push((x >> 1) as i64 % 253_402_300_800_000);
+            cases.push(-((x >> 20) as i64));
+        }
+        for ms in cases {
+            assert_eq!(super::rfc3339(ms), jiff_rfc3339(ms), "ms = {ms}");
+            assert_eq!(
+                serde_json::to_string(&super::Rfc3339::of(ms)).unwrap(),
+                serde_json::to_string(&jiff_rfc3339(ms)).unwrap()
+            );
+        }
     }
 }
 

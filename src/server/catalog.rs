@@ -9,9 +9,7 @@ use crate::session::{self, SessionMsg};
 use crossbeam_channel::{bounded, Sender};
 use parking_lot::Mutex;
 use std::sync::{Arc, Weak};
-use wuu_protocol::{
-    ClientRequest, ErrorCode, ThreadListResult, ThreadSearchHit, ThreadSearchResult,
-};
+use wuu_protocol::{ClientRequest, ErrorCode, ThreadSearchHit, ThreadSearchResult};
 use wuu_store::{Store, ThreadFilter};
 
 /// Jobs the pool queue holds before the reader waits.
@@ -132,7 +130,32 @@ pub fn listing_filter(shared: &Shared, req: &ClientRequest) -> Option<ThreadFilt
 /// (`PRAGMA data_version`) nor the live sessions' running flags changed.
 #[derive(Default)]
 struct ListCache {
-    entries: Vec<(ThreadFilter, i64, u64, Vec<u8>)>,
+    entries: Vec<(ThreadFilter, i64, u64, Arc<Vec<u8>>)>,
+}
+
+/// The `thread/list` (`listAll`, `listArchived`) result JSON of the conversations
+/// `filter` selects: `{"threads":[…]}` where each entry is the JSON of
+/// [`session::convert::thread_wire`]`(row, &[], running)` (see
+/// [`session::convert::write_summary`]), written straight from the store's rows into one
+/// buffer. `running(id)` says whether a conversation is running a turn.
+pub fn listing_json(
+    store: &Store,
+    filter: &ThreadFilter,
+    running: impl Fn(&str) -> bool,
+    capacity: usize,
+) -> wuu_store::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(capacity);
+    out.extend_from_slice(b"{\"threads\":[");
+    let mut first = true;
+    store.visit_threads(filter, |row| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        session::convert::write_summary(&mut out, row, running(row.id));
+        Ok(())
+    })?;
+    out.extend_from_slice(b"]}");
+    Ok(out)
 }
 
 fn handle(
@@ -153,21 +176,25 @@ fn handle(
                 .iter()
                 .find(|(f, dv, g, _)| *f == filter && *dv == v && *g == gen)
             {
+                let bytes = bytes.clone();
                 let mut shared_cache = shared.list_cache.lock();
                 shared_cache.retain(|(f, ..)| *f != filter);
-                shared_cache.push((filter, list_gen, gen, Arc::new(bytes.clone())));
+                shared_cache.push((filter, list_gen, gen, bytes.clone()));
                 drop(shared_cache);
-                return reply.ok_raw(bytes);
+                return reply.ok_raw(&bytes);
             }
         }
-        match store.list_threads(&filter) {
-            Ok(rows) => {
-                let threads = rows
-                    .iter()
-                    .map(|r| session::convert::thread_summary(shared, r))
-                    .collect();
-                let bytes =
-                    serde_json::to_vec(&ThreadListResult { threads }).expect("serialize listing");
+        // One registry lock per listing (not one per conversation).
+        let running = shared.registry.running_ids();
+        // The last answer's size is a good guess of this one's.
+        let capacity = cache
+            .entries
+            .iter()
+            .find(|(f, ..)| *f == filter)
+            .map_or(4096, |(.., b)| b.len() + 1024);
+        match listing_json(store, &filter, |id| running.contains(id), capacity) {
+            Ok(bytes) => {
+                let bytes = Arc::new(bytes);
                 if let Some(v) = version {
                     cache.entries.retain(|(f, ..)| *f != filter);
                     cache.entries.truncate(7);
@@ -178,7 +205,7 @@ fn handle(
                 let mut shared_cache = shared.list_cache.lock();
                 shared_cache.retain(|(f, ..)| *f != filter);
                 shared_cache.truncate(7);
-                shared_cache.push((filter, list_gen, gen, Arc::new(bytes.clone())));
+                shared_cache.push((filter, list_gen, gen, bytes.clone()));
                 drop(shared_cache);
                 reply.ok_raw(&bytes)
             }
@@ -298,5 +325,174 @@ fn handle(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listing_json;
+    use crate::session::convert::thread_wire;
+    use serde_json::json;
+    use wuu_protocol::ThreadListResult;
+    use wuu_store::{Store, ThreadFilter, ThreadRow};
+
+    /// The listing as it was built before `listing_json`: owned rows, owned `Thread`s,
+    /// one `serde_json::to_vec` of the whole result.
+    fn owned_listing(store: &Store, filter: &ThreadFilter, running: &[&str]) -> Vec<u8> {
+        let threads = store
+            .list_threads(filter)
+            .unwrap()
+            .iter()
+            .map(|r| thread_wire(r, &[], running.contains(&r.id.as_str())))
+            .collect();
+        serde_json::to_vec(&ThreadListResult { threads }).unwrap()
+    }
+
+    #[test]
+    fn listing_json_is_the_owned_listing_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open_home(dir.path()).unwrap();
+        let texts = [
+            "plain",
+            "",
+            "quote \" backslash \\ slash / tab \t newline \n cr \r",
+            "control \u{1} \u{1f} del \u{7f} nul-free",
+            "unicode é € 你好 🎉 \u{2028} \u{2029}",
+            "<html>&amp;</html>",
+        ];
+        let extras = [
+            json!({}),
+            json!({"pinned": true, "folder_id": "fld_1", "workspace_id": "ws-1"}),
+            json!({"pinned": "yes", "folder_id": "", "workspace_id": 7}),
+            json!({"pinned": false, "engine_ref": "abc", "nested": {"a": [1, 2.5, null]}}),
+            json!([1, 2]),
+            json!(5),
+            json!({"folder_id": "quote\"d", "workspace_id": "é"}),
+        ];
+        let modes = [
+            "",
+            "standard",
+            "read_only",
+            "unconfined",
+            "bogus \"mode\"",
+            "  ",
+        ];
+        let stamps = [
+            0i64,
+            1,
+            1_780_000_000_123,
+            -1,
+            -62_167_219_200_001,
+            253_402_207_200_999,
+            i64::MAX,
+        ];
+        let mut ids = Vec::new();
+        for i in 0..84usize {
+            let id = match i % 7 {
+                0 => format!("ephemeral-{i}"),
+                1 => format!("thr_\"{i}\u{e9}"),
+                _ => format!("thr_{i:03}"),
+            };
+            let mut row = ThreadRow::new(
+                &id,
+                if i % 5 == 0 { "/other" } else { "/work/p" },
+                stamps[i % stamps.len()],
+            );
+            row.updated_at_ms = stamps[(i / 3) % stamps.len()];
+            row.title = match i % 4 {
+                0 => None,
+                1 => Some(String::new()),
+                _ => Some(texts[i % texts.len()].to_owned()),
+            };
+            row.title_revision = (i % 3) as u64;
+            row.preview = texts[(i + 1) % texts.len()].to_owned();
+            row.provider = texts[(i + 2) % texts.len()].to_owned();
+            row.model = texts[(i + 3) % texts.len()].to_owned();
+            row.variant = if i % 2 == 0 {
+                String::new()
+            } else {
+                "v1".into()
+            };
+            row.effort = if i % 3 == 0 {
+                "high".into()
+            } else {
+                String::new()
+            };
+            row.permission_mode = modes[i % modes.len()].to_owned();
+            row.engine_id = if i % 2 == 0 {
+                "wuu".into()
+            } else {
+                String::new()
+            };
+            row.archived = i % 4 == 3;
+            row.archive_reason = (i % 8 == 3).then(|| texts[i % texts.len()].to_owned());
+            if i % 6 == 1 {
+                row.forked_from_id = Some(format!("thr_src{i}"));
+                row.forked_from_turn_id = Some("turn_1".into());
+                row.forked_from_item_id = (i % 12 == 1).then(|| "item_\n".into());
+            }
+            row.extra = extras[i % extras.len()].clone();
+            store.insert_thread(&row).unwrap();
+            ids.push(id);
+        }
+        // Damaged rows: unreadable `extra` (listed, flagged), invalid UTF-8 text and a
+        // negative revision (skipped by both decodings).
+        let conn = rusqlite::Connection::open(dir.path().join(wuu_store::DB_FILE)).unwrap();
+        conn.execute(
+            "UPDATE threads SET extra = '{not json' WHERE id IN (?1, ?2)",
+            [&ids[2], &ids[3]],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE threads SET preview = CAST(X'FF41' AS TEXT) WHERE id = ?1",
+            [&ids[4]],
+        )
+        .unwrap();
+        conn.execute(
+            "UPDATE threads SET title_revision = -1 WHERE id = ?1",
+            [&ids[6]],
+        )
+        .unwrap();
+        drop(conn);
+        let running = [ids[8].as_str(), ids[9].as_str(), "thr_not_listed"];
+        let filters = [
+            (Some("/work/p"), Some(false), None),
+            (Some("/work/p"), Some(true), None),
+            (None, Some(false), None),
+            (None, Some(true), None),
+            (None, None, None),
+            (None, None, Some(5)),
+            (Some("/work/p"), Some(false), Some(0)),
+            (Some("/nowhere"), Some(false), None),
+        ];
+        for (cwd, archived, limit) in filters {
+            let filter = ThreadFilter {
+                cwd: cwd.map(str::to_owned),
+                archived,
+                limit,
+            };
+            let fast = listing_json(&store, &filter, |id| running.contains(&id), 0).unwrap();
+            let owned = owned_listing(&store, &filter, &running);
+            assert_eq!(
+                String::from_utf8_lossy(&fast),
+                String::from_utf8_lossy(&owned),
+                "{filter:?}"
+            );
+        }
+        // The damaged rows are really there: two flagged, two skipped.
+        let all = listing_json(&store, &ThreadFilter::default(), |id| id == ids[8], 0).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&all).unwrap();
+        let threads = v["threads"].as_array().unwrap();
+        assert_eq!(threads.len(), 82);
+        let flagged = threads
+            .iter()
+            .filter(|t| {
+                t["damage"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("threads.extra"))
+            })
+            .count();
+        assert_eq!(flagged, 2);
+        assert!(threads.iter().any(|t| t["status"] == "in_progress"));
     }
 }

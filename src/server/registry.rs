@@ -194,7 +194,18 @@ impl Registry {
         }
     }
 
-    /// Whether the live session of `thread_id` is running a turn.
+    /// Ids of the live sessions running a turn now (one registry lock).
+    pub fn running_ids(&self) -> std::collections::HashSet<String> {
+        self.inner
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.running.load(Ordering::SeqCst))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Whether the live session of `thread_id` is running a turn (one registry lock; a
+    /// listing takes [`Registry::running_ids`] once instead).
     pub fn is_running(&self, thread_id: &str) -> bool {
         self.inner
             .lock()

@@ -92,22 +92,33 @@ pub fn item_wire(row: &ItemRow) -> ThreadItem {
 /// widens what the agent may do). An empty stored mode (rows from before modes were
 /// stored) is the default mode.
 pub fn stored_permission_mode(row: &ThreadRow) -> PermissionMode {
-    if row.permission_mode.trim().is_empty() {
+    permission_mode_of(&row.permission_mode)
+}
+
+/// [`stored_permission_mode`] of a stored `permission_mode` text.
+fn permission_mode_of(stored: &str) -> PermissionMode {
+    if stored.trim().is_empty() {
         return PermissionMode::default();
     }
-    PermissionMode::parse(&row.permission_mode).unwrap_or(PermissionMode::ReadOnly)
+    PermissionMode::parse(stored).unwrap_or(PermissionMode::ReadOnly)
 }
 
 /// Why the stored permission mode is not used, if it is not.
-fn permission_damage(row: &ThreadRow) -> Option<String> {
-    (!row.permission_mode.trim().is_empty()
-        && PermissionMode::parse(&row.permission_mode).is_none())
-    .then(|| {
+fn permission_damage(stored: &str) -> Option<String> {
+    (!stored.trim().is_empty() && PermissionMode::parse(stored).is_none()).then(|| {
         format!(
             "stored permission_mode {:?} is not a known mode; read_only is enforced",
-            crate::util::clip(&row.permission_mode, 40)
+            crate::util::clip(stored, 40)
         )
     })
+}
+
+/// What a row's `damage` reports: the store's damage and the permission mode's, joined.
+fn row_damage(stored: Option<&str>, permission_mode: &str) -> Option<String> {
+    match (stored, permission_damage(permission_mode)) {
+        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+        (a, b) => a.map(str::to_owned).or(b),
+    }
 }
 
 /// Wire thread of a row with the given turns and status.
@@ -117,10 +128,7 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         .rev()
         .find(|t| t.row.status != "in_progress")
         .map(|t| t.row.id.clone());
-    let damage = match (&row.damage, permission_damage(row)) {
-        (Some(a), Some(b)) => Some(format!("{a}; {b}")),
-        (a, b) => a.clone().or(b),
-    };
+    let damage = row_damage(row.damage.as_deref(), &row.permission_mode);
     Thread {
         id: row.id.clone(),
         preview: row
@@ -171,4 +179,164 @@ fn extra_str(extra: &serde_json::Value, key: &str) -> Option<String> {
 /// Listing entry: the thread with `turns: []`, status from the live registry.
 pub fn thread_summary(shared: &Shared, row: &ThreadRow) -> Thread {
     thread_wire(row, &[], shared.registry.is_running(&row.id))
+}
+
+/// Appends the listing entry of a borrowed row to `out`: the JSON of
+/// [`thread_wire`]`(row, &[], running)` byte for byte (same fields, order, omission
+/// rules and string escaping as serde_json's serialization of [`Thread`]), written
+/// straight from the row without building the owned [`Thread`]. Keep the two in step
+/// when [`Thread`] changes: `listing_json_is_the_owned_listing_byte_for_byte` (in
+/// `server::catalog`) compares them over rows that set every field.
+pub fn write_summary(out: &mut Vec<u8>, row: &wuu_store::ThreadView<'_>, running: bool) {
+    let extra_str = |key: &str| {
+        row.extra
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .filter(|s| !s.is_empty())
+    };
+    let title = row.title.filter(|t| !t.is_empty());
+    let damage = row_damage(row.damage, row.permission_mode);
+    let field = |out: &mut Vec<u8>, key: &[u8], value: &str| {
+        out.extend_from_slice(key);
+        push_json_str(out, value);
+    };
+    let opt = |out: &mut Vec<u8>, key: &[u8], value: Option<&str>| {
+        if let Some(v) = value {
+            field(out, key, v);
+        }
+    };
+    field(out, b"{\"id\":", row.id);
+    field(out, b",\"preview\":", title.unwrap_or(row.preview));
+    opt(out, b",\"title\":", title);
+    if row.title_revision != 0 {
+        out.extend_from_slice(b",\"title_revision\":");
+        out.extend_from_slice(row.title_revision.to_string().as_bytes());
+    }
+    field(out, b",\"model_provider\":", row.provider);
+    field(out, b",\"model\":", row.model);
+    field(out, b",\"model_variant\":", row.variant);
+    field(out, b",\"model_effort\":", row.effort);
+    field(
+        out,
+        b",\"permission_mode\":",
+        permission_mode_of(row.permission_mode).as_str(),
+    );
+    opt(
+        out,
+        b",\"engine_id\":",
+        Some(row.engine_id).filter(|e| !e.is_empty()),
+    );
+    field(out, b",\"cwd\":", row.cwd);
+    out.extend_from_slice(b",\"workspace_kind\":\"project\",\"status\":");
+    out.extend_from_slice(if running {
+        b"\"in_progress\""
+    } else {
+        b"\"idle\""
+    });
+    if row.id.starts_with("ephemeral-") {
+        out.extend_from_slice(b",\"ephemeral\":true");
+    }
+    if row.archived {
+        out.extend_from_slice(b",\"archived\":true");
+    }
+    opt(out, b",\"archive_reason\":", row.archive_reason);
+    if row.extra.get("pinned").and_then(serde_json::Value::as_bool) == Some(true) {
+        out.extend_from_slice(b",\"pinned\":true");
+    }
+    opt(out, b",\"folder_id\":", extra_str("folder_id"));
+    opt(out, b",\"workspace_id\":", extra_str("workspace_id"));
+    opt(out, b",\"forked_from_id\":", row.forked_from_id);
+    opt(out, b",\"forked_from_turn_id\":", row.forked_from_turn_id);
+    opt(out, b",\"forked_from_item_id\":", row.forked_from_item_id);
+    field(
+        out,
+        b",\"created_at\":",
+        crate::util::Rfc3339::of(row.created_at_ms).as_str(),
+    );
+    field(
+        out,
+        b",\"updated_at\":",
+        crate::util::Rfc3339::of(row.updated_at_ms).as_str(),
+    );
+    out.extend_from_slice(b",\"turns\":[]");
+    if let Some(d) = &damage {
+        out.extend_from_slice(b",\"damaged\":true");
+        field(out, b",\"damage\":", d);
+    }
+    out.push(b'}');
+}
+
+/// Appends `s` as a JSON string exactly as serde_json writes it. serde_json escapes only
+/// `"`, `\\` and bytes below 0x20; a string without them (the common case, checked eight
+/// bytes at a time) is copied as is, any other goes through serde_json itself.
+pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    if needs_json_escape(s.as_bytes()) {
+        // Serializing a string into a Vec cannot fail.
+        serde_json::to_writer(&mut *out, s).expect("serialize string");
+    } else {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// Whether `b` holds a byte serde_json escapes (`"`, `\\`, or below 0x20). Never
+/// answers false for such a string (a rare false positive only takes the slow path).
+fn needs_json_escape(b: &[u8]) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Nonzero iff some byte of `x` is below `n` (exact for n <= 0x80).
+    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH;
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let Ok(word) = <[u8; 8]>::try_from(c) else {
+            return true;
+        };
+        let x = u64::from_le_bytes(word);
+        if below(x, 0x20)
+            | below(x ^ (ONES * u64::from(b'"')), 1)
+            | below(x ^ (ONES * u64::from(b'\\')), 1)
+            != 0
+        {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&c| c < 0x20 || c == b'"' || c == b'\\')
+}
+
+#[cfg(test)]
+mod json_str_tests {
+    use super::push_json_str;
+
+    fn check(s: &str) {
+        let mut out = b"x".to_vec();
+        push_json_str(&mut out, s);
+        assert_eq!(&out[1..], serde_json::to_vec(s).unwrap(), "{s:?}");
+    }
+
+    #[test]
+    fn push_json_str_matches_serde_json() {
+        // Every character below 0x80 alone, at every position of a 17-byte string (both
+        // sides of the 8-byte words), and a spread of multi-byte characters.
+        for c in (0u8..0x80)
+            .map(char::from)
+            .chain("é€你🎉\u{7f}\u{80}\u{2028}\u{feff}".chars())
+        {
+            check(&c.to_string());
+            for at in 0..17 {
+                let mut s: String = "abcdefghijklmnopq".chars().take(at).collect();
+                s.push(c);
+                s.push_str(&"rstuvwxyz0123456"[..16 - at.min(16)]);
+                check(&s);
+            }
+        }
+        check("");
+        check("plain text of some length, no escapes at all here, just words");
+        check("ends with a quote\"");
+        check("\\\\\\\"\"\n\n\t");
+    }
 }

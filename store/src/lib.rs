@@ -42,7 +42,7 @@ pub use processes::ProcessGroupRow;
 pub use rows::{
     input_mode, input_state, item_damage, turn_status, DeleteOutcome, InputRow, ItemRow,
     LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter,
-    ThreadRow, TurnRow, TurnWithItems, UsageRow,
+    ThreadRow, ThreadView, TurnRow, TurnWithItems, UsageRow,
 };
 pub use skills::SkillUseCount;
 pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};

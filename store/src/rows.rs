@@ -81,6 +81,82 @@ impl ThreadRow {
     }
 }
 
+/// A borrowed view of one conversation row: the fields of [`ThreadRow`], pointing into
+/// the database row being read (see [`crate::Store::visit_threads`]) or into a
+/// [`ThreadRow`] ([`ThreadRow::view`]). Listings read through it without copying every
+/// column into its own `String`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ThreadView<'a> {
+    /// See [`ThreadRow::id`].
+    pub id: &'a str,
+    /// See [`ThreadRow::cwd`].
+    pub cwd: &'a str,
+    /// See [`ThreadRow::title`].
+    pub title: Option<&'a str>,
+    /// See [`ThreadRow::title_revision`].
+    pub title_revision: u64,
+    /// See [`ThreadRow::preview`].
+    pub preview: &'a str,
+    /// See [`ThreadRow::provider`].
+    pub provider: &'a str,
+    /// See [`ThreadRow::model`].
+    pub model: &'a str,
+    /// See [`ThreadRow::variant`].
+    pub variant: &'a str,
+    /// See [`ThreadRow::effort`].
+    pub effort: &'a str,
+    /// See [`ThreadRow::permission_mode`].
+    pub permission_mode: &'a str,
+    /// See [`ThreadRow::engine_id`].
+    pub engine_id: &'a str,
+    /// See [`ThreadRow::archived`].
+    pub archived: bool,
+    /// See [`ThreadRow::archive_reason`].
+    pub archive_reason: Option<&'a str>,
+    /// See [`ThreadRow::forked_from_id`].
+    pub forked_from_id: Option<&'a str>,
+    /// See [`ThreadRow::forked_from_turn_id`].
+    pub forked_from_turn_id: Option<&'a str>,
+    /// See [`ThreadRow::forked_from_item_id`].
+    pub forked_from_item_id: Option<&'a str>,
+    /// See [`ThreadRow::created_at_ms`].
+    pub created_at_ms: i64,
+    /// See [`ThreadRow::updated_at_ms`].
+    pub updated_at_ms: i64,
+    /// See [`ThreadRow::extra`].
+    pub extra: &'a Value,
+    /// See [`ThreadRow::damage`].
+    pub damage: Option<&'a str>,
+}
+
+impl ThreadRow {
+    /// The row as a [`ThreadView`].
+    pub fn view(&self) -> ThreadView<'_> {
+        ThreadView {
+            id: &self.id,
+            cwd: &self.cwd,
+            title: self.title.as_deref(),
+            title_revision: self.title_revision,
+            preview: &self.preview,
+            provider: &self.provider,
+            model: &self.model,
+            variant: &self.variant,
+            effort: &self.effort,
+            permission_mode: &self.permission_mode,
+            engine_id: &self.engine_id,
+            archived: self.archived,
+            archive_reason: self.archive_reason.as_deref(),
+            forked_from_id: self.forked_from_id.as_deref(),
+            forked_from_turn_id: self.forked_from_turn_id.as_deref(),
+            forked_from_item_id: self.forked_from_item_id.as_deref(),
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            extra: &self.extra,
+            damage: self.damage.as_deref(),
+        }
+    }
+}
+
 /// Turn status values used by the store itself (others are stored as given).
 pub mod turn_status {
     /// The turn is running.

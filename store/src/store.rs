@@ -249,6 +249,22 @@ impl Store {
         self.read(|tx| tx.list_threads(filter))
     }
 
+    /// Visits the threads of [`Store::list_threads`] (same filter, order, limit and
+    /// skipping of damaged rows) as borrowed [`ThreadView`]s, without copying their
+    /// text: for listings that serialize each row at once. A row whose columns are all
+    /// sound is viewed in place; any other row goes through the same decoding as
+    /// [`Store::list_threads`] (a damaged `extra` reads as `{}` with `damage` set; a
+    /// wrong type or NULL skips the row with a warning). Returns how many rows were
+    /// visited. Errors: SQLite errors, and the first error `visit` returns (which ends
+    /// the visit).
+    pub fn visit_threads(
+        &self,
+        filter: &ThreadFilter,
+        visit: impl FnMut(&ThreadView<'_>) -> Result<()>,
+    ) -> Result<usize> {
+        self.read(|tx| tx.visit_threads(filter, visit))
+    }
+
     /// The most recently active unarchived thread whose cwd equals `cwd` (damaged rows
     /// skipped); `Ok(None)` when there is none.
     pub fn latest_thread(&self, cwd: &str) -> Result<Option<ThreadRow>> {

@@ -1,9 +1,10 @@
 //! Threads (conversations): CRUD, titles, archive, delete, listing, search.
 
+use rusqlite::types::ValueRef;
 use rusqlite::{params, OptionalExtension, Row};
 
 use crate::error::{Result, StoreError};
-use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow};
+use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow, ThreadView};
 use crate::store::Tx;
 use crate::util::{filtered, find_ci, get, get_json, get_u64, json_text, snippet, U64};
 
@@ -56,7 +57,106 @@ pub(crate) fn thread_from_row(row: &Row<'_>) -> Result<ThreadRow> {
     })
 }
 
+/// Column `idx` as text, when it is TEXT holding valid UTF-8 (what `String`'s `FromSql`
+/// accepts).
+fn text_ref<'r>(row: &'r Row<'_>, idx: usize) -> Option<&'r str> {
+    match row.get_ref(idx).ok()? {
+        ValueRef::Text(b) => std::str::from_utf8(b).ok(),
+        _ => None,
+    }
+}
+
+/// Column `idx` as optional text (what `Option<String>`'s `FromSql` accepts).
+fn opt_text_ref<'r>(row: &'r Row<'_>, idx: usize) -> Option<Option<&'r str>> {
+    match row.get_ref(idx).ok()? {
+        ValueRef::Null => Some(None),
+        ValueRef::Text(b) => std::str::from_utf8(b).ok().map(Some),
+        _ => None,
+    }
+}
+
+/// Column `idx` as an integer (what `i64`'s `FromSql` accepts).
+fn int_ref(row: &Row<'_>, idx: usize) -> Option<i64> {
+    match row.get_ref(idx).ok()? {
+        ValueRef::Integer(v) => Some(v),
+        _ => None,
+    }
+}
+
+/// A row of [`THREAD_COLS`] as a view borrowing its text from the row, when every column
+/// has exactly what [`thread_from_row`] accepts and `extra` is valid JSON (parsed into
+/// `extra`); `None` otherwise, and the caller decodes the row with [`thread_from_row`],
+/// which says what is wrong. So both decodings agree on every row they both accept.
+fn view_from_row<'r>(row: &'r Row<'_>, extra: &'r mut serde_json::Value) -> Option<ThreadView<'r>> {
+    *extra = serde_json::from_str(text_ref(row, 18)?).ok()?;
+    Some(ThreadView {
+        id: text_ref(row, 0)?,
+        cwd: text_ref(row, 1)?,
+        title: opt_text_ref(row, 2)?,
+        title_revision: u64::try_from(int_ref(row, 3)?).ok()?,
+        preview: text_ref(row, 4)?,
+        provider: text_ref(row, 5)?,
+        model: text_ref(row, 6)?,
+        variant: text_ref(row, 7)?,
+        effort: text_ref(row, 8)?,
+        permission_mode: text_ref(row, 9)?,
+        engine_id: text_ref(row, 10)?,
+        archived: int_ref(row, 11)? != 0,
+        archive_reason: opt_text_ref(row, 12)?,
+        forked_from_id: opt_text_ref(row, 13)?,
+        forked_from_turn_id: opt_text_ref(row, 14)?,
+        forked_from_item_id: opt_text_ref(row, 15)?,
+        created_at_ms: int_ref(row, 16)?,
+        updated_at_ms: int_ref(row, 17)?,
+        extra,
+        damage: None,
+    })
+}
+
+/// The listing query: threads matching `(cwd, archived)` (NULL = any), newest activity
+/// first.
+fn listing_sql() -> String {
+    format!(
+        "SELECT {THREAD_COLS} FROM threads \
+         WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR archived = ?2) \
+         ORDER BY updated_at_ms DESC, id"
+    )
+}
+
 impl Tx<'_> {
+    /// See [`crate::Store::visit_threads`].
+    pub fn visit_threads(
+        &self,
+        filter: &ThreadFilter,
+        mut visit: impl FnMut(&ThreadView<'_>) -> Result<()>,
+    ) -> Result<usize> {
+        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
+        let mut visited = 0;
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut stmt = self.conn.prepare_cached(&listing_sql())?;
+        let mut rows = stmt.query(params![filter.cwd.as_deref(), filter.archived])?;
+        let mut extra = serde_json::Value::Null;
+        while let Some(row) = rows.next()? {
+            match view_from_row(row, &mut extra) {
+                Some(view) => visit(&view)?,
+                None => match thread_from_row(row) {
+                    Ok(t) => visit(&t.view())?,
+                    Err(e) => {
+                        log::warn!("skipping damaged thread row: {e}");
+                        continue;
+                    }
+                },
+            }
+            visited += 1;
+            if visited >= limit {
+                break;
+            }
+        }
+        Ok(visited)
+    }
+
     /// See [`crate::Store::insert_thread`].
     pub fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
         self.conn.execute(
@@ -213,11 +313,7 @@ impl Tx<'_> {
         archived: Option<bool>,
         mut visit: impl FnMut(ThreadRow) -> Result<bool>,
     ) -> Result<()> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {THREAD_COLS} FROM threads \
-             WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR archived = ?2) \
-             ORDER BY updated_at_ms DESC, id"
-        ))?;
+        let mut stmt = self.conn.prepare_cached(&listing_sql())?;
         let mut rows = stmt.query(params![cwd, archived])?;
         while let Some(row) = rows.next()? {
             match thread_from_row(row) {
