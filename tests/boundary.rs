@@ -244,8 +244,15 @@ fn bash_cannot_write_outside_write_home_or_read_outside() {
             ],
         );
         assert_ok_or_refused(&r, mode);
-        assert_refused(&r.results[0], &["Permission denied"]);
-        assert_refused(&r.results[1], &["Permission denied"]);
+        // Writes outside the write roots meet the read-only mount (or Landlock).
+        assert_refused(
+            &r.results[0],
+            &["Permission denied", "Read-only file system"],
+        );
+        assert_refused(
+            &r.results[1],
+            &["Permission denied", "Read-only file system"],
+        );
         assert_refused(&r.results[2], &["Permission denied"]);
         if mode == "standard" {
             assert!(r.results[3].contains("Exit code: 0"), "{}", r.results[3]);
@@ -280,7 +287,11 @@ fn bash_cannot_write_outside_write_home_or_read_outside() {
         // No device node can be made, not even in the workspace, and no disk is readable.
         assert_refused(
             &r.results[7],
-            &["Permission denied", "Operation not permitted"],
+            &[
+                "Permission denied",
+                "Operation not permitted",
+                "Read-only file system",
+            ],
         );
         assert!(!lab.ws().join("blk").exists());
         assert!(r.results[8].contains("scanned"), "{}", r.results[8]);
@@ -309,7 +320,11 @@ fn hard_link_made_by_bash_is_refused_and_tools_read_nothing_outside() {
         assert_ok_or_refused(&r, mode);
         assert_refused(
             &r.results[0],
-            &["Invalid cross-device link", "Permission denied"],
+            &[
+                "Invalid cross-device link",
+                "Permission denied",
+                "Read-only file system",
+            ],
         );
         assert!(!lab.ws().join("h.txt").exists());
         assert_refused(&r.results[1], &["no such file"]);
@@ -321,7 +336,11 @@ fn hard_link_made_by_bash_is_refused_and_tools_read_nothing_outside() {
         assert!(!r.results[3].contains("secret"), "{}", r.results[3]);
         assert_refused(
             &r.results[4],
-            &["Invalid cross-device link", "Permission denied"],
+            &[
+                "Invalid cross-device link",
+                "Permission denied",
+                "Read-only file system",
+            ],
         );
         assert_no_secret(&r);
         lab.assert_outside_untouched();

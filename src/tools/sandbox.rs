@@ -42,6 +42,8 @@
 
 use super::{Fail, PermissionMode, ToolContext};
 use std::ffi::{OsStr, OsString};
+#[cfg(target_os = "linux")]
+mod mount_ns;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -63,23 +65,30 @@ pub fn protect_host() {
     }
 }
 
-/// Landlock ABI this host is written and tested against (Linux 6.10); newer kernels are
-/// used at this level, older ones at theirs (best effort, see [`status`]).
+/// Landlock ABI this host is written and tested against (Linux 6.12: file access, TCP
+/// not handled, device ioctls, and the ABI 6 scopes: abstract unix sockets and signals);
+/// newer kernels are used at this level, older ones at theirs (best effort, see
+/// [`status`]).
 #[cfg(target_os = "linux")]
-const ABI: landlock::ABI = landlock::ABI::V5;
+const ABI: landlock::ABI = landlock::ABI::V6;
 
-/// Device files every sandboxed command may read and write. The rest of `/dev` is not
-/// readable: a disk's block device (`/dev/vda`, readable by root and the `disk` group)
-/// would hand out every file outside the workspace. `/dev/stdin`, `/dev/fd/N` and the
+/// Device files every sandboxed command may read and write (no `ioctl` on them, where
+/// the kernel's Landlock has that right, ABI 5). The rest of `/dev` is not readable: a
+/// disk's block device (`/dev/vda`, readable by root and the `disk` group) would hand out
+/// every file outside the workspace, and a terminal (`/dev/tty`, `/dev/pts/N`) would let
+/// a command type into the user's shell (`TIOCSTI`). `/dev/stdin`, `/dev/fd/N` and the
 /// like are links into `/proc/self/fd`, which stays readable.
 const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
-    "/dev/tty",
     "/dev/random",
     "/dev/urandom",
 ];
+
+/// Variables that hand a command the user's credential agents (ssh-agent, gpg-agent):
+/// removed from every command's environment unless named in `agent.shell_env.keep`.
+pub const AGENT_VARS: &[&str] = &["SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO"];
 
 /// System directories commands may read and execute from.
 const SYSTEM_READ: &[&str] = &[
@@ -119,6 +128,11 @@ pub struct SandboxSettings {
     /// The wuu home whose store records each command's process group (`process`);
     /// None = not recorded.
     pub process_ledger: Option<PathBuf>,
+    /// Host-owned paths no command may see even when they lie inside a root (the wuu
+    /// home with its database, traces and config; the user config file): covered with
+    /// an empty read-only directory or file in the command's mount namespace, and the
+    /// command is refused when there is none (see the README).
+    pub hidden: Vec<PathBuf>,
 }
 
 impl SandboxSettings {
@@ -157,6 +171,7 @@ impl SandboxSettings {
                 .filter_map(|(_, p)| p.api_key_env.clone())
                 .collect(),
             process_ledger: None,
+            hidden: vec![cfg.config_path.clone()],
         }
     }
 }
@@ -187,7 +202,15 @@ pub fn status() -> &'static Status {
 
 #[cfg(target_os = "linux")]
 fn probe() -> Status {
-    use landlock::{Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, ABI};
+    use landlock::{Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, Scope, ABI};
+    let scoped = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(ABI::V6))
+        .and_then(|r| r.scope(Scope::from_all(ABI::V6)))
+        .and_then(|r| r.create());
+    if scoped.is_ok() {
+        return Status::Available(6);
+    }
     for (abi, n) in [
         (ABI::V5, 5),
         (ABI::V4, 4),
@@ -253,8 +276,9 @@ pub fn looks_secret(name: &str) -> bool {
 }
 
 /// The environment a command gets: the host's, minus every variable named in
-/// `env_remove` and every name that [`looks_secret`], except those in `env_keep`; plus
-/// `TMPDIR` (the conversation's private temp dir) and `WUU_SANDBOX` (the mode).
+/// `env_remove`, every name that [`looks_secret`] and the credential agents' sockets
+/// ([`AGENT_VARS`]), except those in `env_keep`; plus `TMPDIR` (the conversation's
+/// private temp dir) and `WUU_SANDBOX` (the mode).
 pub fn command_env(ctx: &ToolContext) -> Vec<(OsString, OsString)> {
     let s = &ctx.sandbox;
     let mut out: Vec<(OsString, OsString)> = std::env::vars_os()
@@ -263,7 +287,9 @@ pub fn command_env(ctx: &ToolContext) -> Vec<(OsString, OsString)> {
             if s.env_keep.iter().any(|keep| *keep == name) {
                 return true;
             }
-            !(looks_secret(&name) || s.env_remove.iter().any(|r| *r == name))
+            !(looks_secret(&name)
+                || AGENT_VARS.contains(&name.as_ref())
+                || s.env_remove.iter().any(|r| *r == name))
         })
         .filter(|(k, _)| k != "TMPDIR" && k != "WUU_SANDBOX")
         .collect();
@@ -282,11 +308,15 @@ fn home() -> Option<PathBuf> {
 /// The `--read` / `--write` roots of a command in `ctx` (see the README):
 ///
 /// - read: [`SYSTEM_READ`], toolchain dirs in `$HOME` ([`HOME_READ`]), the absolute
-///   `$PATH` directories that are not `/`, `$HOME`, `/tmp`, `/var/tmp` or an ancestor of
-///   the workspace, and `agent.sandbox.readable_roots`;
+///   `$PATH` directories, each canonicalized first (symlinks, `..`, `/proc/self/root`
+///   resolved; entries that do not resolve are skipped), that are not `/`, `$HOME`,
+///   `/tmp`, `/var/tmp` or an ancestor of one of them or of the workspace, and
+///   `agent.sandbox.readable_roots`;
 /// - write (`standard`): the workspace, the conversation's temp dir and spill dir, and
 ///   `agent.sandbox.writable_roots`; (`read_only`): the temp dir only, the workspace
-///   and the spill dir becoming read roots.
+///   and the spill dir becoming read roots;
+/// - hide: `agent`'s [`SandboxSettings::hidden`] paths and the wuu home
+///   (`process_ledger`), canonicalized.
 pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
     let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
     let home = home();
@@ -295,14 +325,23 @@ pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
     }
     let ws = super::paths::workspace_root(ctx);
     if let Some(path) = std::env::var_os("PATH") {
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let ws = canonical(&ws);
+        let mut protected: Vec<PathBuf> = vec![
+            ws.clone(),
+            canonical(Path::new("/tmp")),
+            canonical(Path::new("/var/tmp")),
+        ];
+        protected.extend(home.as_deref().map(canonical));
         for d in std::env::split_paths(&path) {
-            let bad = !d.is_absolute()
-                || d == Path::new("/")
-                || home.as_deref() == Some(d.as_path())
-                || d == Path::new("/tmp")
-                || d == Path::new("/var/tmp")
-                || ws.starts_with(&d);
-            if !bad {
+            if !d.is_absolute() {
+                continue;
+            }
+            let Ok(d) = std::fs::canonicalize(&d) else {
+                continue;
+            };
+            // `/` is an ancestor of everything.
+            if !protected.iter().any(|p| p.starts_with(&d)) {
                 read.push(d);
             }
         }
@@ -317,7 +356,15 @@ pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
         write.push(ctx.spill_dir.clone());
         write.extend(ctx.sandbox.writable_roots.iter().cloned());
     }
+    let mut hide: Vec<PathBuf> = ctx.sandbox.hidden.clone();
+    hide.extend(ctx.sandbox.process_ledger.iter().cloned());
     let mut args: Vec<OsString> = Vec::new();
+    for h in hide {
+        if let Ok(h) = std::fs::canonicalize(&h) {
+            args.push("--hide".into());
+            args.push(h.into_os_string());
+        }
+    }
     for r in read {
         args.push("--read".into());
         args.push(r.into_os_string());
@@ -353,6 +400,7 @@ struct LaunchArgs {
     mode: String,
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
+    hide: Vec<PathBuf>,
     program: Vec<OsString>,
 }
 
@@ -362,6 +410,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
         mode: String::new(),
         read: Vec::new(),
         write: Vec::new(),
+        hide: Vec::new(),
         program: Vec::new(),
     };
     let mut it = args.into_iter();
@@ -374,6 +423,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
             Some("--mode") => a.mode = value()?.to_string_lossy().into_owned(),
             Some("--read") => a.read.push(value()?.into()),
             Some("--write") => a.write.push(value()?.into()),
+            Some("--hide") => a.hide.push(value()?.into()),
             Some("--") => {
                 a.program = it.collect();
                 break;
@@ -392,6 +442,13 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
 /// 126 the sandbox could not be applied or the shell could not be started (a
 /// `wuu sandbox:` line on stderr says why); otherwise the shell's status.
 pub fn launcher_main(args: Vec<OsString>) -> ExitCode {
+    // First of all a session of its own: no controlling terminal (a command can neither
+    // open `/dev/tty` nor push input into the user's terminal with `TIOCSTI`), and a
+    // process group whose id is this pid, which is what the host signals and records.
+    if let Err(e) = rustix::process::setsid() {
+        eprintln!("wuu sandbox: cannot start a new session: {e}; the command was not run");
+        return ExitCode::from(126);
+    }
     let a = match parse_launch(args) {
         Ok(a) => a,
         Err(e) => {
@@ -406,23 +463,28 @@ pub fn launcher_main(args: Vec<OsString>) -> ExitCode {
 fn restrict(read: &[PathBuf], write: &[PathBuf]) -> Result<(), String> {
     use landlock::{
         Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
-        RulesetStatus,
+        RulesetStatus, Scope,
     };
     let all = AccessFs::from_all(ABI);
     let read_access = AccessFs::from_read(ABI);
     let file_access = AccessFs::from_file(ABI);
+    // Abstract unix sockets and signals stay inside the command's domain (ABI 6): a
+    // command cannot signal the host or any other process outside, nor connect to an
+    // abstract socket (a desktop session's D-Bus or X11) made outside.
     let mut ruleset = Ruleset::default()
         .handle_access(all)
+        .and_then(|r| r.scope(Scope::from_all(ABI)))
         .and_then(|r| r.create())
         .map_err(|e| format!("cannot create the Landlock ruleset: {e}"))?;
     let devices: Vec<PathBuf> = DEVICES.iter().map(PathBuf::from).collect();
     // Device nodes cannot be made anywhere, not even in the workspace (a block device
-    // node made there would read the whole disk).
-    let write_access = all & !(AccessFs::MakeChar | AccessFs::MakeBlock);
+    // node made there would read the whole disk), and no device may be `ioctl`ed.
+    let write_access = all & !(AccessFs::MakeChar | AccessFs::MakeBlock | AccessFs::IoctlDev);
+    let device_access = file_access & !AccessFs::IoctlDev;
     let groups: [(&[PathBuf], BitFlags<AccessFs>); 3] = [
         (read, read_access),
         (write, write_access),
-        (&devices, file_access),
+        (&devices, device_access),
     ];
     for (paths, access) in groups {
         for p in paths {
@@ -451,45 +513,56 @@ fn restrict(read: &[PathBuf], write: &[PathBuf]) -> Result<(), String> {
 }
 
 /// The capabilities a sandboxed command may keep (only root, or a binary with file
-/// capabilities, has any): Docker's default set for containers minus `CAP_MKNOD` and
-/// `CAP_SETPCAP`, i.e. what package managers and build tools run as root expect (chown
-/// and mode bits of files they write, `setuid` for privilege drops, binding low ports,
-/// raw sockets for `ping`). Everything else is removed from the bounding, effective,
-/// permitted, inheritable and ambient sets before Landlock is applied, so neither the
-/// command nor anything it executes (no-new-privs is set too) can hold it. Dropped among
-/// others, because each reaches past a file-system sandbox: `CAP_SYS_PTRACE`,
-/// `CAP_SYS_ADMIN` and `CAP_PERFMON` (each lets root read another root process's
-/// `/proc/PID/environ`, `maps`, `fd/` even when that process is non-dumpable, as measured
-/// on Linux 6.18), `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`, `CAP_MKNOD` (device nodes),
-/// `CAP_DAC_READ_SEARCH` (`open_by_handle_at`), `CAP_BPF`, `CAP_NET_ADMIN`, `CAP_SYSLOG`.
+/// capabilities, has any): Docker's default set for containers minus `CAP_MKNOD`,
+/// `CAP_SETPCAP`, `CAP_FSETID` and `CAP_SETFCAP`, i.e. what package managers and build
+/// tools run as root expect (`tar x` and `cp -p` setting owners, modes and times of the
+/// files they write, `setuid` for privilege drops, binding low ports, raw sockets for
+/// `ping`). `CAP_CHOWN` and `CAP_FOWNER` only reach the write roots: everything else is
+/// a read-only mount in the command's namespace (see `mount_ns`); where no namespace
+/// could be made they are dropped too ([`FALLBACK_DROPPED`]). `CAP_FSETID` (keep
+/// set-id bits on files root modifies) and `CAP_SETFCAP` (plant file capabilities,
+/// e.g. in the workspace for a later run outside the sandbox) are not needed by builds.
+/// Everything else is removed from the bounding, effective, permitted, inheritable and
+/// ambient sets before Landlock is applied, so neither the command nor anything it
+/// executes (no-new-privs is set too) can hold it. Dropped among others, because each
+/// reaches past a file-system sandbox: `CAP_SYS_PTRACE`, `CAP_SYS_ADMIN` and
+/// `CAP_PERFMON` (each lets root read another root process's `/proc/PID/environ`,
+/// `maps`, `fd/` even when that process is non-dumpable, as measured on Linux 6.18;
+/// `CAP_SYS_ADMIN` would also undo the mounts), `CAP_SYS_MODULE`, `CAP_SYS_RAWIO`,
+/// `CAP_MKNOD` (device nodes), `CAP_DAC_READ_SEARCH` (`open_by_handle_at`), `CAP_BPF`,
+/// `CAP_NET_ADMIN`, `CAP_SYSLOG`. In a user namespace (a non-root caller) every
+/// capability is dropped.
 #[cfg(target_os = "linux")]
 pub(crate) fn kept_capabilities() -> rustix::thread::CapabilitySet {
     use rustix::thread::CapabilitySet as C;
     C::CHOWN
         | C::DAC_OVERRIDE
         | C::FOWNER
-        | C::FSETID
         | C::KILL
         | C::SETGID
         | C::SETUID
-        | C::SETFCAP
         | C::NET_BIND_SERVICE
         | C::NET_RAW
         | C::SYS_CHROOT
         | C::AUDIT_WRITE
 }
 
-/// Removes every capability outside [`kept_capabilities`] (see there why). As an
+/// Capabilities also dropped when the command runs without its mount namespace: with
+/// Landlock alone they would change owners and modes of files outside the workspace.
+#[cfg(target_os = "linux")]
+const FALLBACK_DROPPED: rustix::thread::CapabilitySet =
+    rustix::thread::CapabilitySet::CHOWN.union(rustix::thread::CapabilitySet::FOWNER);
+
+/// Removes every capability outside `keep` (see [`kept_capabilities`] why). As an
 /// ordinary user there is nothing to remove: the bounding-set calls fail with `EPERM`
 /// (no `CAP_SETPCAP`), which is fine because such a process holds no capability that an
 /// `execve` could raise.
 #[cfg(target_os = "linux")]
-fn drop_capabilities() -> Result<(), String> {
+fn drop_capabilities(keep: rustix::thread::CapabilitySet) -> Result<(), String> {
     use rustix::thread::{
         capabilities, capability_is_in_bounding_set, clear_ambient_capability_set,
         remove_capability_from_bounding_set, set_capabilities, CapabilitySet,
     };
-    let keep = kept_capabilities();
     for cap in CapabilitySet::all().iter() {
         if keep.contains(cap) || cap.bits().count_ones() != 1 {
             continue;
@@ -520,19 +593,145 @@ fn drop_capabilities() -> Result<(), String> {
     Ok(())
 }
 
-#[cfg(not(target_os = "linux"))]
-fn drop_capabilities() -> Result<(), String> {
-    Ok(())
+/// Canonical forms of the existing paths of `paths`.
+fn existing(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .collect()
+}
+
+/// Builds the command's mount namespace (see `mount_ns`). `WUU_SANDBOX_NO_MOUNT_NS=1`
+/// in the launcher's environment simulates a machine where none can be made (tests of
+/// the Landlock-only path).
+#[cfg(target_os = "linux")]
+fn enter_mount_ns(a: &LaunchArgs) -> Result<mount_ns::Entered, mount_ns::Error> {
+    if std::env::var_os("WUU_SANDBOX_NO_MOUNT_NS").is_some_and(|v| v == "1") {
+        return Err(mount_ns::Error::Unavailable(
+            "disabled for this process (WUU_SANDBOX_NO_MOUNT_NS=1)".into(),
+        ));
+    }
+    let write: Vec<PathBuf> = existing(&a.write)
+        .into_iter()
+        .filter(|p| p.is_dir())
+        .collect();
+    let read: Vec<PathBuf> = existing(&a.read)
+        .into_iter()
+        .filter(|p| p.is_dir())
+        .collect();
+    mount_ns::enter(&write, &read, &existing(&a.hide))
+}
+
+/// Marks every descriptor above 2 close-on-exec, so the command inherits only its
+/// stdin, stdout and stderr (not what the host inherited from its own parent).
+/// `close_range(CLOSE_RANGE_CLOEXEC)` (Linux 5.11), else each entry of `/proc/self/fd`.
+#[cfg(target_os = "linux")]
+fn cloexec_inherited_fds() {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range(2) with CLOSE_RANGE_CLOEXEC only sets a flag on this
+    // process's descriptors; it reads and writes no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: fcntl(F_SETFD) on a descriptor number only sets its close-on-exec
+        // flag (EBADF for the directory's own, already closed, descriptor).
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
-fn restrict(_read: &[PathBuf], _write: &[PathBuf]) -> Result<(), String> {
+fn cloexec_inherited_fds() {}
+
+/// Applies the sandbox of `a.mode` to this process (see the module docs). Returns a
+/// warning for the command's stderr (the view is not what it should be), or the reason
+/// the command must not run.
+#[cfg(target_os = "linux")]
+fn confine(a: &LaunchArgs) -> Result<Option<String>, String> {
+    let root = rustix::process::geteuid().is_root();
+    let mut keep = kept_capabilities();
+    let mut warning = None;
+    match enter_mount_ns(a) {
+        Ok(entered) => {
+            if entered.user_ns && !root {
+                keep = rustix::thread::CapabilitySet::empty();
+            }
+        }
+        Err(mount_ns::Error::Failed(why)) => return Err(why),
+        Err(mount_ns::Error::Unavailable(why)) => {
+            let roots: Vec<PathBuf> = existing(&a.read)
+                .into_iter()
+                .chain(existing(&a.write))
+                .collect();
+            if let Some(h) = existing(&a.hide)
+                .into_iter()
+                .find(|h| roots.iter().any(|r| h.starts_with(r)))
+            {
+                return Err(format!(
+                    "{} belongs to wuu (its database, traces or config) and lies inside what commands may access, and no mount namespace could hide it ({why}). Move the workspace, or set WUU_HOME / --config outside it",
+                    h.display()
+                ));
+            }
+            keep = keep.difference(FALLBACK_DROPPED);
+            warning = Some(format!(
+                "wuu sandbox: warning: no mount namespace ({why}); Landlock alone confines this command: file modes, owners, times and extended attributes outside the workspace are not write-protected"
+            ));
+        }
+    }
+    drop_capabilities(keep)?;
+    restrict(&a.read, &a.write)?;
+    Ok(warning)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn confine(_a: &LaunchArgs) -> Result<Option<String>, String> {
     Err("the command sandbox needs Linux Landlock".into())
 }
 
 fn run_launcher(a: LaunchArgs) -> ExitCode {
     use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
     use std::os::unix::process::ExitStatusExt;
+    let confined = match a.mode.as_str() {
+        "standard" | "read_only" => true,
+        "unconfined" => false,
+        other => {
+            eprintln!("wuu sandbox: unknown mode {other:?}; the command was not run");
+            return ExitCode::from(125);
+        }
+    };
+    // The mount namespace comes before everything that a change of credentials resets
+    // (entering a user namespace clears the dumpable flag and the parent-death signal),
+    // and while the process is single-threaded (a user namespace requires it).
+    let confinement = if confined { Some(confine(&a)) } else { None };
+    // Non-dumpable: the command (same user, same Landlock domain) cannot ptrace the
+    // launcher or read its memory, so it cannot swallow the parent-death signal.
+    #[cfg(target_os = "linux")]
+    if let Err(e) =
+        rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+    {
+        eprintln!(
+            "wuu sandbox: cannot make the launcher non-dumpable: {e}; the command was not run"
+        );
+        return ExitCode::from(126);
+    }
     #[cfg(target_os = "linux")]
     if let Err(e) =
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::HUP))
@@ -555,19 +754,15 @@ fn run_launcher(a: LaunchArgs) -> ExitCode {
     if host_gone() {
         return ExitCode::from(125);
     }
-    match a.mode.as_str() {
-        "standard" | "read_only" => {
-            if let Err(e) = drop_capabilities().and_then(|()| restrict(&a.read, &a.write)) {
-                eprintln!("wuu sandbox: {e}; the command was not run");
-                return ExitCode::from(126);
-            }
+    match confinement {
+        Some(Err(e)) => {
+            eprintln!("wuu sandbox: {e}; the command was not run");
+            return ExitCode::from(126);
         }
-        "unconfined" => {}
-        other => {
-            eprintln!("wuu sandbox: unknown mode {other:?}; the command was not run");
-            return ExitCode::from(125);
-        }
+        Some(Ok(Some(warning))) => eprintln!("{warning}"),
+        Some(Ok(None)) | None => {}
     }
+    cloexec_inherited_fds();
     let Some((program, rest)) = a.program.split_first() else {
         return ExitCode::from(125);
     };

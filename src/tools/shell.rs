@@ -1,4 +1,5 @@
-//! `bash`: one command in its own process group, output streamed, group always killed.
+//! `bash`: one command in its own session and process group (the launcher's), output
+//! streamed, group always killed.
 //!
 //! Threads: two reader threads (stdout, stderr) send raw chunks over a small bounded
 //! channel to the call's helper thread, which is the only sender of [`ToolEvent`]s. It
@@ -380,6 +381,8 @@ pub(crate) fn run(
             ctx.temp_dir.display()
         )));
     }
+    // The launcher makes itself a session and process group leader (`setsid`, its pgid
+    // is its pid) as its first act; a shell started directly gets a group of its own.
     let mut cmd = match super::sandbox::launcher() {
         Ok(launcher) => {
             let mut c = Command::new(launcher);
@@ -395,7 +398,9 @@ pub(crate) fn run(
         }
         Err(e) if ctx.permission_mode == PermissionMode::Unconfined => {
             log::warn!("bash: {e}; running the shell directly (it will not die with the host)");
-            Command::new(shell_path())
+            let mut c = Command::new(shell_path());
+            c.process_group(0);
+            c
         }
         Err(e) => {
             return Err(Fail::Error(format!(
@@ -414,7 +419,6 @@ pub(crate) fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .spawn()
         .map_err(|e| {
             Fail::Error(format!(
