@@ -7,28 +7,39 @@
 //!
 //! ```text
 //! wuu __sandbox --ppid PID --mode standard|read_only|unconfined
-//!               [--read DIR]… [--write DIR]… -- SHELL -c COMMAND
+//!               [--read DIR]… [--write DIR]… [--hide PATH]… -- SHELL -c COMMAND
 //! ```
 //!
-//! The launcher, a fresh single-threaded process and the leader of the command's
-//! process group:
+//! The launcher, a fresh single-threaded process:
 //!
-//! 1. asks for `SIGHUP` when its parent thread dies (`PR_SET_PDEATHSIG`) and checks that
-//!    the host (`--ppid`) is still its parent (else it exits: the host died first);
-//! 2. in `standard` and `read_only` mode drops every capability outside
-//!    [`kept_capabilities`] (only root has any) and restricts itself with Landlock
-//!    ([`landlock`] crate, best effort up to ABI 5): reading and executing only beneath
-//!    the `--read` and `--write` roots, writing (creating, removing, renaming, linking,
-//!    truncating) only beneath the `--write` roots, plus reading and writing a few
-//!    device files (`/dev/null`, `/dev/zero`, `/dev/full`, `/dev/tty`, `/dev/random`,
-//!    `/dev/urandom`); no device node can be made. A Landlock domain also keeps the
-//!    command from ptracing processes outside it; with the host non-dumpable and
-//!    `CAP_SYS_PTRACE`, `CAP_SYS_ADMIN` and `CAP_PERFMON` gone, not even a root command
-//!    can read the host's `/proc/PID/environ`, memory or descriptors;
-//! 3. starts `SHELL -c COMMAND` as its child (same process group, the restriction is
-//!    inherited and cannot be lifted) and waits for it; it exits with the shell's exit
-//!    code, or dies by the same signal;
-//! 4. when `SIGHUP` arrives and its parent is no longer the host (the host died, or the
+//! 1. starts a session of its own (`setsid`, its very first act): it becomes session and
+//!    process group leader (the group id the host signals and records is its pid), and
+//!    the command has no controlling terminal (no `/dev/tty`, no `TIOCSTI`);
+//! 2. in `standard` and `read_only` mode enters a private mount namespace (see
+//!    `mount_ns`): the whole tree read-only, the `--write` roots read-write on top, the
+//!    `--hide` paths (the wuu home, the user config) covered by empty read-only ones.
+//!    Where no namespace can be made it goes on with Landlock alone and prints a
+//!    warning on stderr, unless a `--hide` path lies inside a root: then it refuses;
+//! 3. makes itself non-dumpable (after the namespace: entering a user namespace resets
+//!    the flag), so the command cannot ptrace it or read its memory, and asks for
+//!    `SIGHUP` when its parent thread dies (`PR_SET_PDEATHSIG`), checking that the host
+//!    (`--ppid`) is still its parent (else it exits: the host died first);
+//! 4. in `standard` and `read_only` mode drops every capability outside
+//!    [`kept_capabilities`] (only root has any; in a user namespace all of them) and
+//!    restricts itself with Landlock ([`landlock`] crate, best effort up to ABI 6):
+//!    reading and executing only beneath the `--read` and `--write` roots, writing
+//!    (creating, removing, renaming, linking, truncating) only beneath the `--write`
+//!    roots, plus reading and writing a few device files ([`DEVICES`], no `ioctl`); no
+//!    device node can be made; no signal and no abstract unix socket reaches outside the
+//!    domain (ABI 6 scopes). A Landlock domain also keeps the command from ptracing
+//!    processes outside it; with the host non-dumpable and `CAP_SYS_PTRACE`,
+//!    `CAP_SYS_ADMIN` and `CAP_PERFMON` gone, not even a root command can read the host's
+//!    `/proc/PID/environ`, memory or descriptors;
+//! 5. marks every descriptor above 2 close-on-exec, starts `SHELL -c COMMAND` as its
+//!    child (same session and process group, the restriction is inherited and cannot be
+//!    lifted) and waits for it; it exits with the shell's exit code, or dies by the same
+//!    signal;
+//! 6. when `SIGHUP` arrives and its parent is no longer the host (the host died, or the
 //!    host thread that started it ended), it kills its whole process group with
 //!    `SIGKILL`: the shell and its background jobs die with the host. A process that
 //!    left the group (`setsid`, a daemon) is not reached; the startup sweep of the
