@@ -461,6 +461,54 @@ fn corrupt_database_is_reported_by_initialize_and_requests_fail_cleanly() {
 }
 
 #[test]
+fn database_from_a_newer_build_is_reported_by_the_first_initialize() {
+    // `initialize` does not wait for the store to open: the quick header check at start
+    // finds what it can (here: a schema version this build cannot migrate) at once.
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let conn = rusqlite::Connection::open(home.path().join("wuu.db")).unwrap();
+    conn.pragma_update(None, "user_version", 999).unwrap();
+    drop(conn);
+    let mut app = App::spawn_in(home.path(), &ws.path().canonicalize().unwrap(), &[]);
+    let r = app.call("initialize", json!({}));
+    assert_eq!(r["status"], "needs_setup", "{r}");
+    let issues = r["issues"].to_string();
+    assert!(issues.contains("store_unavailable"), "{r}");
+    assert!(issues.contains("newer than this build"), "{r}");
+    let e = app.call_err("thread/start", json!({}));
+    assert_eq!(e["code"], "internal_error");
+}
+
+#[test]
+fn a_fresh_home_serves_at_once_while_its_database_is_created() {
+    // The new database is created and migrated off the startup path; requests sent
+    // right after `initialize` (which does not wait for it) still find it complete.
+    for _ in 0..3 {
+        let home = tempfile::tempdir().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let mut app = App::spawn_in(home.path(), &ws.path().canonicalize().unwrap(), &[]);
+        let r = app.call("initialize", json!({}));
+        assert!(
+            r.get("issues")
+                .is_none_or(|i| !i.to_string().contains("store")),
+            "{r}"
+        );
+        let l = app.send("thread/list", json!({}));
+        let t = app.send("thread/start", json!({}));
+        let a = app.send("thread/listAll", json!({}));
+        assert!(app.response(&l)["result"]["threads"].is_array());
+        let started = app.response(&t);
+        let id = started["result"]["thread"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(app.response(&a)["result"]["threads"].is_array());
+        let listed = app.call("thread/list", json!({}));
+        assert_eq!(listed["threads"][0]["id"], id, "{listed}");
+    }
+}
+
+#[test]
 fn oversized_ids_titles_and_outside_cwd_are_refused_without_echoing_megabytes() {
     let mut app = App::start(None);
     let long_id = "x".repeat(100_000);

@@ -232,16 +232,8 @@ pub fn initialize_result(shared: &Shared) -> InitializeResult {
         .collect();
     let providers = provider_summaries(&cfg);
     let mut issues = issues;
-    // The lease thread opens the database right after start; give it a moment so a
-    // first `initialize` can report an unusable store (no disk access here).
-    let waited = std::time::Instant::now();
-    while !shared
-        .store_checked
-        .load(std::sync::atomic::Ordering::SeqCst)
-        && waited.elapsed() < std::time::Duration::from_secs(2)
-    {
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+    // What is known about the store now (the quick check at start, or the lease
+    // thread's open if it already failed); `initialize` never waits for the open.
     if let Some(e) = shared.store_error.lock().clone() {
         issues.push(RuntimeIssue {
             code: "store_unavailable".into(),

@@ -217,8 +217,9 @@ pub struct Shared {
     /// Serialized listings the reader may answer inline while nothing changed:
     /// filter → (list_gen, registry generation, bytes).
     pub list_cache: Mutex<Vec<CachedListing>>,
-    /// Why the database cannot be used, when the lease thread could not open it
-    /// (reported by `initialize` as a `store_unavailable` issue).
+    /// Why the database cannot be used: found by the quick check at start or when the
+    /// lease thread could not open it (reported by `initialize` as a `store_unavailable`
+    /// issue).
     pub store_error: Mutex<Option<String>>,
     /// Set once the lease thread has tried to open the database.
     pub store_checked: AtomicBool,
@@ -501,18 +502,27 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     opts.validate()?;
     let loaded = opts.load_config();
     let owner = LeaseOwner::current();
-    let fresh_store =
-        if !opts.home.join(wuu_store::DB_FILE).exists() {
-            // A fresh home: create and migrate the database once, before several threads
-            // open it at the same time. (An existing database is opened lazily.) The lease
-            // thread keeps this connection: closing the only connection would checkpoint
-            // the WAL and sync the file on the startup path.
-            Some(wuu_store::Store::open_home(&opts.home).map_err(|e| {
-                format!("cannot create the store under {}: {e}", opts.home.display())
-            })?)
-        } else {
-            None
-        };
+    // The store is opened (a new one created and migrated, which syncs the file several
+    // times) by the lease thread, off the startup path: `initialize` never waits for it.
+    // What can be known at once is checked here without SQLite (a few µs): a new
+    // database file can be created (else the server does not start), an existing one
+    // opens for writing and has a sound header. Anything else wrong is reported by the
+    // lease thread (`store_error`, seen by later `initialize` calls) and by every
+    // request that needs the store. Durability is unchanged: the same open, pragmas and
+    // migrations run, on another thread; every write waits for them (`Store::open`).
+    let db = opts.home.join(wuu_store::DB_FILE);
+    let store_problem = match create_db_file(&db) {
+        Ok(()) => wuu_store::Store::check_file(&db).err().map(|e| {
+            log::error!("cannot use the store under {}: {e}", opts.home.display());
+            format!("the database {} cannot be used: {e}", db.display())
+        }),
+        Err(e) => {
+            return Err(format!(
+                "cannot create the store under {}: {e}",
+                opts.home.display()
+            ))
+        }
+    };
     let closed = Arc::new(AtomicBool::new(false));
     let closed2 = closed.clone();
     let (outbox, _writer) = transport::start_writer(
@@ -543,7 +553,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         ephemeral_runs: Mutex::new(Default::default()),
         usage: Default::default(),
         panels,
-        store_error: Mutex::new(None),
+        store_error: Mutex::new(store_problem),
         list_gen: Default::default(),
         list_cache: Mutex::new(vec![]),
         store_checked: AtomicBool::new(false),
@@ -552,24 +562,38 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     let hb = Arc::downgrade(&shared);
     std::thread::Builder::new()
         .name("wuu-lease-heartbeat".into())
-        .spawn(move || heartbeat_loop(hb, fresh_store))
+        .spawn(move || heartbeat_loop(hb))
         .map_err(|e| e.to_string())?;
     Ok(shared)
+}
+
+/// Creates an empty database file at `path` (mode 0644, as SQLite would) when there is
+/// none, so a home where no database can be created is refused at start. SQLite treats
+/// an empty file as a new database.
+fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o644);
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Registers this process in the store, settles what dead processes left running
 /// (crash recovery), then heartbeats this process's leases. Runs off the startup path:
 /// a conversation whose lease belonged to a dead owner is also settled when a session
 /// takes its lease, so requests never depend on this having finished.
-fn heartbeat_loop(shared: std::sync::Weak<Shared>, fresh_store: Option<wuu_store::Store>) {
+fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let Some(s) = shared.upgrade() else { return };
     let home = s.opts.home.clone();
     let owner = s.owner.clone();
     drop(s);
-    let opened = match fresh_store {
-        Some(store) => Ok(store),
-        None => wuu_store::Store::open_home(&home),
-    };
+    // This connection stays open for the life of the process: closing the only
+    // connection would checkpoint the WAL and sync the file.
+    let opened = wuu_store::Store::open_home(&home);
     if let Some(s) = shared.upgrade() {
         if let Err(e) = &opened {
             log::error!("cannot open the store under {}: {e}", home.display());

@@ -104,6 +104,63 @@ impl Store {
         Store::open(&home.join(DB_FILE))
     }
 
+    /// A cheap check of the database file at `path` without SQLite (no lock, no WAL
+    /// recovery, no schema parse: a few microseconds), for a caller that must report an
+    /// unusable store before a real [`Store::open`] has finished: the file opens for
+    /// reading and writing, and when it holds a header, the header starts with SQLite's
+    /// magic (`SQLite format 3\0`) and its schema version (`user_version`, big-endian at
+    /// byte 60) is not newer than this build migrates to. A missing or empty file passes
+    /// (it becomes a new database). Passing says nothing more: [`Store::open`] may still
+    /// fail (locks, I/O errors, damage past the header; a version committed only to the
+    /// WAL is not in the header).
+    ///
+    /// Errors: [`StoreError::Io`] when the file exists but cannot be opened or read;
+    /// [`StoreError::Sqlite`] with `SQLITE_NOTADB` ("file is not a database") for a wrong
+    /// magic; [`StoreError::SchemaTooNew`].
+    pub fn check_file(path: &Path) -> Result<()> {
+        use std::io::Read;
+        let io = |source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let mut file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io(e)),
+        };
+        let mut header = [0u8; 100];
+        let mut len = 0;
+        while len < header.len() {
+            match file.read(&mut header[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io(e)),
+            }
+        }
+        const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+        if len >= MAGIC.len() && &header[..MAGIC.len()] != MAGIC {
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_NOTADB),
+                Some("file is not a database".into()),
+            )));
+        }
+        if len == header.len() {
+            let found = i64::from(i32::from_be_bytes([
+                header[60], header[61], header[62], header[63],
+            ]));
+            let supported = schema::latest_version();
+            if found > supported {
+                return Err(StoreError::SchemaTooNew { found, supported });
+            }
+        }
+        Ok(())
+    }
+
     /// Path of the database file, as given to [`Store::open`].
     pub fn path(&self) -> &Path {
         &self.path

@@ -1225,3 +1225,50 @@ fn concurrent_writers_in_threads() {
     }
     assert_eq!(count(&store, "items"), 400);
 }
+
+#[test]
+fn check_file_agrees_with_open_on_what_it_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wuu.db");
+    // Missing and empty files pass (they become new databases).
+    Store::check_file(&path).unwrap();
+    std::fs::write(&path, b"").unwrap();
+    Store::check_file(&path).unwrap();
+    // A real database passes, before and after data.
+    let mut store = Store::open(&path).unwrap();
+    Store::check_file(&path).unwrap();
+    store.insert_thread(&thread("t1", "/w", 5)).unwrap();
+    drop(store);
+    Store::check_file(&path).unwrap();
+    // Not a database: both refuse.
+    let bad = dir.path().join("bad.db");
+    std::fs::write(&bad, vec![b'g'; 4096]).unwrap();
+    let e = Store::check_file(&bad).unwrap_err();
+    assert!(e.to_string().contains("not a database"), "{e}");
+    assert!(Store::open(&bad).is_err());
+    // A schema from a newer build: both refuse with SchemaTooNew.
+    let newer = dir.path().join("newer.db");
+    let conn = rusqlite::Connection::open(&newer).unwrap();
+    conn.pragma_update(None, "user_version", 999).unwrap();
+    drop(conn);
+    assert!(matches!(
+        Store::check_file(&newer),
+        Err(StoreError::SchemaTooNew { found: 999, .. })
+    ));
+    assert!(matches!(
+        Store::open(&newer),
+        Err(StoreError::SchemaTooNew { found: 999, .. })
+    ));
+    // A file that cannot be opened for writing.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let ro = dir.path().join("ro.db");
+        std::fs::copy(&path, &ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o444)).unwrap();
+        // (root may write anyway; then both accept it)
+        if std::fs::OpenOptions::new().write(true).open(&ro).is_err() {
+            assert!(matches!(Store::check_file(&ro), Err(StoreError::Io { .. })));
+        }
+    }
+}
