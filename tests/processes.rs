@@ -93,18 +93,23 @@ impl Lab {
     /// Pids of processes whose environment names this test's home (the command's
     /// `TMPDIR`).
     fn command_pids(&self) -> Vec<(i32, String)> {
-        let needle = format!("TMPDIR={}", self.home.join("tmp").display());
+        let tmp = self.home.join("tmp").display().to_string();
+        let needle = format!("TMPDIR={tmp}");
         let mut out = vec![];
         for e in std::fs::read_dir("/proc").unwrap().flatten() {
             let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
-            let Ok(env) = std::fs::read(e.path().join("environ")) else {
-                continue;
-            };
-            let hit = env
-                .split(|b| *b == 0)
-                .any(|v| v.starts_with(needle.as_bytes()));
+            let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            // The launcher is non-dumpable: its environment is readable only by root,
+            // its command line (which names the temp dir) by anyone.
+            let launcher = cmd.contains("__sandbox") && cmd.contains(&*tmp);
+            let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            let hit = launcher
+                || env
+                    .split(|b| *b == 0)
+                    .any(|v| v.starts_with(needle.as_bytes()));
             let zombie = std::fs::read_to_string(e.path().join("stat"))
                 .ok()
                 .and_then(|s| {
@@ -113,8 +118,6 @@ impl Lab {
                 })
                 .unwrap_or(false);
             if hit && !zombie {
-                let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
                 out.push((pid, cmd));
             }
         }
