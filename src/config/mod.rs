@@ -455,7 +455,7 @@ pub fn load_with(
     let user_layer = if skip_user && explicit.is_none() {
         Ok(Some(Value::Object(Map::new())))
     } else {
-        read_layer(&user_path)
+        read_layer(&user_path, None)
     };
     match user_layer {
         Ok(Some(v)) => merge(&mut merged, v),
@@ -487,10 +487,10 @@ pub fn load_with(
         let first = [".wuu.json", "wuu.json"]
             .iter()
             .map(|n| workdir.join(n))
-            .find(|p| p.is_file());
+            .find(|p| std::fs::symlink_metadata(p).is_ok_and(|m| !m.is_dir()));
         let rest = PROJECT_LAYERS.iter().map(|n| workdir.join(n));
         for path in first.into_iter().chain(rest) {
-            match read_layer(&path) {
+            match read_layer(&path, Some(workdir)) {
                 Ok(Some(mut v)) => {
                     for ptr in USER_OWNED {
                         if remove_pointer(&mut v, ptr) {
@@ -523,15 +523,53 @@ pub fn load_with(
     out
 }
 
-/// Reads and validates one layer. `Ok(None)` when the file does not exist; `Err` names
-/// the file and the field path of the problem (`PATH: at `agent.max_stepz`: unknown
-/// field …`, `PATH: not valid JSON: …`).
-pub fn read_layer(path: &Path) -> Result<Option<Value>, String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: cannot read: {e}", path.display())),
+/// Largest config layer read, in bytes.
+pub const MAX_LAYER_BYTES: u64 = 1024 * 1024;
+
+/// The bytes of one layer file, `Ok(None)` when it does not exist. With `workdir` (a
+/// project layer) the file is read beneath the workspace through
+/// [`crate::tools::beneath::Root`]: a symlink out of the workspace (or a magic link) is
+/// refused, never followed. The user file (`workdir = None`) may be a link anywhere.
+/// Either way only a regular file is read (opened non-blocking: a FIFO is refused, never
+/// waited on), at most [`MAX_LAYER_BYTES`]. Errors name the file and the reason, never
+/// its content.
+pub fn layer_bytes(path: &Path, workdir: Option<&Path>) -> Result<Option<Vec<u8>>, String> {
+    use crate::tools::beneath::{self, Root};
+    let read = match workdir {
+        Some(w) => {
+            let Some(rel) = beneath::rel_beneath(w, path) else {
+                return Err(format!(
+                    "{}: refused: a project layer must be inside the workspace",
+                    path.display()
+                ));
+            };
+            Root::open(w)
+                .map_err(beneath::Error::Io)
+                .and_then(|root| root.read_capped(&rel, MAX_LAYER_BYTES))
+        }
+        None => beneath::read_regular(path, MAX_LAYER_BYTES),
     };
+    match read {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(beneath::Error::Outside) => Err(format!(
+            "{}: refused: it leads outside the workspace (a symbolic link out of it); not read",
+            path.display()
+        )),
+        Err(e) => Err(format!("{}: cannot read: {e}", path.display())),
+    }
+}
+
+/// Reads and validates one layer (`workdir`: see [`layer_bytes`]; `Some` for project
+/// layers). `Ok(None)` when the file does not exist; `Err` names the file and the field
+/// path of the problem (`PATH: at `agent.max_stepz`: unknown field …`, `PATH: not valid
+/// JSON: …`).
+pub fn read_layer(path: &Path, workdir: Option<&Path>) -> Result<Option<Value>, String> {
+    let Some(bytes) = layer_bytes(path, workdir)? else {
+        return Ok(None);
+    };
+    let text =
+        String::from_utf8(bytes).map_err(|_| format!("{}: not valid UTF-8", path.display()))?;
     let value: Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not valid JSON: {e}", path.display()))?;
     if !value.is_object() {

@@ -25,8 +25,21 @@ pub struct Section {
     pub text: String,
 }
 
-/// `AGENTS.md` files from `root` down to `cwd` (inclusive), outermost first.
+/// Largest `AGENTS.md` read, in bytes; a larger one is skipped (with a warning).
+pub const MAX_AGENTS_MD_BYTES: u64 = 256 * 1024;
+
+/// `AGENTS.md` files from `root` down to `cwd` (inclusive), outermost first, as
+/// `(absolute path, text)`.
+///
+/// Each file is read through [`crate::tools::beneath::Root`] opened on `root`: symlinks
+/// are followed only while they stay inside the workspace (no magic links such as
+/// `/proc/self/environ` or `/proc/self/fd/0`), only regular files are read (a FIFO or a
+/// device is refused before any read could block), at most [`MAX_AGENTS_MD_BYTES`].
+/// A refused file is skipped with a `log::warn!` line naming it and why (never its
+/// content); a missing one silently. Text is decoded lossily as UTF-8 and passed through
+/// [`crate::secrets::redact`] (it goes to the provider, like command output).
 pub fn agents_files(root: &Path, cwd: &Path) -> Vec<(String, String)> {
+    use crate::tools::beneath::{rel_beneath, Root};
     let mut dirs = vec![];
     let mut cur = Some(cwd);
     while let Some(d) = cur {
@@ -37,11 +50,31 @@ pub fn agents_files(root: &Path, cwd: &Path) -> Vec<(String, String)> {
         cur = d.parent().filter(|p| p.starts_with(root));
     }
     dirs.reverse();
+    let ws = match Root::open(root) {
+        Ok(ws) => ws,
+        Err(e) => {
+            log::warn!(
+                "AGENTS.md: cannot open the workspace {}: {e}",
+                root.display()
+            );
+            return vec![];
+        }
+    };
     dirs.iter()
         .filter_map(|d| {
             let p = d.join("AGENTS.md");
-            let text = std::fs::read_to_string(&p).ok()?;
-            Some((p.to_string_lossy().into_owned(), text))
+            let rel = rel_beneath(root, &p)?;
+            match ws.read_capped(&rel, MAX_AGENTS_MD_BYTES) {
+                Ok(bytes) => Some((
+                    p.to_string_lossy().into_owned(),
+                    crate::secrets::redact(&String::from_utf8_lossy(&bytes)).into_owned(),
+                )),
+                Err(e) if e.is_not_found() => None,
+                Err(e) => {
+                    log::warn!("{}: not read as instructions: {e}", p.display());
+                    None
+                }
+            }
         })
         .collect()
 }
@@ -67,7 +100,7 @@ pub fn system_sections(
                 root.display(),
                 cwd.display(),
                 match permission_mode {
-                    "read_only" => " (no file writes, no commands)",
+                    "read_only" => " (no file writes; commands run read-only in a sandbox)",
                     "standard" => " (writes only inside the workspace)",
                     _ => "",
                 }

@@ -244,13 +244,18 @@ pub fn config_tick(shared: &Shared) {
         // force stays (a missing optional project layer is a legitimate change).
         let removed = *path == shared.config().config_path
             && matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        // Project layers are read beneath the workspace (never through a link out).
+        let beneath =
+            (*path != shared.config().config_path).then_some(shared.opts.workdir.as_path());
         let verdict = if removed {
             Err("the file was removed".to_owned())
         } else {
-            crate::config::read_layer(path).map(drop)
+            crate::config::read_layer(path, beneath).map(drop)
         };
         if let Err(reason) = verdict {
-            let digest = std::fs::read(path)
+            let digest = crate::config::layer_bytes(path, beneath)
+                .ok()
+                .flatten()
                 .map(|b| {
                     use sha2::Digest;
                     sha2::Sha256::digest(&b).into()

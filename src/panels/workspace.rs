@@ -10,12 +10,22 @@
 //! prefix of paths resolved beneath the workspace. Hard links inside the workspace are
 //! the user's own files and are read like any file.
 //!
-//! Git: `git` runs as a child with the view's root as its working directory, with
-//! external diff drivers, text conversion, fsmonitor and optional index locks off,
-//! bounded output (8 MiB for listings, 512 KiB for a patch or a file text, 4 KiB of
-//! stderr) and a 25 s deadline (then it is killed). A workspace that is not inside a
+//! Git: the workspace's repository configuration can name programs (`filter.*.clean`
+//! through `.gitattributes`, hooks through `core.hooksPath`), so `git` never runs as a
+//! plain child of the host: it runs through the command sandbox launcher in `read_only`
+//! mode (the workspace readable, nothing writable but a private temp dir, the same read
+//! roots as `bash`) with the command environment (no provider keys, see
+//! `tools::sandbox::command_env`). A filter a repository configures therefore runs
+//! confined and without secrets. Where Landlock is unavailable git runs directly, with
+//! the same environment and flags (logged as a warning). Always: hooks off
+//! (`core.hooksPath=/dev/null`), external diff drivers, text conversion, fsmonitor and
+//! optional index locks off, variables that redirect git (`GIT_DIR`, …) removed, bounded
+//! output (8 MiB for listings, 512 KiB for a patch or a file text, 4 KiB of stderr) and a
+//! 25 s deadline (then its process group is killed). A workspace that is not inside a
 //! repository answers `is_repo: false` with empty views, as the Go server does; a
-//! repository whose top level lies outside the workspace is refused.
+//! repository whose top level, git directory or common directory lies outside the
+//! workspace (a `.git` file `gitdir: /elsewhere`, a worktree of an outside repository)
+//! is refused.
 
 use crate::server::{Responder, Shared};
 use crate::tools::beneath::{self, Kind, Root};
@@ -474,25 +484,136 @@ struct GitOut {
     stderr: String,
 }
 
-/// Runs `git ARGS` in `dir` with bounded output and the shared deadline.
-fn git(dir: &Path, deadline: Instant, limit: usize, args: &[&str]) -> Result<GitOut, Refusal> {
-    let mut cmd = Command::new("git");
+/// How the git commands of one view run (see the module docs): through the command
+/// sandbox launcher in `read_only` mode when Landlock is available, else directly
+/// (hardened flags and the scrubbed environment only).
+struct Git {
+    deadline: Instant,
+    /// The launcher and its arguments up to and including `--`; None = run git directly.
+    launch: Option<(PathBuf, Vec<std::ffi::OsString>)>,
+    /// The environment (the command environment: no provider keys or secret-looking
+    /// variables, no variables that redirect git to another repository).
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+}
+
+/// Variables that would point git at another repository, index or object store.
+const GIT_REDIRECT_VARS: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_NAMESPACE",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_EXTERNAL_DIFF",
+];
+
+impl Git {
+    fn new(shared: &Shared) -> Git {
+        use crate::tools::{sandbox, PermissionMode, ToolContext};
+        let home = &shared.opts.home;
+        let workdir = &shared.opts.workdir;
+        let ctx = ToolContext {
+            workspace_root: std::fs::canonicalize(workdir).unwrap_or_else(|_| workdir.clone()),
+            cwd: workdir.clone(),
+            permission_mode: PermissionMode::ReadOnly,
+            spill_dir: home.join("spill").join("workspace-views"),
+            default_timeout_ms: 0,
+            output_cap_bytes: 0,
+            temp_dir: home.join("tmp").join("workspace-views"),
+            sandbox: sandbox::SandboxSettings::from_config(&shared.config()),
+        };
+        let launch = match (sandbox::status(), sandbox::launcher()) {
+            (sandbox::Status::Available(_), Ok(exe)) => {
+                match std::fs::create_dir_all(&ctx.temp_dir) {
+                    Ok(()) => {
+                        let mut args: Vec<std::ffi::OsString> = vec![
+                            sandbox::LAUNCHER_ARG.into(),
+                            "--ppid".into(),
+                            std::process::id().to_string().into(),
+                            "--mode".into(),
+                            "read_only".into(),
+                        ];
+                        args.extend(sandbox::policy_args(&ctx));
+                        args.push("--".into());
+                        Some((exe, args))
+                    }
+                    Err(e) => {
+                        log::warn!(
+                            "workspace git views: cannot create {}: {e}; git runs unconfined (hardened flags, scrubbed environment)",
+                            ctx.temp_dir.display()
+                        );
+                        None
+                    }
+                }
+            }
+            (sandbox::Status::Unavailable(why), _) => {
+                log::warn!("workspace git views: the command sandbox is unavailable ({why}); git runs unconfined (hardened flags, scrubbed environment)");
+                None
+            }
+            (_, Err(e)) => {
+                log::warn!("workspace git views: {e}; git runs unconfined (hardened flags, scrubbed environment)");
+                None
+            }
+        };
+        let mut env: Vec<_> = sandbox::command_env(&ctx)
+            .into_iter()
+            .filter(|(k, _)| !GIT_REDIRECT_VARS.iter().any(|v| k == v))
+            .collect();
+        for (k, v) in [
+            ("GIT_OPTIONAL_LOCKS", "0"),
+            ("GIT_TERMINAL_PROMPT", "0"),
+            ("LC_ALL", "C"),
+        ] {
+            env.retain(|(n, _)| n != k);
+            env.push((k.into(), v.into()));
+        }
+        Git {
+            deadline: Instant::now() + GIT_TIMEOUT,
+            launch,
+            env,
+        }
+    }
+}
+
+/// Runs `git ARGS` in `dir` with bounded output and the shared deadline: confined by
+/// the command sandbox (`read_only`) when it is available, with the command
+/// environment, repository hooks disabled (`core.hooksPath=/dev/null`), no fsmonitor,
+/// no optional locks, and in its own process group (killed whole at the deadline).
+fn git(dir: &Path, g: &Git, limit: usize, args: &[&str]) -> Result<GitOut, Refusal> {
+    let mut cmd = match &g.launch {
+        Some((exe, pre)) => {
+            let mut c = Command::new(exe);
+            c.args(pre).arg("git");
+            c
+        }
+        None => Command::new("git"),
+    };
     cmd.args([
         "--no-pager",
         "--literal-pathspecs",
         "-c",
         "core.fsmonitor=false",
         "-c",
+        "core.hooksPath=/dev/null",
+        "-c",
         "core.quotePath=false",
+        "-c",
+        "diff.external=",
     ])
     .args(args)
     .current_dir(dir)
-    .env("GIT_OPTIONAL_LOCKS", "0")
-    .env("GIT_TERMINAL_PROMPT", "0")
-    .env("LC_ALL", "C")
+    .env_clear()
+    .envs(g.env.iter().map(|(k, v)| (k, v)))
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.process_group(0);
+    }
     let mut child = cmd
         .spawn()
         .map_err(|e| err(format!("cannot run git: {e}")))?;
@@ -524,7 +645,10 @@ fn git(dir: &Path, deadline: Instant, limit: usize, args: &[&str]) -> Result<Git
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() >= deadline => {
+            Ok(None) if Instant::now() >= g.deadline => {
+                if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                    let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+                }
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(err(format!(
@@ -548,8 +672,8 @@ fn git(dir: &Path, deadline: Instant, limit: usize, args: &[&str]) -> Result<Git
 }
 
 /// A git listing that must succeed and fit.
-fn git_list(dir: &Path, deadline: Instant, args: &[&str]) -> Result<Vec<u8>, Refusal> {
-    let o = git(dir, deadline, GIT_LIST_BYTES, args)?;
+fn git_list(dir: &Path, g: &Git, args: &[&str]) -> Result<Vec<u8>, Refusal> {
+    let o = git(dir, g, GIT_LIST_BYTES, args)?;
     if o.code != Some(0) {
         return Err(err(format!(
             "git {}: {} (exit {:?})",
@@ -608,10 +732,10 @@ fn numstat(data: &[u8]) -> Result<Vec<GitChange>, Refusal> {
     Ok(out)
 }
 
-fn changes(top: &Path, deadline: Instant, baseline: &str) -> Result<Vec<GitChange>, Refusal> {
+fn changes(top: &Path, g: &Git, baseline: &str) -> Result<Vec<GitChange>, Refusal> {
     let names = git_list(
         top,
-        deadline,
+        g,
         &[
             "diff",
             "--no-ext-diff",
@@ -625,7 +749,7 @@ fn changes(top: &Path, deadline: Instant, baseline: &str) -> Result<Vec<GitChang
     )?;
     let counts = git_list(
         top,
-        deadline,
+        g,
         &[
             "diff",
             "--no-ext-diff",
@@ -677,7 +801,7 @@ fn changes(top: &Path, deadline: Instant, baseline: &str) -> Result<Vec<GitChang
     }
     let untracked = git_list(
         top,
-        deadline,
+        g,
         &["ls-files", "--others", "--exclude-standard", "-z"],
     )?;
     let text = String::from_utf8_lossy(&untracked);
@@ -690,7 +814,7 @@ fn changes(top: &Path, deadline: Instant, baseline: &str) -> Result<Vec<GitChang
         if n < UNTRACKED_STATS {
             let o = git(
                 top,
-                deadline,
+                g,
                 GIT_LIST_BYTES,
                 &[
                     "diff",
@@ -733,10 +857,10 @@ fn git_view(
 ) -> Result<serde_json::Value, Refusal> {
     use erased::Ser;
     let view = View::open(shared, p.root.as_deref())?;
-    let deadline = Instant::now() + GIT_TIMEOUT;
+    let g = &Git::new(shared);
     let top = git(
         &view.shown,
-        deadline,
+        g,
         GIT_LIST_BYTES,
         &["rev-parse", "--show-toplevel"],
     )?;
@@ -771,20 +895,41 @@ fn git_view(
             top.display()
         )));
     };
+    // A `.git` file (`gitdir: …`), `commondir` or alternates could make git read another
+    // repository's objects: the git directory and the common directory must be inside the
+    // workspace too (a worktree of a repository outside it is refused).
+    let dirs = git_list(
+        &top,
+        g,
+        &[
+            "rev-parse",
+            "--path-format=absolute",
+            "--git-dir",
+            "--git-common-dir",
+        ],
+    )?;
+    for d in String::from_utf8_lossy(&dirs)
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        let real = std::fs::canonicalize(d).unwrap_or_else(|_| PathBuf::from(d));
+        if beneath::rel_beneath(&workdir_real, &real).is_none() {
+            return Err(err(format!(
+                "the repository's git directory {} is outside the workspace; it is not read",
+                real.display()
+            )));
+        }
+    }
     let top_path = shared.opts.workdir.join(&top_rel);
     let baseline = match git(
         &top_path,
-        deadline,
+        g,
         4096,
         &["rev-parse", "--verify", "--quiet", "HEAD"],
     )? {
         o if o.code == Some(0) => "HEAD".to_owned(),
         o if o.code == Some(1) => {
-            let h = git_list(
-                &top_path,
-                deadline,
-                &["hash-object", "-t", "tree", "--stdin"],
-            )?;
+            let h = git_list(&top_path, g, &["hash-object", "-t", "tree", "--stdin"])?;
             String::from_utf8_lossy(&h).trim().to_owned()
         }
         o => return Err(err(format!("git rev-parse HEAD: {}", o.stderr))),
@@ -793,7 +938,7 @@ fn git_view(
         GitKind::Changes => Ok(GitChangesResult {
             is_repo: true,
             root: Some(top_path.to_string_lossy().into_owned()),
-            files: changes(&top_path, deadline, &baseline)?,
+            files: changes(&top_path, g, &baseline)?,
         }
         .value()),
         GitKind::Status => {
@@ -801,17 +946,17 @@ fn git_view(
                 is_repo: true,
                 ..Default::default()
             };
-            let b = git_list(&top_path, deadline, &["branch", "--show-current"])?;
+            let b = git_list(&top_path, g, &["branch", "--show-current"])?;
             let mut branch = String::from_utf8_lossy(&b).trim().to_owned();
             r.detached = branch.is_empty();
             if r.detached && baseline == "HEAD" {
-                let h = git_list(&top_path, deadline, &["rev-parse", "--short", "HEAD"])?;
+                let h = git_list(&top_path, g, &["rev-parse", "--short", "HEAD"])?;
                 branch = String::from_utf8_lossy(&h).trim().to_owned();
             }
             r.branch = (!branch.is_empty()).then_some(branch);
             let refs = git_list(
                 &top_path,
-                deadline,
+                g,
                 &[
                     "for-each-ref",
                     "--sort=-committerdate",
@@ -825,10 +970,10 @@ fn git_view(
                 .filter(|l| !l.is_empty())
                 .map(str::to_owned)
                 .collect();
-            r.diff = totals(&changes(&top_path, deadline, &baseline)?);
+            r.diff = totals(&changes(&top_path, g, &baseline)?);
             let st = git_list(
                 &top_path,
-                deadline,
+                g,
                 &["status", "--porcelain=v1", "-z", "--untracked-files=normal"],
             )?;
             let text = String::from_utf8_lossy(&st);
@@ -847,7 +992,7 @@ fn git_view(
             }
             let staged = git_list(
                 &top_path,
-                deadline,
+                g,
                 &[
                     "diff",
                     "--no-ext-diff",
@@ -865,7 +1010,7 @@ fn git_view(
         GitKind::Diff => {
             let rel = relative(p.path.as_deref(), false)?;
             let path = slash(&rel);
-            let files = changes(&top_path, deadline, &baseline)?;
+            let files = changes(&top_path, g, &baseline)?;
             let Some(change) = files.into_iter().find(|c| c.path == path) else {
                 return Err(err("file is not in the current repository changes"));
             };
@@ -892,7 +1037,7 @@ fn git_view(
                     &path,
                 ];
             }
-            let patch = git(&top_path, deadline, PREVIEW_BYTES, &args)?;
+            let patch = git(&top_path, g, PREVIEW_BYTES, &args)?;
             if patch.code != Some(0) && !(change.status == "untracked" && patch.code == Some(1)) {
                 return Err(err(format!("git diff: {}", patch.stderr)));
             }
@@ -909,7 +1054,7 @@ fn git_view(
             if r.change.status != "untracked" && r.change.status != "added" {
                 let orig = r.change.old_path.clone().unwrap_or_else(|| path.clone());
                 let spec = format!("{baseline}:{orig}");
-                let o = git(&top_path, deadline, PREVIEW_BYTES, &["show", &spec])?;
+                let o = git(&top_path, g, PREVIEW_BYTES, &["show", &spec])?;
                 if o.code != Some(0) {
                     return Err(err(format!("git show: {}", o.stderr)));
                 }

@@ -180,6 +180,74 @@ pub struct Root {
     fd: OwnedFd,
     path: PathBuf,
     resolve: ResolveFlags,
+    fence: Option<Fence>,
+}
+
+/// The payload of the `PermissionDenied` error of a fenced path ([`Root::fenced`]).
+#[derive(Debug)]
+pub struct Fenced(String);
+
+impl std::fmt::Display for Fenced {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Fenced {}
+
+impl Error {
+    /// Whether this is the refusal of a fenced path ([`Root::fenced`]).
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Io(e) if e.get_ref().is_some_and(|i| i.is::<Fenced>()))
+    }
+}
+
+/// A directory inside a root that no operation may reach ([`Root::fenced`]).
+#[derive(Debug, Clone)]
+struct Fence {
+    /// Its canonical path.
+    path: PathBuf,
+    /// Its device and inode.
+    dev_ino: (u64, u64),
+    /// What it is, for the error (`the wuu home`).
+    what: String,
+}
+
+impl Fence {
+    fn refusal(&self) -> Error {
+        Error::Io(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            Fenced(format!(
+                "it is inside {} ({}), which file tools never touch",
+                self.what,
+                self.path.display()
+            )),
+        ))
+    }
+
+    /// Refuses `fd` when it lies in the fenced directory: its path as the kernel knows
+    /// it (`/proc/self/fd/N`, the name the open actually resolved to, so no link can
+    /// route around the check). Fails closed when `/proc` cannot be read.
+    fn check(&self, fd: BorrowedFd<'_>) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let real = std::fs::read_link(&link).map_err(|e| {
+            Error::Io(io::Error::new(
+                e.kind(),
+                format!("cannot check the path against {}: {e}", self.what),
+            ))
+        })?;
+        if real.starts_with(&self.path) {
+            return Err(self.refusal());
+        }
+        Ok(())
+    }
+
+    /// Whether directory entry `name` of `dir` is the fenced directory itself.
+    fn is(&self, dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| (st.st_dev, st.st_ino) == self.dev_ino)
+    }
 }
 
 /// Splits `path` into its normal components after checking that it is relative and
@@ -223,6 +291,45 @@ pub fn rel_beneath(root: &Path, path: &Path) -> Option<PathBuf> {
     })
 }
 
+/// Reads the regular file at `path` (anywhere; symlinks followed: for files the user
+/// owns, such as the user config) whole, at most `cap` bytes. Opened `O_NONBLOCK`, so a
+/// FIFO or a device is refused (`InvalidInput`, "not a regular file") before any read
+/// could block; a larger file is `InvalidData` ("larger than CAP bytes").
+pub fn read_regular(path: &Path, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+    )?;
+    match Stat::from_fd(fd.as_fd())?.kind {
+        Kind::File => {}
+        Kind::Dir => {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::IsADirectory,
+                "is a directory",
+            )))
+        }
+        _ => {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )))
+        }
+    }
+    let mut buf = Vec::new();
+    File::from(fd)
+        .take(cap.saturating_add(1))
+        .read_to_end(&mut buf)?;
+    if buf.len() as u64 > cap {
+        return Err(Error::Io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("larger than {cap} bytes"),
+        )));
+    }
+    Ok(buf)
+}
+
 impl Root {
     /// Opens `path` (a directory; symlinks followed) as a root.
     pub fn open(path: &Path) -> io::Result<Root> {
@@ -235,7 +342,27 @@ impl Root {
             fd,
             path: path.to_path_buf(),
             resolve: RESOLVE,
+            fence: None,
         })
+    }
+
+    /// This root with `dir` (and everything beneath it) fenced off: every operation
+    /// that reaches it, through any name or symbolic link, fails with
+    /// `Io(PermissionDenied, "it is inside WHAT (PATH), which file tools never touch")`
+    /// (checked on each opened descriptor's kernel path), and [`Root::walk`] and
+    /// [`Root::read_dir`] leave it out. Used for the wuu home when it lies inside the
+    /// workspace. A `dir` that does not exist fences nothing.
+    pub fn fenced(mut self, dir: &Path, what: &str) -> Root {
+        if let Ok(real) = std::fs::canonicalize(dir) {
+            if let Ok(st) = rustix::fs::stat(&real) {
+                self.fence = Some(Fence {
+                    path: real,
+                    dev_ino: (st.st_dev, st.st_ino),
+                    what: what.to_owned(),
+                });
+            }
+        }
+        self
     }
 
     /// The file system root `/` with no resolution limits (`unconfined` mode): the same
@@ -266,7 +393,13 @@ impl Root {
                 Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
                 // `RESOLVE_NO_MAGICLINKS` reports a magic link as ELOOP.
                 Err(rustix::io::Errno::LOOP) if is_magic(&p) => return Err(Error::Outside),
-                r => return Ok(r?),
+                r => {
+                    let fd = r?;
+                    if let Some(f) = &self.fence {
+                        f.check(fd.as_fd())?;
+                    }
+                    return Ok(fd);
+                }
             }
         }
     }
@@ -297,6 +430,26 @@ impl Root {
         Ok(File::from(fd))
     }
 
+    /// Reads the regular file `rel` whole (see [`Root::open_read`]: resolved beneath the
+    /// root, no magic links; a FIFO, device or socket is refused before any read could
+    /// block), at most `cap` bytes. This is how the host itself reads workspace files
+    /// (`AGENTS.md`, project config layers, project skills). Errors: those of
+    /// `open_read`; a file larger than `cap` bytes is `Io(InvalidData, "larger than
+    /// CAP bytes")`.
+    pub fn read_capped(&self, rel: &Path, cap: u64) -> Result<Vec<u8>> {
+        use std::io::Read;
+        let f = self.open_read(rel)?;
+        let mut buf = Vec::new();
+        f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
+        if buf.len() as u64 > cap {
+            return Err(Error::Io(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("larger than {cap} bytes"),
+            )));
+        }
+        Ok(buf)
+    }
+
     /// `stat` of `rel`, following symlinks beneath the root.
     pub fn stat(&self, rel: &Path) -> Result<Stat> {
         let fd = self.open_raw(rel, OFlags::PATH)?;
@@ -318,7 +471,11 @@ impl Root {
     /// The entries of directory `rel`, sorted by name, without `.` and `..`.
     pub fn read_dir(&self, rel: &Path) -> Result<Vec<Entry>> {
         let fd = self.open_dir(rel)?;
-        list_fd(fd.as_fd())
+        let mut list = list_fd(fd.as_fd())?;
+        if let Some(f) = &self.fence {
+            list.retain(|e| e.kind != Kind::Dir || !f.is(fd.as_fd(), &e.name));
+        }
+        Ok(list)
     }
 
     /// Creates directory `rel` and its missing parents beneath the root (`mode` 0o777
@@ -492,7 +649,15 @@ impl Root {
         let start = join(&comps);
         let fd = self.open_dir(&start)?;
         let mut stop = false;
-        walk_dir(fd, &start, 1, max_depth, visit, &mut stop);
+        walk_dir(
+            fd,
+            &start,
+            1,
+            max_depth,
+            self.fence.as_ref(),
+            visit,
+            &mut stop,
+        );
         Ok(())
     }
 }
@@ -583,6 +748,7 @@ fn walk_dir(
     rel: &Path,
     depth: usize,
     max_depth: Option<usize>,
+    fence: Option<&Fence>,
     visit: &mut dyn FnMut(&WalkEntry<'_>) -> Visit,
     stop: &mut bool,
 ) {
@@ -592,6 +758,9 @@ fn walk_dir(
     for entry in &entries {
         if *stop {
             return;
+        }
+        if entry.kind == Kind::Dir && fence.is_some_and(|f| f.is(fd.as_fd(), &entry.name)) {
+            continue;
         }
         let child_rel = if rel == Path::new(".") {
             PathBuf::from(&entry.name)
@@ -624,7 +793,7 @@ fn walk_dir(
         ) else {
             continue;
         };
-        walk_dir(child, &child_rel, depth + 1, max_depth, visit, stop);
+        walk_dir(child, &child_rel, depth + 1, max_depth, fence, visit, stop);
     }
 }
 

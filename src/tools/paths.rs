@@ -146,6 +146,7 @@ impl Target {
     /// a permission refusal naming the workspace, anything else an error naming `what`.
     pub(crate) fn fail(&self, what: &str, e: Error) -> Fail {
         match e {
+            e if e.is_fenced() => Fail::Denied(format!("cannot {what} `{}`: {e}", self.shown)),
             Error::Outside => Fail::Denied(format!(
                 "cannot {what} `{}`: it leads outside the workspace {} (through `..` or a symbolic link); only paths inside the workspace are allowed",
                 self.shown,
@@ -212,12 +213,24 @@ pub(crate) fn target_of(ctx: &ToolContext, abs: &Path, raw: &str) -> Result<Targ
     } else {
         Root::open(&root_path)
     };
-    let root = opened.map_err(|e| {
+    let mut root = opened.map_err(|e| {
         Fail::Error(format!(
             "cannot open the workspace {}: {e}",
             root_path.display()
         ))
     })?;
+    if ctx.permission_mode != PermissionMode::Unconfined {
+        // The wuu home (its database, traces, and the user config that sets the
+        // permission mode) is never a workspace file, even when the workspace holds it
+        // (a workspace of `~` with the default `~/.wuu`).
+        let home = crate::config::wuu_home();
+        let inside = fs::canonicalize(&home)
+            .ok()
+            .is_some_and(|h| h.starts_with(&root_path));
+        if inside {
+            root = root.fenced(&home, "the wuu home");
+        }
+    }
     let abs = normalize(&root_path.join(&rel));
     Ok(Target {
         root,

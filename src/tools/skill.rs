@@ -11,14 +11,17 @@
 //! skill hides a user skill of the same name (Claude Code's layout and precedence, so a
 //! `SKILL.md` written for it works unchanged).
 //!
-//! Limits: 500 folders per root, 256 KiB per `SKILL.md`; larger files and folders whose
-//! `SKILL.md` resolves outside its root (a link out of the workspace) are skipped with a
-//! warning on stderr.
+//! Limits: 500 folders per root, 256 KiB per `SKILL.md`. Files are read beneath their
+//! root (`tools::beneath`: the workspace for project skills, `$WUU_HOME/skills` for user
+//! skills), regular files only, never blocking: larger files, FIFOs, and anything that
+//! resolves outside its root (a `SKILL.md`, a folder, or `.wuu` / `.wuu/skills` linked
+//! out of the workspace) are skipped with a warning on stderr.
 //!
 //! `load_skill {name, arguments?}` returns the body after the frontmatter, with
 //! `${ARGUMENTS}` replaced by `arguments` and `${SKILL_DIR}` (also `${CLAUDE_SKILL_DIR}`)
 //! by the skill's folder. `detail`: `{name, source, path, bytes}`.
 
+use super::beneath::{self, Kind, Root};
 use super::ToolOutcome;
 use crate::provider::ToolSpec;
 use serde_json::{json, Value};
@@ -60,13 +63,39 @@ pub struct Skill {
     pub body: String,
 }
 
-/// Discovers the skills of `project_root` (the workspace: `.wuu/skills/`) and
-/// `user_root` (the wuu home: `skills/`), sorted by name, project first on ties.
+/// The skill roots: the project's `.wuu/skills` (resolved beneath the workspace) and
+/// the user's `skills` (the wuu home's `skills` directory, which may itself be a link
+/// the user made), each as (the `Root` reads stay beneath, the folder relative to it,
+/// the folder's absolute path, source).
+fn roots(workspace: &Path, home: &Path) -> Vec<(Root, PathBuf, PathBuf, &'static str)> {
+    let mut out = vec![];
+    if let Ok(ws) = Root::open(workspace) {
+        out.push((
+            ws,
+            PathBuf::from(".wuu/skills"),
+            workspace.join(".wuu").join("skills"),
+            "project",
+        ));
+    }
+    let user = home.join("skills");
+    if let Ok(r) = Root::open(&user) {
+        out.push((r, PathBuf::from("."), user, "user"));
+    }
+    out
+}
+
+/// Discovers the skills of `workspace` (`.wuu/skills/`) and `home` (the wuu home:
+/// `skills/`), sorted by name, project first on ties. Every file is read beneath its
+/// root ([`Root::read_capped`]): a `SKILL.md`, a skill folder, or the project's
+/// `.wuu` / `.wuu/skills` itself that links out of the workspace is skipped with a
+/// warning, as are FIFOs, devices and files over [`MAX_SKILL_BYTES`].
 pub fn discover(workspace: &Path, home: &Path) -> Vec<Skill> {
-    let mut out: Vec<Skill> = scan(&workspace.join(".wuu").join("skills"), "project");
-    for s in scan(&home.join("skills"), "user") {
-        if !out.iter().any(|p| p.name == s.name) {
-            out.push(s);
+    let mut out: Vec<Skill> = vec![];
+    for (root, base, shown, source) in roots(workspace, home) {
+        for s in scan(&root, &base, &shown, source) {
+            if !out.iter().any(|p| p.name == s.name) {
+                out.push(s);
+            }
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -74,93 +103,103 @@ pub fn discover(workspace: &Path, home: &Path) -> Vec<Skill> {
 }
 
 /// The `SKILL.md` files the roots hold right now, with their metadata (cheap: one
-/// directory read per root and one `stat` per skill). Changes when a skill is added,
-/// removed or edited.
+/// directory read per root and one `stat` per skill, all beneath the roots). Changes
+/// when a skill is added, removed or edited.
 pub fn fingerprint(
     workspace: &Path,
     home: &Path,
 ) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
     let mut out = vec![];
-    for root in [workspace.join(".wuu").join("skills"), home.join("skills")] {
-        for file in skill_files(&root) {
-            let meta = std::fs::metadata(&file).ok();
+    for (root, base, shown, _) in roots(workspace, home) {
+        for rel in skill_files(&root, &base, &shown) {
+            let st = root.stat(&rel).ok();
             out.push((
-                file,
-                meta.as_ref().map(|m| m.len()).unwrap_or(0),
-                meta.and_then(|m| m.modified().ok()),
+                shown_path(&shown, &base, &rel),
+                st.map(|m| m.len).unwrap_or(0),
+                st.map(|m| m.modified()),
             ));
         }
     }
     out
 }
 
-fn skill_files(root: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root) else {
-        return vec![];
+/// `rel` (relative to the root) as an absolute path under `shown` (the absolute path
+/// of `base`).
+fn shown_path(shown: &Path, base: &Path, rel: &Path) -> PathBuf {
+    shown.join(rel.strip_prefix(base).unwrap_or(rel))
+}
+
+/// Whether `rel` is a directory beneath the root (a link is followed beneath it only).
+fn is_dir(root: &Root, rel: &Path) -> bool {
+    root.stat(rel).is_ok_and(|s| s.kind == Kind::Dir)
+}
+
+/// The `SKILL.md` files (relative to the root) of the skill folders under `base`.
+fn skill_files(root: &Root, base: &Path, shown: &Path) -> Vec<PathBuf> {
+    let entries = match root.read_dir(base) {
+        Ok(e) => e,
+        Err(beneath::Error::Outside) => {
+            log::warn!(
+                "{}: leads outside its root (a symbolic link out); no skills read from it",
+                shown.display()
+            );
+            return vec![];
+        }
+        Err(_) => return vec![],
     };
     let mut dirs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.is_dir())
+        .into_iter()
+        .filter(|e| matches!(e.kind, Kind::Dir | Kind::Symlink))
+        .map(|e| base.join(e.name))
+        .filter(|d| is_dir(root, d))
         .collect();
     dirs.sort();
     if dirs.len() > MAX_SKILLS_PER_ROOT {
         log::warn!(
             "{}: more than {MAX_SKILLS_PER_ROOT} skill folders; the rest are ignored",
-            root.display()
+            shown.display()
         );
         dirs.truncate(MAX_SKILLS_PER_ROOT);
     }
-    dirs.iter().filter_map(|d| skill_md(d)).collect()
+    dirs.iter().filter_map(|d| skill_md(root, d)).collect()
 }
 
-fn skill_md(dir: &Path) -> Option<PathBuf> {
+fn skill_md(root: &Root, dir: &Path) -> Option<PathBuf> {
     let exact = dir.join("SKILL.md");
-    if exact.is_file() {
+    if root.lstat(&exact).is_ok() {
         return Some(exact);
     }
-    std::fs::read_dir(dir)
+    root.read_dir(dir)
         .ok()?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.is_file()
-                && p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.eq_ignore_ascii_case("SKILL.md"))
+        .into_iter()
+        .find(|e| {
+            e.name
+                .to_str()
+                .is_some_and(|n| n.eq_ignore_ascii_case("SKILL.md"))
         })
+        .map(|e| dir.join(e.name))
 }
 
-fn scan(root: &Path, source: &'static str) -> Vec<Skill> {
-    let canonical_root = match std::fs::canonicalize(root) {
-        Ok(r) => r,
-        Err(_) => return vec![],
-    };
+fn scan(root: &Root, base: &Path, shown: &Path, source: &'static str) -> Vec<Skill> {
     let mut out = vec![];
-    for file in skill_files(root) {
-        match std::fs::canonicalize(&file) {
-            Ok(real) if real.starts_with(&canonical_root) => {}
-            _ => {
+    for rel in skill_files(root, base, shown) {
+        let file = shown_path(shown, base, &rel);
+        let bytes = match root.read_capped(&rel, MAX_SKILL_BYTES) {
+            Ok(b) => b,
+            Err(beneath::Error::Outside) => {
                 log::warn!(
                     "{}: resolves outside {}; skipped",
                     file.display(),
-                    root.display()
+                    shown.display()
                 );
                 continue;
             }
-        }
-        let len = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
-        if len > MAX_SKILL_BYTES {
-            log::warn!(
-                "{}: larger than {MAX_SKILL_BYTES} bytes; skipped",
-                file.display()
-            );
-            continue;
-        }
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
+            Err(e) => {
+                log::warn!("{}: not read: {e}; skipped", file.display());
+                continue;
+            }
         };
-        let text = String::from_utf8_lossy(&bytes);
+        let text = crate::secrets::redact(&String::from_utf8_lossy(&bytes)).into_owned();
         let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let folder = dir
             .file_name()
