@@ -111,7 +111,7 @@ pub fn fingerprint(
 ) -> Vec<(PathBuf, u64, Option<std::time::SystemTime>)> {
     let mut out = vec![];
     for (root, base, shown, _) in roots(workspace, home) {
-        for rel in skill_files(&root, &base, &shown) {
+        for rel in skill_files(&root, &base, &shown, false) {
             let st = root.stat(&rel).ok();
             out.push((
                 shown_path(&shown, &base, &rel),
@@ -134,11 +134,12 @@ fn is_dir(root: &Root, rel: &Path) -> bool {
     root.stat(rel).is_ok_and(|s| s.kind == Kind::Dir)
 }
 
-/// The `SKILL.md` files (relative to the root) of the skill folders under `base`.
-fn skill_files(root: &Root, base: &Path, shown: &Path) -> Vec<PathBuf> {
+/// The `SKILL.md` files (relative to the root) of the skill folders under `base`
+/// (`warn`: log what is left out).
+fn skill_files(root: &Root, base: &Path, shown: &Path, warn: bool) -> Vec<PathBuf> {
     let entries = match root.read_dir(base) {
         Ok(e) => e,
-        Err(beneath::Error::Outside) => {
+        Err(beneath::Error::Outside) if warn => {
             log::warn!(
                 "{}: leads outside its root (a symbolic link out); no skills read from it",
                 shown.display()
@@ -155,10 +156,12 @@ fn skill_files(root: &Root, base: &Path, shown: &Path) -> Vec<PathBuf> {
         .collect();
     dirs.sort();
     if dirs.len() > MAX_SKILLS_PER_ROOT {
-        log::warn!(
-            "{}: more than {MAX_SKILLS_PER_ROOT} skill folders; the rest are ignored",
-            shown.display()
-        );
+        if warn {
+            log::warn!(
+                "{}: more than {MAX_SKILLS_PER_ROOT} skill folders; the rest are ignored",
+                shown.display()
+            );
+        }
         dirs.truncate(MAX_SKILLS_PER_ROOT);
     }
     dirs.iter().filter_map(|d| skill_md(root, d)).collect()
@@ -182,7 +185,7 @@ fn skill_md(root: &Root, dir: &Path) -> Option<PathBuf> {
 
 fn scan(root: &Root, base: &Path, shown: &Path, source: &'static str) -> Vec<Skill> {
     let mut out = vec![];
-    for rel in skill_files(root, base, shown) {
+    for rel in skill_files(root, base, shown, true) {
         let file = shown_path(shown, base, &rel);
         let bytes = match root.read_capped(&rel, MAX_SKILL_BYTES) {
             Ok(b) => b,
