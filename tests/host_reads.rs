@@ -418,6 +418,17 @@ fn skills_linked_out_are_not_loaded() {
 /// command environment, and neither can write outside.
 #[test]
 fn workspace_git_views_run_planted_programs_confined() {
+    planted_programs(false);
+}
+
+/// B2 without Landlock (`WUU_SANDBOX_UNAVAILABLE=1`): git runs directly, hooks still
+/// never run, and the filter (which then does run unconfined) gets no provider key.
+#[test]
+fn workspace_git_views_without_landlock_still_scrub_and_disable_hooks() {
+    planted_programs(true);
+}
+
+fn planted_programs(no_landlock: bool) {
     let lab = Lab::new();
     let (ws, home) = (lab.ws(), lab.base.join("home"));
     fs::write(ws.join("f.txt"), "one\n").unwrap();
@@ -458,7 +469,19 @@ fn workspace_git_views_run_planted_programs_confined() {
     fs::write(ws.join(".gitattributes"), "* filter=x\n").unwrap();
     fs::write(ws.join("f.txt"), "one\ntwo\n").unwrap();
 
-    let mut app = lab.app();
+    let mut app = if no_landlock {
+        App::spawn_in_env(
+            &lab.base.join("wuu"),
+            &lab.ws(),
+            &[
+                ("HOME", lab.base.join("home").to_str().unwrap()),
+                ("FAKE_API_KEY", KEY),
+                ("WUU_SANDBOX_UNAVAILABLE", "1"),
+            ],
+        )
+    } else {
+        lab.app()
+    };
     let st = app.call("workspace/git/status", json!({}));
     assert_eq!(st["is_repo"], true, "{st}");
     let ch = app.call("workspace/git/changes", json!({}));
@@ -470,15 +493,24 @@ fn workspace_git_views_run_planted_programs_confined() {
     );
     drop(app);
 
-    for suffix in ["-filter", "-hook"] {
-        let p = PathBuf::from(format!("{m}{suffix}"));
-        assert!(
-            !p.exists(),
-            "{} was written: {:?}",
-            p.display(),
-            fs::read_to_string(&p)
-        );
+    let hook = PathBuf::from(format!("{m}-hook"));
+    assert!(
+        !hook.exists(),
+        "a repository hook ran: {:?}",
+        fs::read_to_string(&hook)
+    );
+    let filter = PathBuf::from(format!("{m}-filter"));
+    if no_landlock {
+        // Unconfined, but with the command environment.
+        let env = fs::read_to_string(&filter).expect("the filter ran");
+        assert!(!env.contains(KEY) && !env.contains("FAKE_API_KEY"), "{env}");
+        return;
     }
+    assert!(
+        !filter.exists(),
+        "the filter wrote outside: {:?}",
+        fs::read_to_string(&filter)
+    );
     let tmp = lab.base.join("wuu/tmp/workspace-views");
     assert!(!tmp.join("hook-ran").exists(), "a repository hook ran");
     // The filter did run (so the test is not vacuous), confined and without the key.

@@ -523,7 +523,11 @@ impl Git {
             default_timeout_ms: 0,
             output_cap_bytes: 0,
             temp_dir: home.join("tmp").join("workspace-views"),
-            sandbox: sandbox::SandboxSettings::from_config(&shared.config()),
+            sandbox: sandbox::SandboxSettings {
+                // The wuu home is hidden from git (and whatever it runs) as from `bash`.
+                process_ledger: Some(home.clone()),
+                ..sandbox::SandboxSettings::from_config(&shared.config())
+            },
         };
         let launch = match (sandbox::status(), sandbox::launcher()) {
             (sandbox::Status::Available(_), Ok(exe)) => {
@@ -610,7 +614,8 @@ fn git(dir: &Path, g: &Git, limit: usize, args: &[&str]) -> Result<GitOut, Refus
     .stdin(Stdio::null())
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    {
+    if g.launch.is_none() {
+        // (The launcher starts a session of its own, so it is its group's leader.)
         use std::os::unix::process::CommandExt;
         cmd.process_group(0);
     }
