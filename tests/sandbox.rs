@@ -395,11 +395,20 @@ fn a_non_canonical_path_entry_does_not_open_the_siblings() {
 #[test]
 fn inherited_descriptors_and_agent_sockets_do_not_reach_commands() {
     let lab = Lab::new(false);
+    // A listening "ssh agent" at $SSH_AUTH_SOCK: the variable is scrubbed, and the
+    // socket itself (reachable by path: Landlock does not confine `connect`) is covered.
+    let sock = lab.base.join("home/agent.sock");
+    let _agent = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let connect = format!(
+        "if [ -x /usr/bin/python3 ]; then /usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); print('AGENT-CONNECTED')\" 2>&1 | tail -1; else echo no-python; fi",
+        sock.display()
+    );
     let r = lab.run(
         "standard",
         &[
             "if [ -e /proc/self/fd/251 ]; then echo FD251-OPEN; else echo fd251-closed; fi; ls /proc/self/fd | tr '\\n' ' '",
             "echo sock=${SSH_AUTH_SOCK:-none} gpg=${GPG_AGENT_INFO:-none}",
+            &connect,
         ],
     );
     assert!(r.results[0].contains("fd251-closed"), "{}", r.results[0]);
@@ -407,6 +416,16 @@ fn inherited_descriptors_and_agent_sockets_do_not_reach_commands() {
         r.results[1].contains("sock=none gpg=none"),
         "{}",
         r.results[1]
+    );
+    assert!(
+        !r.results[2].contains("AGENT-CONNECTED"),
+        "{}",
+        r.results[2]
+    );
+    assert!(
+        r.results[2].contains("Connection refused") || r.results[2].contains("no-python"),
+        "{}",
+        r.results[2]
     );
 }
 

@@ -7,7 +7,8 @@
 //!
 //! ```text
 //! wuu __sandbox --ppid PID --mode standard|read_only|unconfined
-//!               [--read DIR]… [--write DIR]… [--hide PATH]… -- SHELL -c COMMAND
+//!               [--read DIR]… [--write DIR]… [--hide PATH]… [--mask PATH]…
+//!               -- SHELL -c COMMAND
 //! ```
 //!
 //! The launcher, a fresh single-threaded process:
@@ -19,7 +20,9 @@
 //!    `mount_ns`): the whole tree read-only, the `--write` roots read-write on top, the
 //!    `--hide` paths (the wuu home, the user config) covered by empty read-only ones.
 //!    Where no namespace can be made it goes on with Landlock alone and prints a
-//!    warning on stderr, unless a `--hide` path lies inside a root: then it refuses;
+//!    warning on stderr, unless a `--hide` path lies inside a root: then it refuses.
+//!    `--mask` paths (the credential agents' sockets, the user's runtime dir) are
+//!    covered the same way, best effort: without a namespace they stay;
 //! 3. makes itself non-dumpable (after the namespace: entering a user namespace resets
 //!    the flag), so the command cannot ptrace it or read its memory, and asks for
 //!    `SIGHUP` when its parent thread dies (`PR_SET_PDEATHSIG`), checking that the host
@@ -309,6 +312,34 @@ pub fn command_env(ctx: &ToolContext) -> Vec<(OsString, OsString)> {
     out
 }
 
+/// Where the user's credential agents listen, as far as the host can tell: the sockets
+/// named by `SSH_AUTH_SOCK` and `GPG_AGENT_INFO` (`path:pid:version`), and the user's
+/// runtime dir (`$XDG_RUNTIME_DIR`, `/run/user/UID`: gpg-agent, gcr's ssh agent, the
+/// D-Bus session bus, keyrings). A pathname unix socket is reachable through any path
+/// (Landlock before the unix-socket right does not confine `connect`), so the command's
+/// mount namespace covers these with empty read-only ones.
+fn agent_sockets() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    if let Some(s) = std::env::var_os("SSH_AUTH_SOCK") {
+        out.push(s.into());
+    }
+    if let Ok(g) = std::env::var("GPG_AGENT_INFO") {
+        if let Some(path) = g.split(':').next().filter(|p| !p.is_empty()) {
+            out.push(path.into());
+        }
+    }
+    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR") {
+        out.push(x.into());
+    }
+    #[cfg(target_os = "linux")]
+    out.push(PathBuf::from(format!(
+        "/run/user/{}",
+        rustix::process::getuid().as_raw()
+    )));
+    out.retain(|p| p.is_absolute() && p != Path::new("/"));
+    out
+}
+
 fn home() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
@@ -327,7 +358,9 @@ fn home() -> Option<PathBuf> {
 ///   `agent.sandbox.writable_roots`; (`read_only`): the temp dir only, the workspace
 ///   and the spill dir becoming read roots;
 /// - hide: `agent`'s [`SandboxSettings::hidden`] paths and the wuu home
-///   (`process_ledger`), canonicalized.
+///   (`process_ledger`), canonicalized;
+/// - mask: the credential agents' sockets ([`agent_sockets`]), unless one of
+///   [`AGENT_VARS`] is in `agent.shell_env.keep`.
 pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
     let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
     let home = home();
@@ -376,6 +409,17 @@ pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
             args.push(h.into_os_string());
         }
     }
+    let agents_kept = AGENT_VARS
+        .iter()
+        .any(|v| ctx.sandbox.env_keep.iter().any(|k| k == v));
+    if !agents_kept {
+        for m in agent_sockets() {
+            if let Ok(m) = std::fs::canonicalize(&m) {
+                args.push("--mask".into());
+                args.push(m.into_os_string());
+            }
+        }
+    }
     for r in read {
         args.push("--read".into());
         args.push(r.into_os_string());
@@ -412,6 +456,7 @@ struct LaunchArgs {
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
     hide: Vec<PathBuf>,
+    mask: Vec<PathBuf>,
     program: Vec<OsString>,
 }
 
@@ -422,6 +467,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
         read: Vec::new(),
         write: Vec::new(),
         hide: Vec::new(),
+        mask: Vec::new(),
         program: Vec::new(),
     };
     let mut it = args.into_iter();
@@ -435,6 +481,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
             Some("--read") => a.read.push(value()?.into()),
             Some("--write") => a.write.push(value()?.into()),
             Some("--hide") => a.hide.push(value()?.into()),
+            Some("--mask") => a.mask.push(value()?.into()),
             Some("--") => {
                 a.program = it.collect();
                 break;
@@ -630,7 +677,14 @@ fn enter_mount_ns(a: &LaunchArgs) -> Result<mount_ns::Entered, mount_ns::Error> 
         .into_iter()
         .filter(|p| p.is_dir())
         .collect();
-    mount_ns::enter(&write, &read, &existing(&a.hide))
+    let mut hide = existing(&a.hide);
+    // A masked path that is (inside) a write root would hide the workspace itself.
+    hide.extend(
+        existing(&a.mask)
+            .into_iter()
+            .filter(|m| !write.iter().any(|w| w.starts_with(m) || m.starts_with(w))),
+    );
+    mount_ns::enter(&write, &read, &hide)
 }
 
 /// Marks every descriptor above 2 close-on-exec, so the command inherits only its
