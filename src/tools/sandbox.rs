@@ -312,6 +312,22 @@ pub fn command_env(ctx: &ToolContext) -> Vec<(OsString, OsString)> {
     out
 }
 
+/// Sockets of system daemons that act for whoever connects with the caller's
+/// privileges: a container engine (root on the host for its users), the system D-Bus
+/// and systemd's private bus (`systemd-run` as root), snapd. Covered in every
+/// command's mount namespace (best effort, like the agents' sockets).
+const DAEMON_SOCKETS: &[&str] = &[
+    "/run/docker.sock",
+    "/var/run/docker.sock",
+    "/run/containerd/containerd.sock",
+    "/run/podman/podman.sock",
+    "/run/crio/crio.sock",
+    "/run/snapd.socket",
+    "/run/snapd-snap.socket",
+    "/run/dbus/system_bus_socket",
+    "/run/systemd/private",
+];
+
 /// Where the user's credential agents listen, as far as the host can tell: the sockets
 /// named by `SSH_AUTH_SOCK` and `GPG_AGENT_INFO` (`path:pid:version`), and the user's
 /// runtime dir (`$XDG_RUNTIME_DIR`, `/run/user/UID`: gpg-agent, gcr's ssh agent, the
@@ -359,8 +375,8 @@ fn home() -> Option<PathBuf> {
 ///   and the spill dir becoming read roots;
 /// - hide: `agent`'s [`SandboxSettings::hidden`] paths and the wuu home
 ///   (`process_ledger`), canonicalized;
-/// - mask: the credential agents' sockets ([`agent_sockets`]), unless one of
-///   [`AGENT_VARS`] is in `agent.shell_env.keep`.
+/// - mask: [`DAEMON_SOCKETS`], and the credential agents' sockets ([`agent_sockets`])
+///   unless one of [`AGENT_VARS`] is in `agent.shell_env.keep`.
 pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
     let mut read: Vec<PathBuf> = SYSTEM_READ.iter().map(PathBuf::from).collect();
     let home = home();
@@ -407,6 +423,12 @@ pub(crate) fn policy_args(ctx: &ToolContext) -> Vec<OsString> {
         if let Ok(h) = std::fs::canonicalize(&h) {
             args.push("--hide".into());
             args.push(h.into_os_string());
+        }
+    }
+    for m in DAEMON_SOCKETS {
+        if let Ok(m) = std::fs::canonicalize(m) {
+            args.push("--mask".into());
+            args.push(m.into_os_string());
         }
     }
     let agents_kept = AGENT_VARS
@@ -684,6 +706,8 @@ fn enter_mount_ns(a: &LaunchArgs) -> Result<mount_ns::Entered, mount_ns::Error> 
             .into_iter()
             .filter(|m| !write.iter().any(|w| w.starts_with(m) || m.starts_with(w))),
     );
+    hide.sort();
+    hide.dedup();
     mount_ns::enter(&write, &read, &hide)
 }
 
