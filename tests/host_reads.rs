@@ -651,3 +651,81 @@ fn file_tools_refuse_the_wuu_home_inside_the_workspace() {
     );
     assert!(!wuu.join("new.json").exists());
 }
+
+/// B6 (file tools): a user config given with `--config FILE` inside the workspace is
+/// fenced too: refused by name, through a symbolic link and through a hard link, and left
+/// out of listings; it stays unchanged.
+#[test]
+fn file_tools_refuse_a_user_config_inside_the_workspace() {
+    let lab = Lab::new();
+    let cfg = lab.ws().join("my-wuu.json");
+    let cfg_text = config(&lab.fake).to_string();
+    fs::write(&cfg, &cfg_text).unwrap();
+    fs::write(lab.ws().join("inside.txt"), "INSIDE-FILE\n").unwrap();
+    symlink("my-wuu.json", lab.ws().join("soft.json")).unwrap();
+    fs::hard_link(&cfg, lab.ws().join("hard.json")).unwrap();
+    let calls: Vec<(&str, Value)> = vec![
+        ("read_file", json!({"path": "inside.txt"})),
+        ("read_file", json!({"path": "my-wuu.json"})),
+        ("read_file", json!({"path": "soft.json"})),
+        ("read_file", json!({"path": "hard.json"})),
+        ("write_file", json!({"path": "soft.json", "content": "{}"})),
+        (
+            "edit_file",
+            json!({"path": "my-wuu.json", "old_string": "fake", "new_string": "x"}),
+        ),
+        ("grep", json!({"pattern": "default_provider", "path": "."})),
+        ("glob", json!({"pattern": "*.json"})),
+        ("list_files", json!({"path": "."})),
+    ];
+    for (i, (name, args)) in calls.iter().enumerate() {
+        lab.fake
+            .push(Script::tool_call(&format!("c{i}"), name, &args.to_string()));
+    }
+    lab.fake.push(Script::text(&["done"]));
+    let out = Command::new(BIN)
+        .arg("exec")
+        .arg("--json")
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--permission-mode")
+        .arg("standard")
+        .arg("go")
+        .env("WUU_HOME", lab.base.join("wuu"))
+        .env("HOME", lab.base.join("home"))
+        .env("FAKE_API_KEY", KEY)
+        .current_dir(lab.ws())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let code = out.status.code().unwrap_or(-1);
+    assert!(code == 0 || code == 3, "{out:?}");
+    let reqs = lab.fake.requests();
+    let results: Vec<String> = reqs.last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(results.len(), calls.len());
+    assert!(results[0].contains("INSIDE-FILE"), "{}", results[0]);
+    for (i, res) in results.iter().enumerate().skip(1) {
+        assert!(
+            !res.contains("default_provider") && !res.contains("api_key_env"),
+            "call {i} {:?} showed the user config: {res}",
+            calls[i]
+        );
+        if i <= 5 {
+            assert!(res.contains("user config file"), "call {i}: {res}");
+        }
+    }
+    for i in [7, 8] {
+        assert!(
+            !results[i].contains("my-wuu.json"),
+            "listing {i}: {}",
+            results[i]
+        );
+    }
+    assert_eq!(fs::read_to_string(&cfg).unwrap(), cfg_text);
+}

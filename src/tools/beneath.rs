@@ -180,7 +180,7 @@ pub struct Root {
     fd: OwnedFd,
     path: PathBuf,
     resolve: ResolveFlags,
-    fence: Option<Fence>,
+    fences: Vec<Fence>,
 }
 
 /// The payload of the `PermissionDenied` error of a fenced path ([`Root::fenced`]).
@@ -202,15 +202,49 @@ impl Error {
     }
 }
 
-/// A directory inside a root that no operation may reach ([`Root::fenced`]).
+/// A directory or file inside a root that no operation may reach ([`Root::fenced`]).
 #[derive(Debug, Clone)]
 struct Fence {
     /// Its canonical path.
     path: PathBuf,
     /// Its device and inode.
     dev_ino: (u64, u64),
-    /// What it is, for the error (`the wuu home`).
+    /// What it is, for the error (`inside the wuu home`).
     what: String,
+}
+
+/// Refuses `fd` when it lies in a fenced directory or is a fenced file: by its path as
+/// the kernel knows it (`/proc/self/fd/N`: the name the open actually resolved to, so no
+/// symbolic link can route around the check) and by its device and inode (a hard link).
+/// Fails closed when `/proc` cannot be read.
+fn check_fences(fences: &[Fence], fd: BorrowedFd<'_>) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    if fences.is_empty() {
+        return Ok(());
+    }
+    let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let real = std::fs::read_link(&link).map_err(|e| {
+        Error::Io(io::Error::new(
+            e.kind(),
+            format!("cannot check the path against the fenced paths: {e}"),
+        ))
+    })?;
+    let st = rustix::fs::fstat(fd)?;
+    for f in fences {
+        if real.starts_with(&f.path) || (st.st_dev, st.st_ino) == f.dev_ino {
+            return Err(f.refusal());
+        }
+    }
+    Ok(())
+}
+
+/// Whether entry `name` of directory `dir` (of kind `kind`) is a fenced path itself.
+fn is_fenced_entry(fences: &[Fence], dir: BorrowedFd<'_>, name: &OsStr, kind: Kind) -> bool {
+    if fences.is_empty() || !matches!(kind, Kind::Dir | Kind::File) {
+        return false;
+    }
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| fences.iter().any(|f| (st.st_dev, st.st_ino) == f.dev_ino))
 }
 
 impl Fence {
@@ -218,35 +252,11 @@ impl Fence {
         Error::Io(io::Error::new(
             io::ErrorKind::PermissionDenied,
             Fenced(format!(
-                "it is inside {} ({}), which file tools never touch",
+                "it is {} ({}), which file tools never touch",
                 self.what,
                 self.path.display()
             )),
         ))
-    }
-
-    /// Refuses `fd` when it lies in the fenced directory: its path as the kernel knows
-    /// it (`/proc/self/fd/N`, the name the open actually resolved to, so no link can
-    /// route around the check). Fails closed when `/proc` cannot be read.
-    fn check(&self, fd: BorrowedFd<'_>) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let link = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        let real = std::fs::read_link(&link).map_err(|e| {
-            Error::Io(io::Error::new(
-                e.kind(),
-                format!("cannot check the path against {}: {e}", self.what),
-            ))
-        })?;
-        if real.starts_with(&self.path) {
-            return Err(self.refusal());
-        }
-        Ok(())
-    }
-
-    /// Whether directory entry `name` of `dir` is the fenced directory itself.
-    fn is(&self, dir: BorrowedFd<'_>, name: &OsStr) -> bool {
-        rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| (st.st_dev, st.st_ino) == self.dev_ino)
     }
 }
 
@@ -342,20 +352,21 @@ impl Root {
             fd,
             path: path.to_path_buf(),
             resolve: RESOLVE,
-            fence: None,
+            fences: Vec::new(),
         })
     }
 
-    /// This root with `dir` (and everything beneath it) fenced off: every operation
-    /// that reaches it, through any name or symbolic link, fails with
-    /// `Io(PermissionDenied, "it is inside WHAT (PATH), which file tools never touch")`
-    /// (checked on each opened descriptor's kernel path), and [`Root::walk`] and
-    /// [`Root::read_dir`] leave it out. Used for the wuu home when it lies inside the
-    /// workspace. A `dir` that does not exist fences nothing.
-    pub fn fenced(mut self, dir: &Path, what: &str) -> Root {
-        if let Ok(real) = std::fs::canonicalize(dir) {
+    /// This root with `path` (a directory and everything beneath it, or a file) fenced
+    /// off: every operation that reaches it, through any name, symbolic link or hard
+    /// link, fails with `Io(PermissionDenied, "it is WHAT (PATH), which file tools never
+    /// touch")` (checked on each opened descriptor: its kernel path and its inode), and
+    /// [`Root::walk`] and [`Root::read_dir`] leave it out. Used for the wuu home and the
+    /// user config file when they lie inside the workspace. A `path` that does not exist
+    /// fences nothing. May be called more than once.
+    pub fn fenced(mut self, path: &Path, what: &str) -> Root {
+        if let Ok(real) = std::fs::canonicalize(path) {
             if let Ok(st) = rustix::fs::stat(&real) {
-                self.fence = Some(Fence {
+                self.fences.push(Fence {
                     path: real,
                     dev_ino: (st.st_dev, st.st_ino),
                     what: what.to_owned(),
@@ -395,9 +406,7 @@ impl Root {
                 Err(rustix::io::Errno::LOOP) if is_magic(&p) => return Err(Error::Outside),
                 r => {
                     let fd = r?;
-                    if let Some(f) = &self.fence {
-                        f.check(fd.as_fd())?;
-                    }
+                    check_fences(&self.fences, fd.as_fd())?;
                     return Ok(fd);
                 }
             }
@@ -472,9 +481,7 @@ impl Root {
     pub fn read_dir(&self, rel: &Path) -> Result<Vec<Entry>> {
         let fd = self.open_dir(rel)?;
         let mut list = list_fd(fd.as_fd())?;
-        if let Some(f) = &self.fence {
-            list.retain(|e| e.kind != Kind::Dir || !f.is(fd.as_fd(), &e.name));
-        }
+        list.retain(|e| !is_fenced_entry(&self.fences, fd.as_fd(), &e.name, e.kind));
         Ok(list)
     }
 
@@ -649,15 +656,7 @@ impl Root {
         let start = join(&comps);
         let fd = self.open_dir(&start)?;
         let mut stop = false;
-        walk_dir(
-            fd,
-            &start,
-            1,
-            max_depth,
-            self.fence.as_ref(),
-            visit,
-            &mut stop,
-        );
+        walk_dir(fd, &start, 1, max_depth, &self.fences, visit, &mut stop);
         Ok(())
     }
 }
@@ -748,7 +747,7 @@ fn walk_dir(
     rel: &Path,
     depth: usize,
     max_depth: Option<usize>,
-    fence: Option<&Fence>,
+    fences: &[Fence],
     visit: &mut dyn FnMut(&WalkEntry<'_>) -> Visit,
     stop: &mut bool,
 ) {
@@ -759,7 +758,7 @@ fn walk_dir(
         if *stop {
             return;
         }
-        if entry.kind == Kind::Dir && fence.is_some_and(|f| f.is(fd.as_fd(), &entry.name)) {
+        if is_fenced_entry(fences, fd.as_fd(), &entry.name, entry.kind) {
             continue;
         }
         let child_rel = if rel == Path::new(".") {
@@ -793,7 +792,7 @@ fn walk_dir(
         ) else {
             continue;
         };
-        walk_dir(child, &child_rel, depth + 1, max_depth, fence, visit, stop);
+        walk_dir(child, &child_rel, depth + 1, max_depth, fences, visit, stop);
     }
 }
 
@@ -954,5 +953,49 @@ mod tests {
         )
         .unwrap();
         assert!(read(&root, "fifo").is_err());
+    }
+
+    #[test]
+    fn fenced_paths_are_refused_by_any_name_and_left_out_of_listings() {
+        let (_d, ws, _outside) = setup();
+        fs::create_dir_all(ws.join("home")).unwrap();
+        fs::write(ws.join("home/db"), "DB").unwrap();
+        fs::write(ws.join("cfg.json"), "CFG").unwrap();
+        symlink("home", ws.join("h")).unwrap();
+        symlink("home/db", ws.join("dblink")).unwrap();
+        fs::hard_link(ws.join("cfg.json"), ws.join("hard.json")).unwrap();
+        let root = Root::open(&ws)
+            .unwrap()
+            .fenced(&ws.join("home"), "inside the home")
+            .fenced(&ws.join("cfg.json"), "the config");
+        for rel in ["home/db", "h/db", "dblink", "home", "cfg.json", "hard.json"] {
+            let e = read(&root, rel).unwrap_err();
+            assert!(e.is_fenced(), "{rel}: {e}");
+        }
+        assert!(root
+            .write_atomic(Path::new("h/new"), b"x", false)
+            .unwrap_err()
+            .is_fenced());
+        assert!(!ws.join("home/new").exists());
+        assert_eq!(read(&root, "in.txt").unwrap(), "inside");
+        let names: Vec<_> = root
+            .read_dir(Path::new("."))
+            .unwrap()
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
+        assert!(!names
+            .iter()
+            .any(|n| n == "home" || n == "cfg.json" || n == "hard.json"));
+        let mut walked = vec![];
+        root.walk(Path::new("."), None, &mut |e| {
+            walked.push(e.rel.to_path_buf());
+            Visit::Continue
+        })
+        .unwrap();
+        assert!(!walked
+            .iter()
+            .any(|p| p.starts_with("home") || p == Path::new("cfg.json")));
+        assert!(walked.iter().any(|p| p == Path::new("in.txt")));
     }
 }

@@ -222,13 +222,25 @@ pub(crate) fn target_of(ctx: &ToolContext, abs: &Path, raw: &str) -> Result<Targ
     if ctx.permission_mode != PermissionMode::Unconfined {
         // The wuu home (its database, traces, and the user config that sets the
         // permission mode) is never a workspace file, even when the workspace holds it
-        // (a workspace of `~` with the default `~/.wuu`).
-        let home = crate::config::wuu_home();
-        let inside = fs::canonicalize(&home)
-            .ok()
-            .is_some_and(|h| h.starts_with(&root_path));
-        if inside {
-            root = root.fenced(&home, "the wuu home");
+        // (a workspace of `~` with the default `~/.wuu`); nor is the user config file
+        // (`--config FILE`) wherever it lies.
+        let home = ctx
+            .sandbox
+            .process_ledger
+            .clone()
+            .unwrap_or_else(crate::config::wuu_home);
+        let inside = |p: &Path| {
+            fs::canonicalize(p)
+                .ok()
+                .is_some_and(|h| h.starts_with(&root_path))
+        };
+        if inside(&home) {
+            root = root.fenced(&home, "inside the wuu home");
+        }
+        for hidden in &ctx.sandbox.hidden {
+            if inside(hidden) {
+                root = root.fenced(hidden, "the user config file");
+            }
         }
     }
     let abs = normalize(&root_path.join(&rel));
