@@ -1272,3 +1272,84 @@ fn check_file_agrees_with_open_on_what_it_refuses() {
         }
     }
 }
+
+#[test]
+fn workspace_listing_reads_the_index_without_sorting() {
+    let (dir, store) = open_tmp();
+    drop(store);
+    let conn = rusqlite::Connection::open(dir.path().join("home").join(DB_FILE)).unwrap();
+    let sql = crate::threads::workspace_listing_sql_for_tests();
+    let plan: Vec<String> = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(rusqlite::params!["/w", false], |r| r.get(3))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(
+        plan.iter().any(|p| p.contains("threads_listing")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|p| p.contains("TEMP B-TREE")), "{plan:?}");
+}
+
+#[test]
+fn visit_threads_keeps_the_listing_order_with_ties() {
+    let (_dir, mut store) = open_tmp();
+    for (id, cwd, at, archived) in [
+        ("b", "/w", 10, false),
+        ("a", "/w", 10, false),
+        ("c", "/w", 20, false),
+        ("d", "/x", 30, false),
+        ("e", "/w", 10, true),
+        ("0", "/w", 5, false),
+    ] {
+        store.insert_thread(&thread(id, cwd, at)).unwrap();
+        if archived {
+            store.set_archived(id, true, None).unwrap();
+        }
+    }
+    for filter in [
+        ThreadFilter {
+            cwd: Some("/w".into()),
+            archived: Some(false),
+            limit: None,
+        },
+        ThreadFilter {
+            cwd: Some("/w".into()),
+            archived: Some(false),
+            limit: Some(2),
+        },
+        ThreadFilter::default(),
+    ] {
+        let mut seen = Vec::new();
+        store
+            .visit_threads(&filter, |t| {
+                seen.push(t.id.to_owned());
+                Ok(())
+            })
+            .unwrap();
+        let listed: Vec<String> = store
+            .list_threads(&filter)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.id)
+            .collect();
+        assert_eq!(seen, listed, "{filter:?}");
+    }
+    let mut seen = Vec::new();
+    store
+        .visit_threads(
+            &ThreadFilter {
+                cwd: Some("/w".into()),
+                archived: Some(false),
+                limit: None,
+            },
+            |t| {
+                seen.push(t.id.to_owned());
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert_eq!(seen, ["c", "a", "b", "0"]);
+}

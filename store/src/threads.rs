@@ -114,11 +114,26 @@ fn view_from_row<'r>(row: &'r Row<'_>, extra: &'r mut serde_json::Value) -> Opti
 }
 
 /// The listing query: threads matching `(cwd, archived)` (NULL = any), newest activity
-/// first.
+/// first, ties by id.
 fn listing_sql() -> String {
     format!(
         "SELECT {THREAD_COLS} FROM threads \
          WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR archived = ?2) \
+         ORDER BY updated_at_ms DESC, id"
+    )
+}
+
+#[cfg(test)]
+pub(crate) fn workspace_listing_sql_for_tests() -> String {
+    workspace_listing_sql()
+}
+
+/// [`listing_sql`] for a given cwd and archived flag: the same rows in the same order,
+/// read in the order of the `threads_listing` index (no sort).
+fn workspace_listing_sql() -> String {
+    format!(
+        "SELECT {THREAD_COLS} FROM threads \
+         WHERE cwd = ?1 AND archived = ?2 \
          ORDER BY updated_at_ms DESC, id"
     )
 }
@@ -135,7 +150,11 @@ impl Tx<'_> {
         if limit == 0 {
             return Ok(0);
         }
-        let mut stmt = self.conn.prepare_cached(&listing_sql())?;
+        let sql = match (&filter.cwd, filter.archived) {
+            (Some(_), Some(_)) => workspace_listing_sql(),
+            _ => listing_sql(),
+        };
+        let mut stmt = self.conn.prepare_cached(&sql)?;
         let mut rows = stmt.query(params![filter.cwd.as_deref(), filter.archived])?;
         let mut extra = serde_json::Value::Null;
         while let Some(row) = rows.next()? {
