@@ -154,6 +154,24 @@ impl Proc {
     fn threads(&self) -> u64 {
         self.status("Threads:")
     }
+
+    /// With `WUU_SCALE_SMAPS=<dir>`, copies `/proc/<pid>/smaps` to `<dir>/<stage>.smaps`
+    /// (for profiling where the memory of a stage is: stacks, malloc arenas, SQLite).
+    fn dump_smaps(&self, stage: &str) {
+        if let Ok(dir) = std::env::var("WUU_SCALE_SMAPS") {
+            let _ = std::fs::create_dir_all(&dir);
+            if let Ok(s) = std::fs::read(format!("/proc/{}/smaps", self.child.id())) {
+                let _ = std::fs::write(format!("{dir}/{stage}.smaps"), s);
+            }
+        }
+        // `WUU_SCALE_HOOK=<program>`: runs `<program> <stage> <pid>` and waits (profiling).
+        if let Ok(hook) = std::env::var("WUU_SCALE_HOOK") {
+            let _ = Command::new(hook)
+                .arg(stage)
+                .arg(self.child.id().to_string())
+                .status();
+        }
+    }
 }
 
 impl Drop for Proc {
@@ -292,6 +310,7 @@ fn row_memory(n: usize) {
     p.request("i", "initialize", serde_json::json!({}));
     std::thread::sleep(Duration::from_millis(200));
     let base = (p.rss_mib(), p.threads());
+    p.dump_smaps("base");
     let mut ids = Vec::with_capacity(n);
     let t = Instant::now();
     for i in 0..n {
@@ -301,6 +320,7 @@ fn row_memory(n: usize) {
     let start_time = t.elapsed();
     std::thread::sleep(Duration::from_millis(200));
     let started = (p.rss_mib(), p.threads());
+    p.dump_smaps("started");
     // One short turn each, 8 at a time.
     for _ in 0..n {
         fake.push(Script::text(&["Done", "."]));
@@ -330,6 +350,7 @@ fn row_memory(n: usize) {
     let turn_time = t.elapsed();
     std::thread::sleep(Duration::from_millis(200));
     let turned = (p.rss_mib(), p.threads());
+    p.dump_smaps("turned");
     // Idle: every session parks after park_ms.
     let deadline = Instant::now() + Duration::from_millis(park_ms) + Duration::from_secs(30);
     std::thread::sleep(Duration::from_millis(park_ms + 500));
@@ -338,6 +359,7 @@ fn row_memory(n: usize) {
     }
     std::thread::sleep(Duration::from_millis(500));
     let idle = (p.rss_mib(), p.threads());
+    p.dump_smaps("idle");
     // The parked conversations still answer (revived on demand).
     p.request(
         "r",

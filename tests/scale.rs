@@ -109,3 +109,67 @@ fn an_idle_conversation_parks_and_comes_back_whole() {
     );
     assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 2);
 }
+
+/// Open file descriptors of the server on its database file (`wuu.db` itself, not the
+/// `-wal`/`-shm`): one per SQLite connection.
+fn db_connections(app: &App) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", app.child.id()))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter(|t| t.file_name().is_some_and(|n| n == "wuu.db"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn live_conversations_share_store_connections() {
+    // Issue 15: a live but idle conversation holds no store connection of its own (each
+    // one cost ~40 KiB, ~140 KiB after a turn); sessions take one from a small shared
+    // pool while they work.
+    let fake = FakeProvider::start();
+    let mut app = App::start_with_env(
+        Some(config_for(&fake.base_url())),
+        &[("WUU_PARK_AFTER_MS", "600000")],
+    );
+    app.call("initialize", json!({}));
+    app.call("thread/list", json!({}));
+    let base_threads = app.os_threads();
+    let base_connections = db_connections(&app);
+    let mut ids = vec![];
+    for i in 0..12 {
+        let r = app.call("thread/start", json!({}));
+        let id = r["thread"]["id"].as_str().unwrap().to_owned();
+        app.notification("thread/started");
+        fake.push(Script::text(&["Answer ", &i.to_string()]));
+        assert_eq!(run_turn(&mut app, &id, "hi")["method"], "turn/completed");
+        ids.push(id);
+    }
+    // Every conversation is still live (it parks only after 10 minutes) …
+    assert!(
+        app.os_threads() >= base_threads + 12,
+        "{} threads, base {base_threads}",
+        app.os_threads()
+    );
+    // … but they do not each keep a connection.
+    let n = db_connections(&app);
+    assert!(
+        n <= base_connections + 4,
+        "12 live conversations hold {n} connections (base {base_connections})"
+    );
+    // The live sessions still serve reads and writes through the shared connections.
+    for (i, id) in ids.iter().enumerate() {
+        app.call(
+            "thread/rename",
+            json!({"thread_id": id, "title": format!("T{i}")}),
+        );
+        let r = app.call(
+            "thread/resume",
+            json!({"session_id": id, "response_only": true}),
+        );
+        assert_eq!(r["thread"]["title"], format!("T{i}"));
+        let turns = r["thread"]["turns"].as_array().unwrap();
+        assert_eq!(turns.len(), 1, "{r}");
+    }
+}

@@ -6,6 +6,7 @@
 //! runtime. Protocol: spec `app-server.md` (`wuu-app-server/v0.1`).
 
 pub mod catalog;
+pub mod connections;
 pub mod engines;
 pub mod folders;
 pub mod init;
@@ -187,6 +188,8 @@ pub struct Shared {
     pub outbox: Outbox,
     /// Live sessions.
     pub registry: registry::Registry,
+    /// Store connections session threads take while they work ([`connections`]).
+    pub connections: connections::Connections,
     /// Catalog pool.
     pub catalog: catalog::CatalogPool,
     /// The search lane: `thread/search` runs here, one at a time, so searches (which scan
@@ -539,6 +542,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         config: RwLock::new(Arc::new(loaded)),
         outbox,
         registry: registry::Registry::start(weak.clone()),
+        connections: connections::Connections::new(opts.home.clone()),
         catalog: catalog::CatalogPool::start(2, weak.clone()),
         search: catalog::CatalogPool::start_named("wuu-search", 1, weak.clone()),
         owner,

@@ -427,7 +427,7 @@ impl<'a> Driver<'a> {
                         Ok(ev) => self.project(ev),
                         Err(_) => break,
                     },
-                    recv(mailbox) -> msg => if let Ok(m) = msg { self.on_mailbox(m) },
+                    recv(mailbox) -> msg => if let Ok(m) = msg { self.on_mailbox(*m) },
                     default(wait) => {}
                 }
                 self.check_deadline();

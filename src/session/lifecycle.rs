@@ -42,8 +42,9 @@ pub fn load_thread(
     if id.starts_with("ephemeral-") {
         return Ok(None);
     }
-    let store = Store::open_home(&shared.opts.home)?;
+    let store = shared.connections.take()?;
     let Some(thread) = store.get_thread(id)? else {
+        shared.connections.give_back(store);
         return Ok(None);
     };
     Ok(Some((store, thread)))
@@ -261,7 +262,10 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
 }
 
 fn open(shared: &Shared) -> Result<Store, Refusal> {
-    Store::open_home(&shared.opts.home).map_err(|e| crate::server::store_refusal(shared, &e))
+    shared
+        .connections
+        .take()
+        .map_err(|e| crate::server::store_refusal(shared, &e))
 }
 
 /// `thread/fork`: copies the source's selection and history up to the cut into a new

@@ -24,10 +24,10 @@ pub mod selection;
 pub mod title;
 pub mod turn;
 
-use crate::server::registry::{SessionEntry, MAILBOX_CAPACITY};
+use crate::server::registry::{Mail, SessionEntry};
 use crate::server::{Responder, Shared};
 use convert::TurnState;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use wuu_protocol::{ClientRequest, ErrorCode};
@@ -88,8 +88,10 @@ pub struct Session {
     /// Conversation id.
     pub id: String,
     /// Mailbox.
-    pub rx: Receiver<SessionMsg>,
-    /// Own store connection; `None` for ephemeral conversations.
+    pub rx: Receiver<Mail>,
+    /// The store connection while this session works on a message (taken from
+    /// [`crate::server::connections`] before it and given back after it: idle sessions
+    /// hold none); always `None` for ephemeral conversations.
     pub store: Option<Store>,
     /// The conversation row (kept in memory for ephemeral ones).
     pub thread: ThreadRow,
@@ -114,13 +116,37 @@ pub struct Session {
 impl Session {
     /// Whether this conversation lives in memory only.
     pub fn ephemeral(&self) -> bool {
-        self.store.is_none()
+        self.id.starts_with("ephemeral-")
+    }
+
+    /// Gives the store connection back to the shared pool (the session is about to
+    /// wait for its next message).
+    fn release_store(&mut self) {
+        if let Some(store) = self.store.take() {
+            self.shared.connections.give_back(store);
+        }
+    }
+
+    /// Takes a store connection for the next message, if this persisted session has
+    /// none. Errors: the store cannot be opened ((code, message) for the client).
+    fn acquire_store(&mut self) -> Result<(), (ErrorCode, String)> {
+        if self.store.is_some() || self.ephemeral() {
+            return Ok(());
+        }
+        match self.shared.connections.take() {
+            Ok(store) => {
+                self.store = Some(store);
+                Ok(())
+            }
+            Err(e) => Err(crate::server::store_refusal(&self.shared, &e)),
+        }
     }
 
     /// A session loaded from the store: inputs a previous process left pending come back
     /// held (never auto-run), then the mailbox is served.
     fn revived(mut self) {
         self.hold_leftover_pending();
+        self.release_store();
         self.run();
     }
 
@@ -135,7 +161,10 @@ impl Session {
                 park_after
             };
             match self.rx.recv_timeout(wait) {
-                Ok(msg) => self.handle(msg),
+                Ok(msg) => {
+                    self.handle(*msg);
+                    self.release_store();
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     if self.park_if_idle() {
                         return;
@@ -171,13 +200,21 @@ impl Session {
     fn unregister_and_drain(&mut self) {
         self.shared.registry.remove_if(&self.id, || true);
         while let Ok(msg) = self.rx.try_recv() {
-            match msg {
+            match *msg {
                 SessionMsg::Shutdown { done } => {
                     let _ = done.send(());
                 }
                 other => self.shared.registry.dispatch(&self.shared, &self.id, other),
             }
         }
+    }
+
+    /// After a turn: the session now waits (maybe for a long time) for its next
+    /// message, so the allocator's free pages what only the turn needed go back
+    /// (rate-limited, see [`crate::server::registry::Registry::trim_after_turn`]); the
+    /// connection goes back to the pool when the message is done.
+    pub fn release_turn_memory(&mut self) {
+        self.shared.registry.trim_after_turn();
     }
 
     /// Another wuu process may have changed this conversation (a turn it ran, a rename):
@@ -229,6 +266,11 @@ impl Session {
 
     /// Handles one mailbox message.
     pub fn handle(&mut self, msg: SessionMsg) {
+        if !matches!(msg, SessionMsg::Shutdown { .. }) {
+            if let Err((code, message)) = self.acquire_store() {
+                return crate::server::registry::refuse(msg, code, &message);
+            }
+        }
         // Requests that never need the whole history loaded.
         let paged_read = matches!(
             &msg,
@@ -309,7 +351,7 @@ impl Session {
     }
 }
 
-fn entry_for(tx: Sender<SessionMsg>, running: Arc<AtomicBool>) -> SessionEntry {
+fn entry_for(tx: Sender<Mail>, running: Arc<AtomicBool>) -> SessionEntry {
     SessionEntry { tx, running }
 }
 
@@ -320,7 +362,7 @@ fn entry_for(tx: Sender<SessionMsg>, running: Arc<AtomicBool>) -> SessionEntry {
 pub fn spawn_existing(
     shared: &Arc<Shared>,
     thread_id: &str,
-    rx: Receiver<SessionMsg>,
+    rx: Receiver<Mail>,
     running: Arc<AtomicBool>,
 ) -> Result<(), String> {
     let shared = shared.clone();
@@ -364,7 +406,7 @@ pub fn spawn_existing(
 fn refuse_all(
     shared: &Arc<Shared>,
     id: &str,
-    rx: &Receiver<SessionMsg>,
+    rx: &Receiver<Mail>,
     code: ErrorCode,
     detail: Option<String>,
 ) {
@@ -381,7 +423,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
     let spawned = std::thread::Builder::new()
         .name("wuu-session-new".into())
         .spawn(move || {
-            let (tx, rx) = bounded(MAILBOX_CAPACITY);
+            let (tx, rx) = crate::server::registry::mailbox();
             let running = Arc::new(AtomicBool::new(false));
             let created = match req {
                 ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
@@ -402,7 +444,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         rx: &rx,
                         running: running.clone(),
                     };
-                    let session = Session {
+                    let mut session = Session {
                         shared: shared.clone(),
                         id: id.clone(),
                         rx: rx.clone(),
@@ -417,6 +459,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         engine: None,
                     };
                     session.announce_created(reply);
+                    session.release_store();
                     // A conversation only started needs no thread (issue 15): it parks
                     // at once unless a request already arrived, and the first request
                     // for it revives it from the store.

@@ -200,6 +200,7 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
         run_id: Some(run.id.clone()),
     });
     drive(s, run, p.output_schema, max_turns, deadline_ms);
+    s.release_turn_memory();
 }
 
 fn drive(

@@ -397,6 +397,7 @@ pub fn run_admitted(s: &mut Session) {
     let (_end, deferred) = driver::Driver::new(s, Default::default()).run();
     process_deferred(s, deferred);
     s.drain_queue();
+    s.release_turn_memory();
 }
 
 /// Explicit continue without a user message (seed: 不增加用户消息的显式继续): on an
