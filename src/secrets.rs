@@ -7,8 +7,9 @@
 //! - the userinfo of a `base_url` (`https://user:KEY@host`: the whole `user:KEY` and the
 //!   password; a user-only `https://TOKEN@host` whole), although such a URL is refused at
 //!   load;
-//! - the values of sensitive provider `headers` (`authorization`, and names containing
-//!   `key`, `token`, `secret`, `cookie`; a `Bearer ` prefix is dropped);
+//! - the values of sensitive provider `headers` (names containing one of
+//!   [`SENSITIVE_HEADER_WORDS`]: `auth` covers `authorization` and `x-custom-auth`;
+//!   the value after a `Bearer ` / `Basic ` / `Token ` scheme is a secret too);
 //! - keys and tokens a client sends in requests (`config/model/update` `api_key`,
 //!   `auth_token`), added when they arrive ([`add`]).
 //!
@@ -40,24 +41,33 @@ struct Set {
     matcher: Option<AhoCorasick>,
     /// The patterns (values and their JSON escapings), for [`StreamRedactor`].
     pats: Vec<String>,
+    /// Length of the longest pattern (bytes).
+    longest: usize,
+    /// Which bytes start a pattern (the hold-back scan skips every other byte).
+    first: Vec<bool>,
 }
 
 impl Set {
-    /// Length of the longest suffix of `buf` that is a proper prefix of a pattern (a
-    /// secret that may continue in the next chunk).
-    fn partial_tail(&self, buf: &[u8]) -> usize {
-        let mut hold = 0;
-        for p in &self.pats {
-            let p = p.as_bytes();
-            let max = (p.len() - 1).min(buf.len());
-            for k in (hold + 1..=max).rev() {
-                if buf.ends_with(&p[..k]) {
-                    hold = k;
-                    break;
-                }
+    /// Start of the longest suffix of `buf` that is a proper prefix of a pattern (a
+    /// secret that may continue in the next chunk); `buf.len()` when there is none.
+    /// Looks at the last `longest - 1` bytes only.
+    fn hold_from(&self, buf: &[u8]) -> usize {
+        let window = self.longest.saturating_sub(1).min(buf.len());
+        let start = buf.len() - window;
+        for (i, &b) in buf.iter().enumerate().skip(start) {
+            if !self.first.get(b as usize).copied().unwrap_or(false) {
+                continue;
+            }
+            let tail = buf.get(i..).unwrap_or_default();
+            if self
+                .pats
+                .iter()
+                .any(|p| p.len() > tail.len() && p.as_bytes().starts_with(tail))
+            {
+                return i;
             }
         }
-        hold
+        buf.len()
     }
 }
 
@@ -87,10 +97,19 @@ fn rebuild(values: Vec<String>) -> Set {
             .build(&pats)
             .ok()
     };
+    let longest = pats.iter().map(String::len).max().unwrap_or(0);
+    let mut first = vec![false; 256];
+    for p in &pats {
+        if let Some(&b) = p.as_bytes().first() {
+            first[b as usize] = true;
+        }
+    }
     Set {
         values,
         matcher,
         pats,
+        longest,
+        first,
     }
 }
 
@@ -126,6 +145,21 @@ pub fn add(value: &str) {
     set([value.to_string()]);
 }
 
+/// A provider header whose (lowercased) name contains one of these carries a secret
+/// (`authorization`, `proxy-authorization`, `x-api-key`, `x-auth-token`,
+/// `x-custom-auth`, `cookie`, …).
+pub const SENSITIVE_HEADER_WORDS: &[&str] = &[
+    "auth",
+    "key",
+    "token",
+    "secret",
+    "cookie",
+    "password",
+    "passwd",
+    "credential",
+    "signature",
+];
+
 /// The secrets named by `cfg` (see the module docs).
 pub fn from_config(cfg: &crate::config::LoadedConfig) -> Vec<String> {
     let mut out = Vec::new();
@@ -140,18 +174,14 @@ pub fn from_config(cfg: &crate::config::LoadedConfig) -> Vec<String> {
         out.extend(url_userinfo(&p.base_url));
         for (k, v) in p.headers.iter().flatten() {
             let k = k.to_ascii_lowercase();
-            if k == "authorization"
-                || ["key", "token", "secret", "cookie"]
-                    .iter()
-                    .any(|w| k.contains(w))
-            {
+            if SENSITIVE_HEADER_WORDS.iter().any(|w| k.contains(w)) {
                 let v = v.trim();
                 out.push(v.to_string());
-                if let Some(rest) = v
-                    .strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-                {
-                    out.push(rest.trim().to_string());
+                if let Some((scheme, rest)) = v.split_once(' ') {
+                    if ["bearer", "basic", "token"].contains(&scheme.to_ascii_lowercase().as_str())
+                    {
+                        out.push(rest.trim().to_string());
+                    }
                 }
             }
         }
@@ -228,39 +258,182 @@ fn store_filter(text: &str) -> Option<String> {
     }
 }
 
-/// Redacts a stream given in chunks: a secret split across chunks is still masked. It
-/// holds back only a tail that could be the start of a secret (so ordinary output is not
-/// delayed) until more arrive or [`finish`] is called; what it returns can be written
-/// out at once.
+/// Redacts a stream given in chunks (command output, streamed message deltas): a secret
+/// split across chunks is still masked. It holds back only the trailing bytes that could
+/// be the start of a secret or of its JSON escaping (at most the longest of them − 1
+/// bytes; ordinary text is not delayed) until more arrive or [`finish`] is called; what
+/// it returns can be written out at once.
+///
+/// Exactness: the concatenation of everything [`push`] and [`finish`] return equals
+/// [`redact`] of the concatenated input (the same leftmost-longest matches). A match is
+/// emitted only once no longer one can start at or before it: the held tail starts at
+/// the earliest position where a secret could still continue, and a match that crosses
+/// that position is emitted whole.
+///
+/// The chunk boundaries it chooses fall on UTF-8 character boundaries when the input is
+/// UTF-8 (every held tail starts where a secret starts).
 ///
 /// [`finish`]: StreamRedactor::finish
+/// [`push`]: StreamRedactor::push
 #[derive(Default)]
 pub struct StreamRedactor {
+    /// Input not emitted yet (unredacted; at most the longest pattern − 1 bytes).
     carry: Vec<u8>,
 }
 
 impl StreamRedactor {
     /// Feeds `bytes`; returns the redacted bytes that are safe to emit now.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.push_vec(bytes.to_vec())
+    }
+
+    /// [`push`](Self::push) of an owned chunk (no copy when nothing is held or masked).
+    pub fn push_vec(&mut self, bytes: Vec<u8>) -> Vec<u8> {
         let set = SECRETS.read().clone();
-        let mut buf = std::mem::take(&mut self.carry);
-        buf.extend_from_slice(bytes);
-        let red = redact_vec(buf);
-        let hold = set.partial_tail(&red);
-        if red.len() <= hold {
-            self.carry = red;
-            return Vec::new();
+        let Some(m) = &set.matcher else {
+            if self.carry.is_empty() {
+                return bytes;
+            }
+            let mut out = std::mem::take(&mut self.carry);
+            out.extend_from_slice(&bytes);
+            return out;
+        };
+        let buf = if self.carry.is_empty() {
+            bytes
+        } else {
+            let mut b = std::mem::take(&mut self.carry);
+            b.extend_from_slice(&bytes);
+            b
+        };
+        let hold = set.hold_from(&buf);
+        if hold == buf.len() {
+            return redact_vec(buf);
         }
-        let cut = red.len() - hold;
-        self.carry = red[cut..].to_vec();
-        let mut out = red;
-        out.truncate(cut);
+        // Matches that start before the held tail are final; one that crosses into
+        // it is emitted whole, and what follows it is looked at again.
+        let mut out = Vec::with_capacity(buf.len());
+        let mut pos = 0;
+        loop {
+            let seg = buf.get(pos..).unwrap_or_default();
+            let hold = pos + set.hold_from(seg);
+            let mut last = pos;
+            let mut crossed = None;
+            for mat in m.find_iter(seg) {
+                let (start, end) = (pos + mat.start(), pos + mat.end());
+                if start >= hold {
+                    break;
+                }
+                out.extend_from_slice(buf.get(last..start).unwrap_or_default());
+                out.extend_from_slice(MASK.as_bytes());
+                last = end;
+                if end > hold {
+                    crossed = Some(end);
+                    break;
+                }
+            }
+            match crossed {
+                Some(end) => pos = end,
+                None => {
+                    out.extend_from_slice(buf.get(last..hold).unwrap_or_default());
+                    self.carry = buf.get(hold..).unwrap_or_default().to_vec();
+                    return out;
+                }
+            }
+        }
+    }
+
+    /// [`push`](Self::push) of text (a streamed delta). The result may be empty (all of
+    /// it is held back).
+    pub fn push_string(&mut self, text: String) -> String {
+        into_string(self.push_vec(text.into_bytes()))
+    }
+
+    /// Emits what was held back (redacted) and starts over.
+    pub fn finish(&mut self) -> Vec<u8> {
+        redact_vec(std::mem::take(&mut self.carry))
+    }
+
+    /// [`finish`](Self::finish) as text.
+    pub fn finish_string(&mut self) -> String {
+        into_string(self.finish())
+    }
+
+    /// Whether bytes are held back.
+    pub fn holds(&self) -> bool {
+        !self.carry.is_empty()
+    }
+}
+
+/// Text from bytes that were UTF-8 before redaction (they still are; never panics).
+fn into_string(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// One [`StreamRedactor`] per stream of deltas, keyed by `K` (e.g. item id and field).
+/// No state is kept while no secrets are configured.
+pub struct DeltaStreams<K> {
+    streams: Vec<(K, StreamRedactor)>,
+}
+
+impl<K> Default for DeltaStreams<K> {
+    fn default() -> Self {
+        DeltaStreams { streams: vec![] }
+    }
+}
+
+impl<K: PartialEq> DeltaStreams<K> {
+    /// Masks the next delta of stream `key`; returns what may be sent now (possibly
+    /// empty: then send nothing).
+    pub fn push(&mut self, key: &K, delta: String) -> String
+    where
+        K: Clone,
+    {
+        if let Some(i) = self.streams.iter().position(|(k, _)| k == key) {
+            let out = self.streams[i].1.push_string(delta);
+            if !self.streams[i].1.holds() {
+                self.streams.swap_remove(i);
+            }
+            return out;
+        }
+        if SECRETS.read().matcher.is_none() {
+            return delta;
+        }
+        let mut r = StreamRedactor::default();
+        let out = r.push_string(delta);
+        if r.holds() {
+            self.streams.push((key.clone(), r));
+        }
         out
     }
 
-    /// Emits what was held back (redacted).
-    pub fn finish(&mut self) -> Vec<u8> {
-        redact_vec(std::mem::take(&mut self.carry))
+    /// Whether no stream holds anything back.
+    pub fn is_empty(&self) -> bool {
+        self.streams.is_empty()
+    }
+
+    /// Ends the streams `which` selects: their held tails (redacted, non-empty only),
+    /// to be sent before the item is announced complete.
+    pub fn finish(&mut self, which: impl Fn(&K) -> bool) -> Vec<(K, String)> {
+        let mut out = vec![];
+        let mut i = 0;
+        while i < self.streams.len() {
+            if which(&self.streams[i].0) {
+                let (k, mut r) = self.streams.swap_remove(i);
+                let tail = r.finish_string();
+                if !tail.is_empty() {
+                    out.push((k, tail));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        out
+    }
+
+    /// Drops the streams `which` selects and what they hold (their item was removed or
+    /// its text replaced).
+    pub fn discard(&mut self, which: impl Fn(&K) -> bool) {
+        self.streams.retain(|(k, _)| !which(k));
     }
 }
 
@@ -289,5 +462,79 @@ mod tests {
             ["user:KEYVALUE1", "KEYVALUE1"]
         );
         assert!(url_userinfo("https://host/v1?x=a@b").is_empty());
+    }
+
+    #[test]
+    fn stream_equals_whole_redaction_for_any_chunking() {
+        // Overlapping and nested secrets, one with a JSON-escaped form.
+        let secrets = [
+            "sk-ATTACK-0123456789",
+            "sk-ATTACK-0123456789-longer",
+            "ATTACK-0123456789XYZ",
+            "ab\"cd\\ef-ghijkl",
+            "héllo-wörld-ßecret",
+        ];
+        set(secrets.iter().map(|s| s.to_string()));
+        let parts = [
+            "sk-ATTACK-0123456789",
+            "sk-ATTACK-0123456789-longer",
+            "sk-ATTACK-0123456789XYZ",
+            "ab\"cd\\ef-ghijkl",
+            &serde_json::to_string("ab\"cd\\ef-ghijkl").unwrap(),
+            "héllo-wörld-ßecret",
+            "sk-ATT",
+            "sk-",
+            " plain text ",
+            "é",
+            "ATTACK-01",
+            "\n",
+        ];
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..3000 {
+            let mut text = String::new();
+            for _ in 0..next(8) + 1 {
+                text.push_str(parts[next(parts.len())]);
+            }
+            // Cut at random character boundaries.
+            let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).skip(1).collect();
+            let mut cuts: Vec<usize> = (0..next(6))
+                .filter_map(|_| bounds.get(next(bounds.len().max(1))).copied())
+                .collect();
+            cuts.sort();
+            cuts.dedup();
+            let mut r = StreamRedactor::default();
+            let mut out = String::new();
+            let mut prev = 0;
+            for &c in cuts.iter().chain([text.len()].iter()) {
+                let chunk = r.push_string(text[prev..c].to_string());
+                assert!(!secrets.iter().any(|s| chunk.contains(s)), "{chunk:?}");
+                out.push_str(&chunk);
+                prev = c;
+            }
+            out.push_str(&r.finish_string());
+            assert_eq!(out, redact(&text), "text {text:?} cuts {cuts:?}");
+            assert!(r.carry.is_empty());
+        }
+        // The held tail never exceeds the longest pattern − 1 bytes.
+        let mut r = StreamRedactor::default();
+        assert_eq!(r.push_string("The key is sk-ATT".into()), "The key is ");
+        assert_eq!(r.push_string("ACK-0123".into()), "");
+        assert_eq!(r.push_string("456789 done".into()), "[REDACTED] done");
+        assert!(!r.holds());
+        // Streams by key: nothing kept for a stream that holds nothing.
+        let mut d = DeltaStreams::<(u32, u8)>::default();
+        assert_eq!(d.push(&(1, 0), "no secret here".into()), "no secret here");
+        assert!(d.streams.is_empty());
+        assert_eq!(d.push(&(1, 0), "x sk-ATTACK".into()), "x ");
+        assert_eq!(d.push(&(2, 0), "sk-ATT".into()), "");
+        assert_eq!(d.finish(|k| k.0 == 1), [((1, 0), "sk-ATTACK".to_string())]);
+        d.discard(|k| k.0 == 2);
+        assert!(d.streams.is_empty());
     }
 }

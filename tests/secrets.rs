@@ -138,7 +138,17 @@ fn assert_no_key_on_disk(home: &Path, key: &str) -> Vec<String> {
 }
 
 fn assert_clean(what: &str, text: &str, key: &str) {
-    assert!(!text.contains(key), "{what} shows the key:\n{text:.4000}");
+    if let Some(at) = text.find(key) {
+        let mut from = at.saturating_sub(1500);
+        while !text.is_char_boundary(from) {
+            from -= 1;
+        }
+        let mut to = (at + 500).min(text.len());
+        while !text.is_char_boundary(to) {
+            to += 1;
+        }
+        panic!("{what} shows {key:?}:\n…{}…", &text[from..to]);
+    }
 }
 
 #[test]
@@ -305,4 +315,234 @@ fn trace_logs_do_not_show_keys_sent_in_requests() {
     assert_clean("frames", &frames, KEY);
     assert_no_key_on_disk(&lab.home, sent);
     assert_no_key_on_disk(&lab.home, KEY);
+}
+
+/// The middle piece of [`KEY`] as the split scripts below send it alone in one delta.
+const PIECE: &str = "PROBE-5e1f";
+
+/// A key split across three or more deltas of reasoning, assistant text and tool-call
+/// arguments, and a key prefix left open at the very end of the answer.
+fn push_split_key_scripts(fake: &FakeProvider) {
+    use support::fake_provider::Part;
+    fake.push(Script::stream(vec![
+        Part::Reasoning(vec![
+            "I recall sk-leak-".into(),
+            PIECE.into(),
+            "0a9b7c3d from".into(),
+            " the env".into(),
+        ]),
+        Part::Text(vec![
+            "The key is sk-l".into(),
+            "eak-".into(),
+            format!("{PIECE}0a"),
+            "9b7c3d.".into(),
+            " Checking.".into(),
+        ]),
+        Part::ToolCall {
+            id: "call_1".into(),
+            name: "bash".into(),
+            args: vec![
+                "{\"command\":\"echo sk-le".into(),
+                format!("ak-{PIECE}"),
+                "0a9b7c3d".into(),
+                "\"}".into(),
+            ],
+        },
+    ]));
+    fake.push(Script::text(&[
+        "Again: sk-leak-",
+        PIECE,
+        "0a9b7c3d; and a mere prefix at the end: sk-leak-PR",
+    ]));
+}
+
+/// Runs one turn through `wuu app-server` at `RUST_LOG=trace`; returns (frames, stderr).
+fn app_server_turn(lab: &Lab, prompt: &str) -> (Vec<Value>, String) {
+    let mut child = Command::new(BIN)
+        .arg("app-server")
+        .arg("--workdir")
+        .arg(&lab.ws)
+        .env("WUU_HOME", &lab.home)
+        .env("HOME", &lab.home)
+        .env("LEAK_API_KEY", KEY)
+        .env("RUST_LOG", "trace")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut err = child.stderr.take().unwrap();
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        err.read_to_string(&mut s).unwrap();
+        s
+    });
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        while out.read_line(&mut line).unwrap_or(0) > 0 {
+            let _ = tx.send(std::mem::take(&mut line));
+        }
+    });
+    let mut frames = vec![];
+    let read_until = |frames: &mut Vec<Value>, done: &dyn Fn(&Value) -> bool| -> Value {
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|e| panic!("no answer ({e}); frames so far: {frames:#?}"));
+            let v: Value = serde_json::from_str(&line).unwrap();
+            frames.push(v.clone());
+            if done(&v) {
+                return v;
+            }
+        }
+    };
+    let mut send = move |v: Value| {
+        writeln!(stdin, "{v}").unwrap();
+        stdin.flush().unwrap();
+    };
+    send(json!({"id":"1","method":"initialize","params":{"client":{"name":"t"}}}));
+    read_until(&mut frames, &|v| v["id"] == "1");
+    send(json!({"id":"2","method":"thread/start","params":{}}));
+    let th = read_until(&mut frames, &|v| v["id"] == "2");
+    let thread_id = th["result"]["thread"]["id"].clone();
+    send(
+        json!({"id":"3","method":"turn/start","params":{"thread_id": thread_id, "prompt": prompt}}),
+    );
+    read_until(&mut frames, &|v| {
+        matches!(v["method"].as_str(), Some("turn/completed" | "turn/error"))
+    });
+    // The WAL is live while the server runs.
+    assert_no_key_on_disk(&lab.home, KEY);
+    assert_no_key_on_disk(&lab.home, PIECE);
+    drop(send);
+    frames.extend(rx.iter().filter_map(|l| serde_json::from_str(&l).ok()));
+    let _ = child.wait();
+    (frames, t_err.join().unwrap())
+}
+
+#[test]
+fn a_key_split_across_streamed_deltas_is_masked_and_no_delta_is_lost() {
+    let lab = Lab::new(json!({}), json!({}));
+    push_split_key_scripts(&lab.fake);
+    let (frames, stderr) = app_server_turn(&lab, "tell me the key");
+    assert!(
+        frames.iter().any(|f| f["method"] == "turn/completed"),
+        "{frames:#?}"
+    );
+    let all: String = frames.iter().map(|f| f.to_string() + "\n").collect();
+    assert_clean("frames", &all, KEY);
+    assert_clean("frames", &all, PIECE);
+    assert_clean("stderr at trace", &stderr, KEY);
+    assert_clean("stderr at trace", &stderr, PIECE);
+    assert!(stderr.contains("TRACE"), "{stderr:.500}");
+    assert_no_key_on_disk(&lab.home, KEY);
+    let names = assert_no_key_on_disk(&lab.home, PIECE);
+    assert!(names.iter().any(|n| n.contains("traces")), "{names:?}");
+    // Per item: the deltas add up to the completed item's (masked) text exactly.
+    let mut checked = vec![];
+    for done in frames.iter().filter(|f| f["method"] == "item/completed") {
+        let item = &done["params"]["item"];
+        let (method, field) = match item["type"].as_str().unwrap() {
+            "agent_message" => ("item/agentMessage/delta", "text"),
+            "reasoning" => ("item/reasoning/delta", "text"),
+            "tool_call" => ("item/toolCall/delta", "arguments"),
+            _ => continue,
+        };
+        let deltas: Vec<&str> = frames
+            .iter()
+            .filter(|f| f["method"] == method && f["params"]["item_id"] == item["id"])
+            .map(|f| f["params"]["delta"].as_str().unwrap())
+            .collect();
+        let whole = item[field].as_str().unwrap();
+        assert_eq!(deltas.concat(), whole, "{method} deltas of {item}");
+        assert!(whole.contains("[REDACTED]"), "{item}");
+        assert!(!deltas.iter().any(|d| d.is_empty()), "{deltas:?}");
+        checked.push(method);
+    }
+    checked.sort();
+    assert_eq!(
+        checked,
+        [
+            "item/agentMessage/delta",
+            "item/agentMessage/delta",
+            "item/reasoning/delta",
+            "item/toolCall/delta"
+        ],
+        "{all}"
+    );
+    // Nothing was lost: the prefix left open at the end arrived with the last delta.
+    let done = frames
+        .iter()
+        .find(|f| f["method"] == "turn/completed")
+        .unwrap();
+    assert!(
+        done["params"]["content"]
+            .as_str()
+            .unwrap()
+            .ends_with("[REDACTED]; and a mere prefix at the end: sk-leak-PR"),
+        "{done}"
+    );
+}
+
+#[test]
+fn exec_json_masks_a_key_split_across_deltas() {
+    let lab = Lab::new(json!({}), json!({}));
+    push_split_key_scripts(&lab.fake);
+    let (code, stdout, stderr) = lab.exec("tell me the key");
+    assert_eq!(code, 0, "{stderr:.3000}");
+    assert_clean("stdout", &stdout, KEY);
+    assert_clean("stdout", &stdout, PIECE);
+    assert_clean("stderr at trace", &stderr, KEY);
+    assert_clean("stderr at trace", &stderr, PIECE);
+    assert_no_key_on_disk(&lab.home, KEY);
+    assert_no_key_on_disk(&lab.home, PIECE);
+    let events: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "agent_message_delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    let result = events.last().unwrap();
+    assert_eq!(result["type"], "result", "{result}");
+    let final_message = result["final_message"].as_str().unwrap();
+    assert_eq!(
+        final_message,
+        "Again: [REDACTED]; and a mere prefix at the end: sk-leak-PR"
+    );
+    // The deltas add up to the two (masked) messages of the turn, nothing lost.
+    assert_eq!(
+        deltas,
+        format!("The key is [REDACTED]. Checking.{final_message}")
+    );
+    assert!(
+        stdout.contains(r#""command":"echo [REDACTED]""#),
+        "{stdout:.3000}"
+    );
+}
+
+#[test]
+fn a_custom_auth_header_value_is_masked() {
+    let secret = "custom-AUTH-value-77aa0b";
+    let lab = Lab::new(json!({"headers": {"X-Custom-Auth": secret}}), json!({}));
+    lab.fake.push(Script::status(HttpError::BadRequest(format!(
+        "header X-Custom-Auth={secret} rejected"
+    ))));
+    let (code, stdout, stderr) = lab.exec("hello");
+    assert_ne!(code, 0);
+    assert!(
+        stdout.contains("X-Custom-Auth=[REDACTED] rejected"),
+        "{stdout:.3000}"
+    );
+    assert_clean("stdout", &stdout, secret);
+    assert_clean("stderr at trace", &stderr, secret);
+    assert_no_key_on_disk(&lab.home, secret);
+    // The header was sent.
+    let req = &lab.fake.requests()[0];
+    assert_eq!(req.header("x-custom-auth"), Some(secret));
 }

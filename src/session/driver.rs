@@ -87,6 +87,19 @@ pub struct Driver<'a> {
     questions: Vec<native::Relayed>,
     /// The control channel of the running engine.
     ctl: Option<crossbeam_channel::Sender<Control>>,
+    /// Tails of delta streams held back because a secret may continue in the next
+    /// delta, by item id and stream; sent before the item is complete.
+    masks: crate::secrets::DeltaStreams<(String, DeltaKind)>,
+}
+
+/// The delta streams of an item (`item/agentMessage/delta`, `item/reasoning/delta`,
+/// `item/toolCall/delta`, `item/toolCall/outputDelta` of one output stream).
+#[derive(Clone, PartialEq)]
+enum DeltaKind {
+    Message,
+    Reasoning,
+    Arguments,
+    Output(Option<String>),
 }
 
 /// Decodes stored attachments (`{media_type, data}` values).
@@ -124,6 +137,7 @@ impl<'a> Driver<'a> {
             steers_sent: vec![],
             questions: vec![],
             ctl: None,
+            masks: Default::default(),
         }
     }
 
@@ -169,6 +183,7 @@ impl<'a> Driver<'a> {
 
     /// Persists an item and announces `item/completed`.
     fn complete_item(&mut self, idx: usize, status: &str) {
+        self.flush_deltas(idx, |_| true);
         self.item(idx).status = Some(status.into());
         let item = self.s.turns[self.turn_idx].items[idx].clone();
         let _ = self.persist_item(&item);
@@ -203,6 +218,9 @@ impl<'a> Driver<'a> {
 
     fn remove_item(&mut self, idx: usize) {
         let item = self.s.turns[self.turn_idx].items.remove(idx);
+        if !self.masks.is_empty() {
+            self.masks.discard(|(id, _)| *id == item.id);
+        }
         let (tid, id) = (self.s.id.clone(), item.id.clone());
         let _ = self.s.persist(|st| st.delete_item(&tid, &id));
         let n = ItemRemoved {
@@ -607,6 +625,7 @@ impl<'a> Driver<'a> {
                     let _ = reply.send(false);
                     return;
                 };
+                self.flush_deltas(idx, |k| *k == DeltaKind::Arguments);
                 let item = self.s.turns[self.turn_idx].items[idx].clone();
                 let stored = self.persist_item(&item);
                 if stored || !at_most_once {
@@ -679,13 +698,7 @@ impl<'a> Driver<'a> {
                         .arguments
                         .get_or_insert_with(String::new)
                         .push_str(&delta);
-                    let n = ToolCallDelta {
-                        thread_id: self.thread_id(),
-                        turn_id: self.turn_id(),
-                        item_id: self.s.turns[self.turn_idx].items[i].id.clone(),
-                        delta,
-                    };
-                    self.notify(&n);
+                    self.send_delta(i, DeltaKind::Arguments, delta);
                 }
             }
             EngineEvent::ToolArgs {
@@ -706,6 +719,7 @@ impl<'a> Driver<'a> {
                         i
                     }
                 };
+                self.flush_deltas(i, |k| *k == DeltaKind::Arguments);
                 self.item(i).arguments = Some(arguments);
             }
             EngineEvent::ToolOutput {
@@ -714,14 +728,7 @@ impl<'a> Driver<'a> {
                 text,
             } => {
                 if let Some(i) = self.find_call(&call_id) {
-                    let n = ToolCallOutputDelta {
-                        thread_id: self.thread_id(),
-                        turn_id: self.turn_id(),
-                        item_id: self.s.turns[self.turn_idx].items[i].id.clone(),
-                        delta: text,
-                        stream,
-                    };
-                    self.notify(&n);
+                    self.send_delta(i, DeltaKind::Output(stream), text);
                 }
             }
             EngineEvent::ToolEnd {
@@ -872,6 +879,12 @@ impl<'a> Driver<'a> {
     /// needed; clients get the item again (an upsert, spec §4.3).
     fn replace_text(&mut self, reasoning: bool, text: String) {
         let (idx, _) = self.open_text_item(reasoning);
+        if !self.masks.is_empty() {
+            // The held tail belonged to the text being replaced.
+            let id = self.s.turns[self.turn_idx].items[idx].id.clone();
+            self.masks
+                .discard(|(i, k)| *i == id && *k != DeltaKind::Arguments);
+        }
         self.item(idx).text = Some(text);
         self.announce_started(idx);
     }
@@ -1002,22 +1015,66 @@ impl<'a> Driver<'a> {
             .text
             .get_or_insert_with(String::new)
             .push_str(&text);
-        let (thread_id, turn_id) = (self.thread_id(), self.turn_id());
-        let item_id = self.s.turns[self.turn_idx].items[idx].id.clone();
-        if reasoning {
-            self.notify(&ReasoningDelta {
-                thread_id,
-                turn_id,
-                item_id,
-                delta: text,
-            });
+        let kind = if reasoning {
+            DeltaKind::Reasoning
         } else {
-            self.notify(&AgentMessageDelta {
+            DeltaKind::Message
+        };
+        self.send_delta(idx, kind, text);
+    }
+
+    /// Announces one delta of item `idx`, masked: a tail that may be the start of a
+    /// secret split across deltas is held back (crate::secrets::DeltaStreams) and sent
+    /// with the next delta or by [`Self::flush_deltas`]. The deltas sent for a stream
+    /// add up to the redacted text of the item.
+    fn send_delta(&mut self, idx: usize, kind: DeltaKind, delta: String) {
+        let key = (self.s.turns[self.turn_idx].items[idx].id.clone(), kind);
+        let delta = self.masks.push(&key, delta);
+        if !delta.is_empty() {
+            self.notify_delta(key.0, key.1, delta);
+        }
+    }
+
+    /// Sends the held-back tails of item `idx`'s delta streams that `which` selects
+    /// (before the item is announced with its whole text: complete, or arguments done).
+    fn flush_deltas(&mut self, idx: usize, which: impl Fn(&DeltaKind) -> bool) {
+        if self.masks.is_empty() {
+            return;
+        }
+        let id = self.s.turns[self.turn_idx].items[idx].id.clone();
+        for ((item_id, kind), delta) in self.masks.finish(|(i, k)| *i == id && which(k)) {
+            self.notify_delta(item_id, kind, delta);
+        }
+    }
+
+    fn notify_delta(&mut self, item_id: String, kind: DeltaKind, delta: String) {
+        let (thread_id, turn_id) = (self.thread_id(), self.turn_id());
+        match kind {
+            DeltaKind::Message => self.notify(&AgentMessageDelta {
                 thread_id,
                 turn_id,
                 item_id,
-                delta: text,
-            });
+                delta,
+            }),
+            DeltaKind::Reasoning => self.notify(&ReasoningDelta {
+                thread_id,
+                turn_id,
+                item_id,
+                delta,
+            }),
+            DeltaKind::Arguments => self.notify(&ToolCallDelta {
+                thread_id,
+                turn_id,
+                item_id,
+                delta,
+            }),
+            DeltaKind::Output(stream) => self.notify(&ToolCallOutputDelta {
+                thread_id,
+                turn_id,
+                item_id,
+                delta,
+                stream,
+            }),
         }
     }
 

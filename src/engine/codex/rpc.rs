@@ -398,10 +398,23 @@ fn read_loop(stdout: impl Read, peer: &std::sync::Weak<Peer>) {
         if line.is_empty() {
             continue;
         }
-        log::debug!("codex -> {}", crate::util::clip(line, 2000));
         match serde_json::from_str::<Value>(line) {
-            Ok(v) => route(&peer, v),
-            Err(e) => log::warn!("codex app-server sent a line that is not JSON: {e}"),
+            Ok(v) => {
+                // Streamed pieces are not logged: a secret split across deltas would
+                // pass the log redactor piece by piece (they reach clients masked,
+                // through the session's delta redactor).
+                match v.get("method").and_then(Value::as_str) {
+                    Some(m) if m.ends_with("elta") => {
+                        log::debug!("codex -> {m} ({} bytes)", line.len())
+                    }
+                    _ => log::debug!("codex -> {}", crate::util::clip(line, 2000)),
+                }
+                route(&peer, v)
+            }
+            Err(e) => log::warn!(
+                "codex app-server sent a line that is not JSON ({} bytes): {e}",
+                line.len()
+            ),
         }
     }
 }
