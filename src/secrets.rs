@@ -307,7 +307,11 @@ impl StreamRedactor {
         };
         let hold = set.hold_from(&buf);
         if hold == buf.len() {
-            return redact_vec(buf);
+            if !m.is_match(&buf) {
+                return buf;
+            }
+            let reps = vec![MASK.as_bytes(); m.patterns_len()];
+            return m.replace_all_bytes(&buf, &reps);
         }
         // Matches that start before the held tail are final; one that crosses into
         // it is emitted whole, and what follows it is looked at again.
@@ -345,6 +349,18 @@ impl StreamRedactor {
     /// [`push`](Self::push) of text (a streamed delta). The result may be empty (all of
     /// it is held back).
     pub fn push_string(&mut self, text: String) -> String {
+        // Fast path (the usual delta): nothing held, nothing to mask, no secret can
+        // start in its tail: the delta itself, no copy, no UTF-8 check.
+        if self.carry.is_empty() {
+            let set = SECRETS.read().clone();
+            match &set.matcher {
+                None => return text,
+                Some(m) if set.hold_from(text.as_bytes()) == text.len() && !m.is_match(&text) => {
+                    return text
+                }
+                _ => {}
+            }
+        }
         into_string(self.push_vec(text.into_bytes()))
     }
 
@@ -394,9 +410,6 @@ impl<K: PartialEq> DeltaStreams<K> {
                 self.streams.swap_remove(i);
             }
             return out;
-        }
-        if SECRETS.read().matcher.is_none() {
-            return delta;
         }
         let mut r = StreamRedactor::default();
         let out = r.push_string(delta);
