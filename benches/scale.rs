@@ -649,11 +649,17 @@ fn stream_figures(t0: Instant, per: &[StreamTimes]) -> String {
     } else {
         "none (a stream finished before another began)".into()
     };
+    let starts: Vec<f64> = per
+        .iter()
+        .map(|p| (p.first - t0).as_secs_f64() * 1e3)
+        .collect();
     format!(
-        "{total} deltas, {:.0}/s aggregate (first to last delta, {:.0} ms; {:.0} ms from the common start); completion max/min {:.2} ({:.0} / {:.0} ms); overlap share max/min {overlap}",
+        "{total} deltas, {:.0}/s aggregate (first to last delta, {:.0} ms; {:.0} ms from the common start); first delta {:.0}–{:.0} ms after the start; completion max/min {:.2} ({:.0} / {:.0} ms); overlap share max/min {overlap}",
         total as f64 / span,
         span * 1e3,
         max * 1e3,
+        starts.iter().cloned().fold(f64::INFINITY, f64::min),
+        starts.iter().cloned().fold(0.0, f64::max),
         max / min,
         max * 1e3,
         min * 1e3,

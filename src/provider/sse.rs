@@ -96,7 +96,12 @@ impl<R: BufRead> SseReader<R> {
                 }
                 None => (bytes, &b""[..]),
             };
-            let value = String::from_utf8_lossy(value);
+            // Valid UTF-8 (every real stream) is checked by the fast validator and
+            // copied once; only invalid bytes take the lossy path.
+            let value = match std::str::from_utf8(value) {
+                Ok(v) => std::borrow::Cow::Borrowed(v),
+                Err(_) => String::from_utf8_lossy(value),
+            };
             match field {
                 b"data" => {
                     if self.has_data {
