@@ -441,27 +441,7 @@ fn a_key_split_across_streamed_deltas_is_masked_and_no_delta_is_lost() {
     assert_no_key_on_disk(&lab.home, KEY);
     let names = assert_no_key_on_disk(&lab.home, PIECE);
     assert!(names.iter().any(|n| n.contains("traces")), "{names:?}");
-    // Per item: the deltas add up to the completed item's (masked) text exactly.
-    let mut checked = vec![];
-    for done in frames.iter().filter(|f| f["method"] == "item/completed") {
-        let item = &done["params"]["item"];
-        let (method, field) = match item["type"].as_str().unwrap() {
-            "agent_message" => ("item/agentMessage/delta", "text"),
-            "reasoning" => ("item/reasoning/delta", "text"),
-            "tool_call" => ("item/toolCall/delta", "arguments"),
-            _ => continue,
-        };
-        let deltas: Vec<&str> = frames
-            .iter()
-            .filter(|f| f["method"] == method && f["params"]["item_id"] == item["id"])
-            .map(|f| f["params"]["delta"].as_str().unwrap())
-            .collect();
-        let whole = item[field].as_str().unwrap();
-        assert_eq!(deltas.concat(), whole, "{method} deltas of {item}");
-        assert!(whole.contains("[REDACTED]"), "{item}");
-        assert!(!deltas.iter().any(|d| d.is_empty()), "{deltas:?}");
-        checked.push(method);
-    }
+    let mut checked = deltas_add_up_to_items(&frames);
     checked.sort();
     assert_eq!(
         checked,
@@ -485,6 +465,66 @@ fn a_key_split_across_streamed_deltas_is_masked_and_no_delta_is_lost() {
             .ends_with("[REDACTED]; and a mere prefix at the end: sk-leak-PR"),
         "{done}"
     );
+}
+
+/// Per completed item: its deltas add up to its (masked) text or arguments exactly, and
+/// that text shows the mask. Returns the delta methods checked, one per item.
+fn deltas_add_up_to_items(frames: &[Value]) -> Vec<&'static str> {
+    let mut checked = vec![];
+    for done in frames.iter().filter(|f| f["method"] == "item/completed") {
+        let item = &done["params"]["item"];
+        let (method, field) = match item["type"].as_str().unwrap() {
+            "agent_message" => ("item/agentMessage/delta", "text"),
+            "reasoning" => ("item/reasoning/delta", "text"),
+            "tool_call" => ("item/toolCall/delta", "arguments"),
+            _ => continue,
+        };
+        let deltas: Vec<&str> = frames
+            .iter()
+            .filter(|f| f["method"] == method && f["params"]["item_id"] == item["id"])
+            .map(|f| f["params"]["delta"].as_str().unwrap())
+            .collect();
+        let whole = item[field].as_str().unwrap();
+        assert_eq!(deltas.concat(), whole, "{method} deltas of {item}");
+        assert!(whole.contains("[REDACTED]"), "{item}");
+        assert!(!deltas.iter().any(|d| d.is_empty()), "{deltas:?}");
+        checked.push(method);
+    }
+    checked
+}
+
+#[test]
+fn a_stream_cut_off_after_a_split_key_still_delivers_the_held_tail_masked() {
+    let lab = Lab::new(json!({}), json!({}));
+    lab.fake.push(Script::truncated(&[
+        "Key sk-leak-",
+        PIECE,
+        "0a9b7c3d and then sk-le",
+    ]));
+    let (frames, stderr) = app_server_turn(&lab, "tell me the key");
+    let all: String = frames.iter().map(|f| f.to_string() + "\n").collect();
+    assert!(
+        frames
+            .iter()
+            .any(|f| matches!(f["method"].as_str(), Some("turn/completed" | "turn/error"))),
+        "{all}"
+    );
+    assert_clean("frames", &all, KEY);
+    assert_clean("frames", &all, PIECE);
+    assert_clean("stderr at trace", &stderr, PIECE);
+    assert_eq!(
+        deltas_add_up_to_items(&frames),
+        ["item/agentMessage/delta"],
+        "{all}"
+    );
+    // The held tail (a key prefix) came as the last delta, before item/completed.
+    let last = frames
+        .iter()
+        .filter(|f| f["method"] == "item/agentMessage/delta")
+        .next_back()
+        .unwrap();
+    assert_eq!(last["params"]["delta"], "sk-le", "{all}");
+    assert_no_key_on_disk(&lab.home, PIECE);
 }
 
 #[test]
