@@ -376,8 +376,18 @@ fn row_memory(n: usize) {
         ("after one short turn each", turned),
         ("after all went idle (parked)", idle),
     ] {
+        // Live sessions ≈ threads over the baseline (one thread each while live).
+        let live = th.saturating_sub(base.1);
+        let per_live = if live > 0 {
+            format!(
+                "; {live} live sessions, {:.1} KiB each",
+                (rss - base.0) * 1024.0 / live as f64
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "{name}: RSS {rss:.1} MiB ({:.1} KiB per conversation over the baseline; {:.2}× the baseline), {th} threads",
+            "{name}: RSS {rss:.1} MiB ({:.1} KiB per conversation over the baseline; {:.2}× the baseline{per_live}), {th} threads",
             (rss - base.0) * 1024.0 / n as f64,
             rss / base.0
         );
