@@ -520,8 +520,7 @@ fn a_stream_cut_off_after_a_split_key_still_delivers_the_held_tail_masked() {
     // The held tail (a key prefix) came as the last delta, before item/completed.
     let last = frames
         .iter()
-        .filter(|f| f["method"] == "item/agentMessage/delta")
-        .next_back()
+        .rfind(|f| f["method"] == "item/agentMessage/delta")
         .unwrap();
     assert_eq!(last["params"]["delta"], "sk-le", "{all}");
     assert_no_key_on_disk(&lab.home, PIECE);
