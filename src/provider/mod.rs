@@ -528,7 +528,9 @@ pub(crate) fn parse_data(ev: &sse::SseEvent) -> Option<Value> {
     match serde_json::from_str::<Value>(&ev.data) {
         Ok(v) => Some(v),
         Err(e) => {
-            log::warn!("ignoring non-JSON SSE data ({e}): {:.200}", ev.data);
+            // The length only: a piece of a secret split across events would pass the
+            // log redactor, which sees one line at a time.
+            log::warn!("ignoring non-JSON SSE data ({e}; {} bytes)", ev.data.len());
             None
         }
     }
