@@ -36,8 +36,12 @@ pub struct Store {
     lease_stale_ms: i64,
     /// This process's write gate of the file (see [`write_gate`]).
     gate: Arc<parking_lot::Mutex<()>>,
-    /// The connection's busy timeout, also the longest wait at the gate.
+    /// The connection's busy timeout, also the longest wait at the gate and SQLite's
+    /// lock together.
     busy_timeout: Duration,
+    /// SQLite's busy timeout is shorter than `busy_timeout` (a transaction that waited
+    /// at the gate failed to begin); restored by the next transaction.
+    busy_shortened: bool,
 }
 
 /// The in-process write gate of a database file: [`Store::transaction`] holds it from
@@ -113,6 +117,7 @@ impl Store {
             lease_stale_ms: DEFAULT_LEASE_STALE_MS,
             gate: write_gate(path),
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            busy_shortened: false,
         })
     }
 
@@ -231,17 +236,45 @@ impl Store {
     /// e.g. an input entering history and its recovery record being cleared.
     ///
     /// Within this process, writers queue at the file's write gate first (see
-    /// [`write_gate`]); a writer that waited there for the whole busy timeout goes on
-    /// to SQLite's lock anyway (so a wait is at most twice the busy timeout).
+    /// [`write_gate`]). The busy timeout bounds the whole wait, gate and SQLite's lock
+    /// together: time spent at the gate is taken off SQLite's busy timeout for this
+    /// transaction, and a writer still at the gate when the timeout is over gets
+    /// [`StoreError::Busy`] (the writer ahead of it is itself stuck on a lock held
+    /// elsewhere).
     ///
     /// Errors: whatever `f` returns; [`StoreError::Busy`] when the write lock is not
-    /// obtained within the busy timeout; SQLite errors from commit.
+    /// obtained within the busy timeout (at the gate or at SQLite's lock); SQLite
+    /// errors from commit.
     pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let lease_stale_ms = self.lease_stale_ms;
-        let _turn = self.gate.try_lock_for(self.busy_timeout);
+        let started = std::time::Instant::now();
+        let Some(_turn) = self.gate.try_lock_for(self.busy_timeout) else {
+            return Err(StoreError::Busy(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                Some(format!(
+                    "another writer of this process held the write lock for {} s",
+                    self.busy_timeout.as_secs()
+                )),
+            )));
+        };
+        let waited = started.elapsed();
+        let shortened = waited >= Duration::from_millis(1);
+        if shortened || self.busy_shortened {
+            // Set before BEGIN (only it waits for the lock); restored below once the
+            // transaction began, else by the next transaction.
+            self.conn
+                .busy_timeout(self.busy_timeout.saturating_sub(waited))?;
+            self.busy_shortened = shortened;
+        }
+        let busy_timeout = self.busy_timeout;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if shortened {
+            // `&self` is enough to set it while the transaction borrows the connection.
+            tx.busy_timeout(busy_timeout)?;
+            self.busy_shortened = false;
+        }
         let value = f(&Tx {
             conn: &tx,
             lease_stale_ms,
