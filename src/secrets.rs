@@ -131,13 +131,17 @@ fn accept(v: &str) -> Option<String> {
 /// never forgets a secret that was already seen). Installs the store filter.
 pub fn set(values: impl IntoIterator<Item = String>) {
     let _ = wuu_store::set_text_filter(store_filter);
-    let mut all: Vec<String> = SECRETS.read().values.clone();
-    for v in values.into_iter().filter_map(|v| accept(&v)) {
+    let fresh: Vec<String> = values.into_iter().filter_map(|v| accept(&v)).collect();
+    // Read, extend and replace under one write lock: two threads adding at once (a
+    // config reload and a key a client sent) must not lose each other's secrets.
+    let mut current = SECRETS.write();
+    let mut all: Vec<String> = current.values.clone();
+    for v in fresh {
         if !all.contains(&v) {
             all.push(v);
         }
     }
-    *SECRETS.write() = Arc::new(rebuild(all));
+    *current = Arc::new(rebuild(all));
 }
 
 /// Adds one secret (e.g. a key a client sent).
@@ -475,6 +479,28 @@ mod tests {
             ["user:KEYVALUE1", "KEYVALUE1"]
         );
         assert!(url_userinfo("https://host/v1?x=a@b").is_empty());
+    }
+
+    #[test]
+    fn secrets_added_from_many_threads_at_once_are_all_kept() {
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    for i in 0..40 {
+                        add(&format!("concurrent-secret-{t}-{i:03}-xyz"));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        for t in 0..8 {
+            for i in 0..40 {
+                let s = format!("concurrent-secret-{t}-{i:03}-xyz");
+                assert_eq!(redact(&s), "[REDACTED]", "{s} was lost");
+            }
+        }
     }
 
     #[test]
