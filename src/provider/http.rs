@@ -438,7 +438,9 @@ fn anthropic_v1(base: &str) -> String {
     }
 }
 
-fn host_of(url: &str) -> &str {
+/// The host part of `url` (`scheme://[user@]host[:port]/…`, IPv6 without brackets;
+/// `""` when there is none), as written.
+pub(crate) fn host_of(url: &str) -> &str {
     let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority
@@ -451,7 +453,8 @@ fn host_of(url: &str) -> &str {
     authority.split(':').next().unwrap_or("")
 }
 
-fn is_loopback(host: &str) -> bool {
+/// Whether `host` (from [`host_of`]) is this machine: `localhost`, `::1`, `127.0.0.0/8`.
+pub(crate) fn is_loopback(host: &str) -> bool {
     host == "localhost"
         || host == "::1"
         || host

@@ -20,7 +20,7 @@ use serde_json::Value;
 use crate::config::ProviderConfig;
 
 pub mod anthropic;
-mod http;
+pub(crate) mod http;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod replay;

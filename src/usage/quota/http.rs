@@ -5,6 +5,7 @@
 //! passed on (only logged at debug level, cut).
 
 use super::QuotaError;
+use crate::provider::http::{host_of, is_loopback};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -13,31 +14,9 @@ pub const MAX_BODY_BYTES: u64 = 1024 * 1024;
 /// Default per-request timeout (always capped by the shared deadline).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
-fn host_of(url: &str) -> &str {
-    let rest = url.split_once("://").map(|(_, r)| r).unwrap_or(url);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let authority = authority
-        .rsplit_once('@')
-        .map(|(_, h)| h)
-        .unwrap_or(authority);
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or("");
-    }
-    authority.split(':').next().unwrap_or("")
-}
-
 /// Host of `url`, lower-cased (`""` when there is none).
 pub fn host(url: &str) -> String {
     host_of(url).to_ascii_lowercase()
-}
-
-fn is_loopback(host: &str) -> bool {
-    host == "localhost"
-        || host == "::1"
-        || host
-            .parse::<std::net::Ipv4Addr>()
-            .map(|ip| ip.is_loopback())
-            .unwrap_or(false)
 }
 
 /// `GET url` with `headers`, answered before `deadline` (and within
