@@ -89,6 +89,36 @@ impl Setup {
         ]
     }
 
+    /// Runs `wuu exec [ARGS…] --cd WS --json` in this setup and returns its exit code,
+    /// stdout, stderr and the stdout events.
+    fn exec_json(&self, args: &[&str]) -> (Option<i32>, String, String, Vec<Value>) {
+        let (sub, rest) = match args.split_first() {
+            Some((&"resume", rest)) => (Some("resume"), rest),
+            _ => (None, args),
+        };
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
+            .arg("exec")
+            .args(sub)
+            .arg("--cd")
+            .arg(&self.ws)
+            .arg("--json")
+            .args(rest)
+            .envs(self.env())
+            .env("WUU_HOME", &self.home)
+            .env_remove("RUST_LOG")
+            .current_dir(&self.ws)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run wuu exec");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let events = stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        (out.status.code(), stdout, stderr, events)
+    }
+
     fn app(&self) -> App {
         let env = self.env();
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
@@ -763,25 +793,8 @@ fn codex_exec_resume_continues_the_native_thread() {
     drop(app);
 
     fp.push(Script::text(&["kiwi"]));
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"));
-    cmd.arg("exec")
-        .arg("resume")
-        .arg("--cd")
-        .arg(&s.ws)
-        .args(["--json", &thread_id, "what was the word?"])
-        .envs(s.env())
-        .env("WUU_HOME", &s.home)
-        .env_remove("RUST_LOG")
-        .current_dir(&s.ws)
-        .stdin(std::process::Stdio::null());
-    let out = cmd.output().expect("run wuu exec");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let events: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let (code, stdout, stderr, events) = s.exec_json(&["resume", &thread_id, "what was the word?"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     assert!(
         events
             .iter()
@@ -826,25 +839,8 @@ fn codex_exec_new_conversation_on_the_default_engine_needs_no_wuu_provider() {
     )
     .unwrap();
     fp.push(Script::text(&["hello from codex"]));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
-        .arg("exec")
-        .arg("--cd")
-        .arg(&s.ws)
-        .args(["--json", "say hello"])
-        .envs(s.env())
-        .env("WUU_HOME", &s.home)
-        .env_remove("RUST_LOG")
-        .current_dir(&s.ws)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run wuu exec");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
-    let events: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let (code, stdout, stderr, events) = s.exec_json(&["say hello"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
     let started = events
         .iter()
         .find(|e| e["type"] == "thread_started")
