@@ -158,6 +158,21 @@ pub fn listing_json(
     Ok(out)
 }
 
+/// Shares a listing answer with the reader thread (at most 8 filters), valid until this
+/// process changes a conversation or the lease thread sees another process's commit.
+fn share_listing(
+    shared: &Shared,
+    filter: ThreadFilter,
+    list_gen: u64,
+    gen: u64,
+    bytes: Arc<Vec<u8>>,
+) {
+    let mut shared_cache = shared.list_cache.lock();
+    shared_cache.retain(|(f, ..)| *f != filter);
+    shared_cache.truncate(7);
+    shared_cache.push((filter, list_gen, gen, bytes));
+}
+
 fn handle(
     shared: &Arc<Shared>,
     store: &mut Store,
@@ -177,10 +192,7 @@ fn handle(
                 .find(|(f, dv, g, _)| *f == filter && *dv == v && *g == gen)
             {
                 let bytes = bytes.clone();
-                let mut shared_cache = shared.list_cache.lock();
-                shared_cache.retain(|(f, ..)| *f != filter);
-                shared_cache.push((filter, list_gen, gen, bytes.clone()));
-                drop(shared_cache);
+                share_listing(shared, filter, list_gen, gen, bytes.clone());
                 return reply.ok_raw(&bytes);
             }
         }
@@ -200,16 +212,13 @@ fn handle(
                     cache.entries.truncate(7);
                     cache.entries.push((filter.clone(), v, gen, bytes.clone()));
                 }
-                // Share it with the reader thread, valid until this process changes a
-                // conversation (or the lease thread sees another process's commit).
-                let mut shared_cache = shared.list_cache.lock();
-                shared_cache.retain(|(f, ..)| *f != filter);
-                shared_cache.truncate(7);
-                shared_cache.push((filter, list_gen, gen, bytes.clone()));
-                drop(shared_cache);
+                share_listing(shared, filter, list_gen, gen, bytes.clone());
                 reply.ok_raw(&bytes)
             }
-            Err(e) => reply.err(ErrorCode::InternalError, format!("listing failed: {e}")),
+            Err(e) => {
+                let (code, message) = super::store_error(shared, &e);
+                reply.err(code, format!("listing failed: {message}"))
+            }
         }
     };
     match req {
@@ -273,7 +282,10 @@ fn handle(
             };
             match result {
                 Ok(results) => reply.ok(&ThreadSearchResult { results }),
-                Err(e) => reply.err(ErrorCode::InternalError, format!("search failed: {e}")),
+                Err(e) => {
+                    let (code, message) = super::store_error(shared, &e);
+                    reply.err(code, format!("search failed: {message}"))
+                }
             }
         }
         ClientRequest::ThreadResume(p) => match store.latest_thread(&workdir) {
@@ -289,7 +301,10 @@ fn handle(
                 ErrorCode::ThreadNotFound,
                 format!("no sessions found for workspace {workdir}"),
             ),
-            Err(e) => reply.err(ErrorCode::InternalError, format!("store: {e}")),
+            Err(e) => {
+                let (code, message) = super::store_error(shared, &e);
+                reply.err(code, message)
+            }
         },
         ClientRequest::ThreadAttachmentRead(p) => {
             session::attachments::serve_catalog(shared, store, p, reply)
