@@ -213,8 +213,9 @@ impl Builtin {
         let handle = provider::start_stream(provider, req);
         let mut calls: Vec<ToolCall> = vec![];
         let mut reconnecting = false;
+        // Cloned once per step, not per event: only a gone host changes it (to `never`).
+        let mut ctl = self.controls(controls);
         loop {
-            let ctl = self.controls(controls);
             let ev = select! {
                 recv(handle.events) -> ev => ev,
                 recv(ctl) -> c => {
@@ -224,7 +225,10 @@ impl Builtin {
                             sink.emit(EngineEvent::StreamCut);
                             return Ok(None);
                         }
-                        other => self.note(other),
+                        other => {
+                            self.note(other);
+                            ctl = self.controls(controls);
+                        }
                     }
                     if self.interrupted {
                         handle.cancel();

@@ -26,6 +26,8 @@ use crate::config::ProviderConfig;
 pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 90_000;
 /// Default connect / first-header timeout (60 s).
 pub const DEFAULT_CONNECT_TIMEOUT_MS: u64 = 60_000;
+/// Largest response head (status line and headers) accepted, 64 KiB (ureq's default).
+const RESPONSE_HEAD_LIMIT: usize = 64 * 1024;
 /// Largest error body read from a non-2xx response (1 MiB).
 const MAX_ERROR_BODY: u64 = 1024 * 1024;
 /// Largest complete JSON answer read from a 2xx response to a streaming request (64 MiB).
@@ -157,6 +159,13 @@ impl HttpProvider {
             .timeout_connect(Some(self.connect_timeout))
             .timeout_recv_response(Some(self.connect_timeout))
             .max_idle_connections(0)
+            // Each connection's buffers are allocated and zero-filled per request (ureq's
+            // defaults: 128 KiB each way). The input buffer must hold a whole response
+            // head (ureq's header limit, 64 KiB); the output buffer one request header
+            // line, the body goes through it in pieces.
+            .input_buffer_size(RESPONSE_HEAD_LIMIT)
+            .max_response_header_size(RESPONSE_HEAD_LIMIT)
+            .output_buffer_size(16 * 1024)
             .user_agent(format!("wuu/{}", env!("CARGO_PKG_VERSION")));
         if streaming {
             b = b.timeout_per_read(Some(self.idle_timeout));

@@ -551,8 +551,8 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
         if cancel.is_cancelled() {
             return AttemptOutcome::Stopped;
         }
-        let step = match sse.next_event() {
-            Ok(Some(ev)) => parser.on_event(&ev, &mut out),
+        let step = match sse.next_event_ref() {
+            Ok(Some(ev)) => parser.on_event(ev, &mut out),
             Ok(None) => {
                 if cancel.is_cancelled() {
                     return AttemptOutcome::Stopped;
@@ -724,6 +724,12 @@ pub fn start_stream(p: Arc<dyn Provider>, req: ChatRequest) -> StreamHandle {
                 if token.is_cancelled() {
                     return false;
                 }
+                // Room in the channel (the usual case): no select.
+                let ev = match tx.try_send(ev) {
+                    Ok(()) => return true,
+                    Err(crossbeam_channel::TrySendError::Full(ev)) => ev,
+                    Err(crossbeam_channel::TrySendError::Disconnected(_)) => return false,
+                };
                 crossbeam_channel::select! {
                     send(tx, ev) -> r => r.is_ok(),
                     recv(wake) -> _ => false,

@@ -26,12 +26,22 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
+mod chunk;
+use chunk::{Chunk, Fragment};
+
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
 use super::{
     normalize_schema, output_schema_parts, parse_data, same_origin, synth_call_id, ChatMessage,
     ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage, WireParser,
 };
+
+/// Whether a `data:` payload is the `[DONE]` sentinel (surrounding whitespace allowed);
+/// a JSON chunk is told apart by its first byte.
+fn is_done(data: &str) -> bool {
+    let t = data.trim_start();
+    t.starts_with("[DONE]") && t.trim_end() == "[DONE]"
+}
 
 fn is_deepseek(model: &str) -> bool {
     model.to_ascii_lowercase().contains("deepseek")
@@ -213,6 +223,9 @@ pub struct Parser {
     saw_choice: bool,
     /// A started call was withdrawn ([`StreamEvent::ToolCallCutOff`]).
     cut_off: bool,
+    /// Chunks are read by the typed fast path first (false only in tests, to compare
+    /// with the `Value` path).
+    typed: bool,
 }
 
 impl Parser {
@@ -230,6 +243,7 @@ impl Parser {
             response_id: None,
             saw_choice: false,
             cut_off: false,
+            typed: true,
         }
     }
 
@@ -307,25 +321,11 @@ impl Parser {
         self.open.clear();
     }
 
-    fn tool_fragment(&mut self, pos_in_array: usize, tc: &Value, out: &mut Vec<StreamEvent>) {
-        let index = tc
-            .get("index")
-            .and_then(Value::as_u64)
-            .unwrap_or(pos_in_array as u64);
-        let id = tc
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty());
-        let f = tc.get("function");
-        let name = f
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty());
-        let args = match f.and_then(|f| f.get("arguments")) {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(), // some servers send an object
-        };
+    fn tool_fragment(&mut self, pos_in_array: usize, tc: Fragment, out: &mut Vec<StreamEvent>) {
+        let index = tc.index.unwrap_or(pos_in_array as u64);
+        let id = tc.id.as_deref().filter(|s| !s.is_empty());
+        let name = tc.name.as_deref().filter(|s| !s.is_empty());
+        let args: &str = &tc.arguments;
         let mut current = self.open.get(&index).copied();
         if let (Some(pos), Some(id)) = (current, id) {
             let c = &self.calls[pos];
@@ -379,11 +379,11 @@ impl Parser {
             }
         }
         if !args.is_empty() {
-            call.args.push_str(&args);
+            call.args.push_str(args);
             if call.started {
                 out.push(StreamEvent::ToolCallDelta {
                     id: call.id.clone(),
-                    delta: args.clone(),
+                    delta: args.to_string(),
                 });
             }
         }
@@ -391,11 +391,68 @@ impl Parser {
         if created
             && call.started
             && !args.is_empty()
-            && serde_json::from_str::<Value>(&args).is_ok_and(|v| v.is_object())
+            && serde_json::from_str::<Value>(args).is_ok_and(|v| v.is_object())
         {
             Self::end_call(call, false, out);
             self.open.remove(&index);
         }
+    }
+
+    /// Applies one chunk. `v` is the chunk's `Value` when it was parsed as one; the
+    /// typed path ([`chunk::parse_typed`]) never yields a `finish_reason:"error"` chunk,
+    /// whose error fields are read from `v`.
+    fn apply(
+        &mut self,
+        c: Chunk,
+        v: Option<&Value>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Option<Result<StreamEvent, AttemptError>> {
+        if self.response_id.is_none() {
+            if let Some(id) = c.id {
+                self.response_id = Some(id.into_owned());
+            }
+        }
+        if let Some(u) = c.usage {
+            self.usage = Some(u);
+        }
+        let choice = c.choice?;
+        self.saw_choice = true;
+        if let Some(delta) = choice.delta {
+            let reasoning = delta.reasoning.unwrap_or_default();
+            if !reasoning.is_empty() {
+                self.reasoning.push_str(&reasoning);
+                out.push(StreamEvent::ReasoningDelta {
+                    text: reasoning.into_owned(),
+                });
+            }
+            if let Some(text) = delta.content {
+                if !text.is_empty() {
+                    self.flush_reasoning(out);
+                    out.push(StreamEvent::TextDelta {
+                        text: text.into_owned(),
+                    });
+                }
+            }
+            if !delta.tool_calls.is_empty() {
+                self.flush_reasoning(out);
+            }
+            for (i, tc) in delta.tool_calls.into_iter().enumerate() {
+                self.tool_fragment(i, tc, out);
+            }
+        }
+        if let Some(fr) = choice.finish_reason {
+            if fr == "error" {
+                let (code, ty, msg) = error_fields(v.unwrap_or(&Value::Null));
+                return Some(Err(classify_stream_error(
+                    code.as_deref(),
+                    ty.as_deref(),
+                    msg.as_deref().unwrap_or("stream finished with an error"),
+                )));
+            }
+            self.finish_reason = Some(fr.into_owned());
+            self.end_all(out);
+        }
+        None
     }
 
     fn done(&mut self, out: &mut Vec<StreamEvent>) -> StreamEvent {
@@ -417,7 +474,7 @@ impl WireParser for Parser {
         ev: &SseEvent,
         out: &mut Vec<StreamEvent>,
     ) -> Option<Result<StreamEvent, AttemptError>> {
-        if ev.data.trim() == "[DONE]" {
+        if is_done(&ev.data) {
             // `[DONE]` without a finish reason after nothing at all, or while a tool
             // call is still open, is a broken stream: its calls must never run.
             if self.finish_reason.is_none() && (!self.saw_choice || !self.open.is_empty()) {
@@ -426,6 +483,11 @@ impl WireParser for Parser {
                 )));
             }
             return Some(Ok(self.done(out)));
+        }
+        if self.typed {
+            if let Some(chunk) = chunk::parse_typed(&ev.data) {
+                return self.apply(chunk, None, out);
+            }
         }
         let v = parse_data(ev)?;
         let is_error_obj = v.get("error").is_some_and(|e| !e.is_null())
@@ -438,62 +500,7 @@ impl WireParser for Parser {
                 msg.as_deref().unwrap_or("stream error"),
             )));
         }
-        if self.response_id.is_none() {
-            if let Some(id) = v.get("id").and_then(Value::as_str) {
-                self.response_id = Some(id.to_string());
-            }
-        }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(parse_usage(u));
-        }
-        let choice = v
-            .get("choices")
-            .and_then(Value::as_array)
-            .and_then(|c| c.first());
-        let choice = choice?;
-        self.saw_choice = true;
-        if let Some(delta) = choice.get("delta").or_else(|| choice.get("message")) {
-            let reasoning = delta
-                .get("reasoning_content")
-                .and_then(Value::as_str)
-                .or_else(|| delta.get("reasoning").and_then(Value::as_str))
-                .unwrap_or("");
-            if !reasoning.is_empty() {
-                self.reasoning.push_str(reasoning);
-                out.push(StreamEvent::ReasoningDelta {
-                    text: reasoning.to_string(),
-                });
-            }
-            if let Some(text) = delta.get("content").and_then(Value::as_str) {
-                if !text.is_empty() {
-                    self.flush_reasoning(out);
-                    out.push(StreamEvent::TextDelta {
-                        text: text.to_string(),
-                    });
-                }
-            }
-            if let Some(tcs) = delta.get("tool_calls").and_then(Value::as_array) {
-                if !tcs.is_empty() {
-                    self.flush_reasoning(out);
-                }
-                for (i, tc) in tcs.iter().enumerate() {
-                    self.tool_fragment(i, tc, out);
-                }
-            }
-        }
-        if let Some(fr) = choice.get("finish_reason").and_then(Value::as_str) {
-            if fr == "error" {
-                let (code, ty, msg) = error_fields(&v);
-                return Some(Err(classify_stream_error(
-                    code.as_deref(),
-                    ty.as_deref(),
-                    msg.as_deref().unwrap_or("stream finished with an error"),
-                )));
-            }
-            self.finish_reason = Some(fr.to_string());
-            self.end_all(out);
-        }
-        None
+        self.apply(Chunk::from_value(&v), Some(&v), out)
     }
 
     /// A `chat.completion` object: its `choices[0].message` read as one delta chunk

@@ -35,13 +35,27 @@ pub struct SseEvent {
 }
 
 /// Reads [`SseEvent`]s from a byte stream.
+///
+/// A line that lies whole in the reader's buffer is parsed in place; only a line split
+/// across reads is first gathered in an own buffer. [`SseReader::next_event_ref`] reuses
+/// one event's buffers from event to event (no allocation per event once they are grown).
 pub struct SseReader<R> {
     inner: R,
-    line: Vec<u8>,
-    event: Option<String>,
+    /// The start of a line split across reads.
+    partial: Vec<u8>,
+    lines: LineState,
+    /// The last dispatched event.
+    out: SseEvent,
+}
+
+/// The event being assembled from its lines.
+struct LineState {
+    event: String,
+    has_event: bool,
     data: String,
     has_data: bool,
-    id: Option<String>,
+    id: String,
+    has_id: bool,
     first_line: bool,
 }
 
@@ -50,85 +64,173 @@ impl<R: BufRead> SseReader<R> {
     pub fn new(inner: R) -> Self {
         SseReader {
             inner,
-            line: Vec::with_capacity(256),
-            event: None,
-            data: String::new(),
-            has_data: false,
-            id: None,
-            first_line: true,
+            partial: Vec::new(),
+            lines: LineState {
+                event: String::new(),
+                has_event: false,
+                data: String::new(),
+                has_data: false,
+                id: String::new(),
+                has_id: false,
+                first_line: true,
+            },
+            out: SseEvent::default(),
         }
     }
 
     /// The next event; `Ok(None)` at end of input. I/O errors (including read timeouts)
     /// are returned as they come; the reader should not be used after an error.
     pub fn next_event(&mut self) -> io::Result<Option<SseEvent>> {
+        Ok(if self.advance()? {
+            Some(std::mem::take(&mut self.out))
+        } else {
+            None
+        })
+    }
+
+    /// [`SseReader::next_event`], lent: the event stays valid until the next call, and
+    /// its buffers are reused for the next event.
+    pub fn next_event_ref(&mut self) -> io::Result<Option<&SseEvent>> {
+        Ok(if self.advance()? {
+            Some(&self.out)
+        } else {
+            None
+        })
+    }
+
+    /// Reads lines until an event is dispatched into `self.out` (true) or the input
+    /// ends without one (false).
+    fn advance(&mut self) -> io::Result<bool> {
         loop {
-            self.line.clear();
-            let n = read_line_limited(&mut self.inner, &mut self.line)?;
-            if n == 0 || self.line.last() != Some(&b'\n') {
+            let buf = match self.inner.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if buf.is_empty() {
                 // End of input; a partial last line is dropped.
-                return Ok(self.take_event());
+                self.partial.clear();
+                return Ok(self.lines.dispatch(&mut self.out));
             }
-            self.line.pop();
-            if self.line.last() == Some(&b'\r') {
-                self.line.pop();
-            }
-            let mut bytes: &[u8] = &self.line;
-            if self.first_line {
-                self.first_line = false;
-                if let Some(rest) = bytes.strip_prefix(b"\xEF\xBB\xBF") {
-                    bytes = rest;
+            let (used, dispatched) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) if self.partial.is_empty() => {
+                    check_len(i + 1)?;
+                    (i + 1, self.lines.line(&buf[..i], &mut self.out))
                 }
-            }
-            if bytes.is_empty() {
-                if let Some(ev) = self.take_event() {
-                    return Ok(Some(ev));
-                }
-                continue;
-            }
-            if bytes[0] == b':' {
-                continue; // comment
-            }
-            let (field, value) = match bytes.iter().position(|&b| b == b':') {
                 Some(i) => {
-                    let v = &bytes[i + 1..];
-                    (&bytes[..i], v.strip_prefix(b" ").unwrap_or(v))
+                    check_len(self.partial.len() + i + 1)?;
+                    self.partial.extend_from_slice(&buf[..i]);
+                    let dispatched = self.lines.line(&self.partial, &mut self.out);
+                    self.partial.clear();
+                    (i + 1, dispatched)
                 }
-                None => (bytes, &b""[..]),
-            };
-            // Valid UTF-8 (every real stream) is checked by the fast validator and
-            // copied once; only invalid bytes take the lossy path.
-            let value = match std::str::from_utf8(value) {
-                Ok(v) => std::borrow::Cow::Borrowed(v),
-                Err(_) => String::from_utf8_lossy(value),
-            };
-            match field {
-                b"data" => {
-                    if self.has_data {
-                        self.data.push('\n');
-                    }
-                    self.data.push_str(&value);
-                    self.has_data = true;
+                None => {
+                    check_len(self.partial.len() + buf.len())?;
+                    self.partial.extend_from_slice(buf);
+                    (buf.len(), false)
                 }
-                b"event" => self.event = Some(value.into_owned()),
-                b"id" => self.id = Some(value.into_owned()),
-                _ => {} // retry: and unknown fields are ignored
+            };
+            self.inner.consume(used);
+            if dispatched {
+                return Ok(true);
             }
         }
     }
+}
 
-    fn take_event(&mut self) -> Option<SseEvent> {
-        let event = self.event.take();
-        let id = self.id.take();
+/// Fails when a line (with its newline) would exceed [`MAX_LINE_BYTES`].
+fn check_len(len: usize) -> io::Result<()> {
+    if len > MAX_LINE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("SSE line longer than {MAX_LINE_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+impl LineState {
+    /// Handles one line (without its `\n`); true when it dispatched an event into `out`.
+    fn line(&mut self, mut bytes: &[u8], out: &mut SseEvent) -> bool {
+        if let Some(rest) = bytes.strip_suffix(b"\r") {
+            bytes = rest;
+        }
+        if self.first_line {
+            self.first_line = false;
+            if let Some(rest) = bytes.strip_prefix(b"\xEF\xBB\xBF") {
+                bytes = rest;
+            }
+        }
+        let Some(&first) = bytes.first() else {
+            return self.dispatch(out);
+        };
+        if first == b':' {
+            return false; // comment
+        }
+        let (field, value) = match bytes.iter().position(|&b| b == b':') {
+            Some(i) => {
+                let (field, rest) = bytes.split_at(i);
+                let v = rest.get(1..).unwrap_or_default();
+                (field, v.strip_prefix(b" ").unwrap_or(v))
+            }
+            None => (bytes, &b""[..]),
+        };
+        let target = match field {
+            b"data" => {
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.has_data = true;
+                &mut self.data
+            }
+            b"event" => {
+                self.has_event = true;
+                self.event.clear();
+                &mut self.event
+            }
+            b"id" => {
+                self.has_id = true;
+                self.id.clear();
+                &mut self.id
+            }
+            _ => return false, // retry: and unknown fields are ignored
+        };
+        // Valid UTF-8 (every real stream) is checked by the fast validator and copied
+        // once; only invalid bytes take the lossy path.
+        match std::str::from_utf8(value) {
+            Ok(v) => target.push_str(v),
+            Err(_) => target.push_str(&String::from_utf8_lossy(value)),
+        }
+        false
+    }
+
+    /// Ends the event at a blank line or the end of input: when it has data, moves it
+    /// into `out` (true); the event name and id never outlive their event.
+    fn dispatch(&mut self, out: &mut SseEvent) -> bool {
+        let (has_event, has_id) = (self.has_event, self.has_id);
+        self.has_event = false;
+        self.has_id = false;
         if !self.has_data {
-            return None;
+            return false;
         }
         self.has_data = false;
-        Some(SseEvent {
-            event,
-            data: std::mem::take(&mut self.data),
-            id,
-        })
+        set(&mut out.event, has_event.then_some(self.event.as_str()));
+        set(&mut out.id, has_id.then_some(self.id.as_str()));
+        std::mem::swap(&mut out.data, &mut self.data);
+        self.data.clear();
+        true
+    }
+}
+
+/// Sets `slot` to a copy of `v`, reusing the string already there.
+fn set(slot: &mut Option<String>, v: Option<&str>) {
+    match (slot.as_mut(), v) {
+        (Some(s), Some(v)) => {
+            s.clear();
+            s.push_str(v);
+        }
+        (None, Some(v)) => *slot = Some(v.to_owned()),
+        (_, None) => *slot = None,
     }
 }
 
@@ -137,44 +239,6 @@ impl<R: BufRead> Iterator for SseReader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         self.next_event().transpose()
-    }
-}
-
-/// `read_until(b'\n')` with a length cap.
-fn read_line_limited<R: BufRead>(r: &mut R, out: &mut Vec<u8>) -> io::Result<usize> {
-    let mut total = 0;
-    loop {
-        let (done, used) = {
-            let buf = match r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if buf.is_empty() {
-                return Ok(total);
-            }
-            match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => {
-                    out.extend_from_slice(&buf[..=i]);
-                    (true, i + 1)
-                }
-                None => {
-                    out.extend_from_slice(buf);
-                    (false, buf.len())
-                }
-            }
-        };
-        r.consume(used);
-        total += used;
-        if out.len() > MAX_LINE_BYTES {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("SSE line longer than {MAX_LINE_BYTES} bytes"),
-            ));
-        }
-        if done {
-            return Ok(total);
-        }
     }
 }
 
