@@ -112,7 +112,7 @@ impl<R: BufRead> SseReader<R> {
                 self.partial.clear();
                 return Ok(self.lines.dispatch(&mut self.out));
             }
-            let (used, dispatched) = match buf.iter().position(|&b| b == b'\n') {
+            let (used, dispatched) = match memchr::memchr(b'\n', buf) {
                 Some(i) if self.partial.is_empty() => {
                     check_len(i + 1)?;
                     (i + 1, self.lines.line(&buf[..i], &mut self.out))
@@ -323,5 +323,64 @@ mod tests {
     fn invalid_utf8_is_replaced() {
         let evs = parse(b"data: a\xFFb\n\n");
         assert_eq!(evs[0].data, "a\u{FFFD}b");
+    }
+
+    /// Lines parsed in place and lines gathered across reads give the same events,
+    /// whatever the read sizes (CRLF split between reads, BOM, comments, multi-line
+    /// data, a partial last line).
+    #[test]
+    fn read_sizes_do_not_change_the_events() {
+        let body = "\u{FEFF}: hi\r\nevent: a\r\ndata: {\"x\":\"é 🦀\"}\r\n\r\nid: 7\ndata: one\ndata:two\n\n\
+                    data\n\nevent: skipped\n\ndata: last\ndata: {\"trunc"
+            .as_bytes();
+        let whole: Vec<SseEvent> = parse(body);
+        assert_eq!(whole.len(), 4);
+        assert_eq!(whole[0].event.as_deref(), Some("a"));
+        assert_eq!(whole[0].data, "{\"x\":\"é 🦀\"}");
+        assert_eq!(
+            (whole[2].data.as_str(), whole[2].event.as_deref()),
+            ("", None)
+        );
+        assert_eq!(whole[3].data, "last");
+        assert_eq!(whole[1].data, "one\ntwo");
+        assert_eq!(whole[1].id.as_deref(), Some("7"));
+        for cap in 1..=body.len() {
+            let mut r = SseReader::new(BufReader::with_capacity(cap, OneByteOr(body, cap)));
+            let mut got = vec![];
+            while let Some(ev) = r.next_event_ref().unwrap() {
+                got.push(ev.clone());
+            }
+            assert_eq!(got, whole, "capacity {cap}");
+        }
+    }
+
+    /// A reader returning at most `n` bytes per read.
+    struct OneByteOr<'a>(&'a [u8], usize);
+    impl Read for OneByteOr<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.len().min(buf.len()).min(self.1);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn overlong_line_is_refused() {
+        let mut body = b"data: ".to_vec();
+        body.resize(MAX_LINE_BYTES + 10, b'x');
+        body.extend_from_slice(b"\n\n");
+        let err = SseReader::new(BufReader::new(&body[..]))
+            .next_event()
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let mut ok = b"data: ".to_vec();
+        ok.resize(MAX_LINE_BYTES - 1, b'x');
+        ok.extend_from_slice(b"\n\n");
+        let ev = SseReader::new(BufReader::new(&ok[..]))
+            .next_event()
+            .unwrap()
+            .unwrap();
+        assert_eq!(ev.data.len(), MAX_LINE_BYTES - 7);
     }
 }
