@@ -4,6 +4,7 @@
 
 use super::convert::{item_wire, thread_wire, TurnState};
 use super::{Session, SessionMsg, Snapshot};
+use crate::server::connections::PooledStore;
 use crate::server::{Responder, Shared};
 use crate::tools::PermissionMode;
 use crate::util::{new_id, now_ms};
@@ -17,14 +18,14 @@ type Refusal = (ErrorCode, String);
 
 /// Longest accepted title, in characters.
 pub const MAX_TITLE_CHARS: usize = 500;
-type Created = (Option<Store>, ThreadRow, Vec<TurnState>);
+type Created = (Option<PooledStore>, ThreadRow, Vec<TurnState>);
 
 /// Loads a persisted conversation and its history with a fresh connection.
 /// `Ok(None)` when it does not exist.
 pub fn load(
     shared: &Shared,
     id: &str,
-) -> Result<Option<(Store, ThreadRow, Vec<TurnState>)>, String> {
+) -> Result<Option<(PooledStore, ThreadRow, Vec<TurnState>)>, String> {
     let Some((mut store, thread)) = load_thread(shared, id).map_err(|e| format!("store: {e}"))?
     else {
         return Ok(None);
@@ -38,13 +39,12 @@ pub fn load(
 pub fn load_thread(
     shared: &Shared,
     id: &str,
-) -> Result<Option<(Store, ThreadRow)>, wuu_store::StoreError> {
+) -> Result<Option<(PooledStore, ThreadRow)>, wuu_store::StoreError> {
     if id.starts_with("ephemeral-") {
         return Ok(None);
     }
     let store = shared.connections.take()?;
     let Some(thread) = store.get_thread(id)? else {
-        shared.connections.give_back(store);
         return Ok(None);
     };
     Ok(Some((store, thread)))
@@ -261,7 +261,7 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
     Ok((Some(store), thread, vec![]))
 }
 
-fn open(shared: &Shared) -> Result<Store, Refusal> {
+fn open(shared: &Shared) -> Result<PooledStore, Refusal> {
     shared
         .connections
         .take()
@@ -418,6 +418,11 @@ impl Session {
         &mut self,
         f: impl FnOnce(&mut Store) -> Result<T, wuu_store::StoreError>,
     ) -> Result<T, (ErrorCode, String)> {
+        if self.store.is_none() {
+            // A persisted conversation whose connection went back to the pool (a turn
+            // waiting for its engine) takes one again; only ephemeral ones have none.
+            self.acquire_store()?;
+        }
         let r = match self.store.as_mut() {
             None => Ok(T::default()),
             Some(s) => f(s).map_err(|e| crate::server::store_error(&self.shared, &e)),

@@ -24,6 +24,7 @@ pub mod selection;
 pub mod title;
 pub mod turn;
 
+use crate::server::connections::PooledStore;
 use crate::server::registry::{Mail, SessionEntry};
 use crate::server::{Responder, Shared};
 use convert::TurnState;
@@ -31,7 +32,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use wuu_protocol::{ClientRequest, ErrorCode};
-use wuu_store::{Store, ThreadRow};
+use wuu_store::ThreadRow;
 
 /// A message to a session thread.
 // Requests are the common message; boxing them would add an allocation per request for
@@ -92,7 +93,7 @@ pub struct Session {
     /// The store connection while this session works on a message (taken from
     /// [`crate::server::connections`] before it and given back after it: idle sessions
     /// hold none); always `None` for ephemeral conversations.
-    pub store: Option<Store>,
+    pub store: Option<PooledStore>,
     /// The conversation row (kept in memory for ephemeral ones).
     pub thread: ThreadRow,
     /// History, oldest turn first (loaded on first need after a revival: reading a page
@@ -111,6 +112,9 @@ pub struct Session {
     pub steer_signal: bool,
     /// The external engine session kept between turns ([`engines::open`]).
     pub engine: Option<Box<dyn crate::engine::Engine>>,
+    /// Set while `thread` was read from the store by this very message's revival, so
+    /// the first message skips re-reading it (issue 15: one query less per revival).
+    pub row_fresh: bool,
 }
 
 impl Session {
@@ -121,15 +125,13 @@ impl Session {
 
     /// Gives the store connection back to the shared pool (the session is about to
     /// wait for its next message).
-    fn release_store(&mut self) {
-        if let Some(store) = self.store.take() {
-            self.shared.connections.give_back(store);
-        }
+    pub fn release_store(&mut self) {
+        self.store = None;
     }
 
     /// Takes a store connection for the next message, if this persisted session has
     /// none. Errors: the store cannot be opened ((code, message) for the client).
-    fn acquire_store(&mut self) -> Result<(), (ErrorCode, String)> {
+    pub fn acquire_store(&mut self) -> Result<(), (ErrorCode, String)> {
         if self.store.is_some() || self.ephemeral() {
             return Ok(());
         }
@@ -163,6 +165,7 @@ impl Session {
             match self.rx.recv_timeout(wait) {
                 Ok(msg) => {
                     self.handle(*msg);
+                    self.row_fresh = false;
                     self.release_store();
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -220,7 +223,7 @@ impl Session {
     /// Another wuu process may have changed this conversation (a turn it ran, a rename):
     /// when idle, re-read the row (a primary-key lookup) and, if it moved, the history.
     fn refresh_from_store(&mut self) {
-        if self.running.load(Ordering::SeqCst) {
+        if std::mem::take(&mut self.row_fresh) || self.running.load(Ordering::SeqCst) {
             return;
         }
         let Some(store) = self.store.as_ref() else {
@@ -390,6 +393,7 @@ pub fn spawn_existing(
                     mem_inputs: vec![],
                     steer_signal: false,
                     engine: None,
+                    row_fresh: true,
                 }
                 .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
@@ -457,6 +461,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                         mem_inputs: vec![],
                         steer_signal: false,
                         engine: None,
+                        row_fresh: false,
                     };
                     session.announce_created(reply);
                     session.release_store();

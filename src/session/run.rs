@@ -474,7 +474,7 @@ pub fn run_interrupt_catalog(
 
 /// `run/interrupt` reaching an idle session (the run already settled).
 pub fn run_interrupt_idle(s: &mut Session, p: RunInterruptParams, reply: Responder) {
-    match stored_run(&s.shared, s.store.as_ref(), p.run_id.trim()) {
+    match stored_run(&s.shared, s.store.as_deref(), p.run_id.trim()) {
         Ok(Some((run, _))) => reply.ok(&RunEnvelope { run }),
         Ok(None) => reply.err(
             ErrorCode::RunNotFound,

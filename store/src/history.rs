@@ -111,7 +111,8 @@ fn turn_params(t: &TurnRow) -> [Box<dyn rusqlite::ToSql + '_>; 18] {
 impl Tx<'_> {
     /// See [`crate::Store::insert_turn`].
     pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
-        let exists: bool = self.conn.query_row(
+        let exists: bool = crate::util::query_row(
+            self.conn,
             "SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1)",
             [&t.thread_id],
             |r| r.get(0),
@@ -119,7 +120,8 @@ impl Tx<'_> {
         if !exists {
             return Err(StoreError::not_found("thread", &t.thread_id));
         }
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             &format!(
                 "INSERT INTO turns ({TURN_COLS}, ordinal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
                  ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
@@ -132,7 +134,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::update_turn`].
     pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
-        let n = self.conn.execute(
+        let n = crate::util::execute(
+            self.conn,
             "UPDATE turns SET kind = ?3, status = ?4, provider = ?5, model = ?6, error = ?7, \
              started_at_ms = ?8, completed_at_ms = ?9, answer_ready_at_ms = ?10, \
              input_tokens = ?11, output_tokens = ?12, cache_read_tokens = ?13, \
@@ -163,7 +166,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::upsert_item`].
     pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
-        let turn_exists: bool = self.conn.query_row(
+        let turn_exists: bool = crate::util::query_row(
+            self.conn,
             "SELECT EXISTS (SELECT 1 FROM turns WHERE thread_id = ?1 AND id = ?2)",
             [&item.thread_id, &item.turn_id],
             |r| r.get(0),
@@ -184,7 +188,8 @@ impl Tx<'_> {
             .optional()?;
         let body = json_text(&item.body);
         if let Some(U64(seq)) = existing {
-            self.conn.execute(
+            crate::util::execute(
+                self.conn,
                 "UPDATE items SET turn_id = ?3, item_type = ?4, status = ?5, body = ?6 \
                  WHERE thread_id = ?1 AND id = ?2",
                 params![
@@ -198,12 +203,14 @@ impl Tx<'_> {
             )?;
             return Ok(seq);
         }
-        let U64(seq) = self.conn.query_row(
+        let U64(seq) = crate::util::query_row(
+            self.conn,
             "UPDATE threads SET item_seq = item_seq + 1 WHERE id = ?1 RETURNING item_seq",
             [&item.thread_id],
             |r| r.get(0),
         )?;
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             &format!("INSERT INTO items ({ITEM_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
             params![
                 item.thread_id,
@@ -220,7 +227,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::delete_item`].
     pub fn delete_item(&self, thread_id: &str, item_id: &str) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "DELETE FROM items WHERE thread_id = ?1 AND id = ?2",
             [thread_id, item_id],
         )?;

@@ -74,7 +74,8 @@ fn owner_dead(
 
 impl Tx<'_> {
     fn register_instance(&self, me: &LeaseOwner, now: i64) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "INSERT INTO instances (instance, pid, host, started_at_ms, heartbeat_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (instance) DO UPDATE SET \
              pid = excluded.pid, host = excluded.host, heartbeat_at_ms = excluded.heartbeat_at_ms",
@@ -90,13 +91,15 @@ impl Tx<'_> {
     /// change (a body that is not valid JSON keeps its text; its column still changes).
     fn settle_turn(&self, thread_id: &str, turn_id: &str, now: i64, message: &str) -> Result<()> {
         let error = json_text(&json!({ "message": message }));
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE turns SET status = ?3, error = coalesce(error, ?4), \
              completed_at_ms = coalesce(completed_at_ms, ?5) \
              WHERE thread_id = ?1 AND id = ?2",
             params![thread_id, turn_id, turn_status::INTERRUPTED, error, now],
         )?;
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE items SET \
                status = CASE WHEN item_type = 'tool_call' THEN 'failed' ELSE 'completed' END, \
                body = CASE WHEN NOT json_valid(body) THEN body \
@@ -161,7 +164,8 @@ impl Tx<'_> {
     }
 
     fn settle_run(&self, id: &str, now: i64) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE runs SET status = 'interrupted', updated_at_ms = ?2, \
              body = CASE WHEN json_valid(body) AND json_type(body, '$.status') IS NOT NULL \
                     THEN json_set(body, '$.status', 'interrupted') ELSE body END \
@@ -268,7 +272,8 @@ impl Tx<'_> {
         let current = self.lease_of(thread_id)?;
         let previous = match current {
             Some((holder, _)) if holder.instance == owner.instance => {
-                self.conn.execute(
+                crate::util::execute(
+                    self.conn,
                     "UPDATE leases SET heartbeat_at_ms = ?2 WHERE thread_id = ?1",
                     params![thread_id, now],
                 )?;
@@ -287,7 +292,8 @@ impl Tx<'_> {
             }
             None => None,
         };
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "INSERT OR REPLACE INTO leases \
              (thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
@@ -314,7 +320,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::release_lease`].
     pub fn release_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
             params![thread_id, owner.instance],
         )?;
@@ -325,7 +332,8 @@ impl Tx<'_> {
     pub fn heartbeat(&self, owner: &LeaseOwner) -> Result<()> {
         let now = now_ms();
         self.register_instance(owner, now)?;
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE leases SET heartbeat_at_ms = ?2 WHERE instance = ?1",
             params![owner.instance, now],
         )?;
@@ -382,7 +390,8 @@ impl Tx<'_> {
         let mut live_threads = HashSet::new();
         for (thread_id, owner, heartbeat) in leases {
             if owner_dead(&owner, heartbeat, me, now, stale_ms) {
-                self.conn.execute(
+                crate::util::execute(
+                    self.conn,
                     "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
                     params![thread_id, owner.instance],
                 )?;

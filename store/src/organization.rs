@@ -67,12 +67,14 @@ impl Tx<'_> {
 
     /// Creates a folder at the end of the order.
     pub fn create_folder(&self, id: &str, name: &str, now_ms: i64) -> Result<FolderRow> {
-        let next: i64 = self.conn.query_row(
+        let next: i64 = crate::util::query_row(
+            self.conn,
             "SELECT coalesce(max(sort_order) + 1, 0) FROM session_folders",
             [],
             |r| r.get(0),
         )?;
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "INSERT INTO session_folders (id, name, sort_order, created_at_ms, updated_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?4)",
             params![id, name, next, now_ms],
@@ -85,7 +87,8 @@ impl Tx<'_> {
 
     /// Renames a folder; `Ok(None)` when it does not exist.
     pub fn rename_folder(&self, id: &str, name: &str, now_ms: i64) -> Result<Option<FolderRow>> {
-        let n = self.conn.execute(
+        let n = crate::util::execute(
+            self.conn,
             "UPDATE session_folders SET name = ?2, updated_at_ms = ?3 WHERE id = ?1",
             params![id, name, now_ms],
         )?;
@@ -111,7 +114,8 @@ impl Tx<'_> {
             ));
         }
         for (i, id) in ids.iter().enumerate() {
-            self.conn.execute(
+            crate::util::execute(
+                self.conn,
                 "UPDATE session_folders SET sort_order = ?2, updated_at_ms = ?3 \
                  WHERE id = ?1 AND sort_order != ?2",
                 params![id, i as i64, now_ms],
@@ -129,7 +133,8 @@ impl Tx<'_> {
         let members: Vec<String> = stmt
             .query_map([id], |r| r.get(0))?
             .collect::<std::result::Result<_, _>>()?;
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE threads SET extra = json_remove(extra, '$.folder_id') \
              WHERE json_extract(extra, '$.folder_id') = ?1",
             [id],
@@ -154,11 +159,13 @@ impl Tx<'_> {
         }
         let path = format!("$.{key}");
         match value {
-            Some(v) => self.conn.execute(
+            Some(v) => crate::util::execute(
+                self.conn,
                 "UPDATE threads SET extra = json_set(extra, ?2, json(?3)) WHERE id = ?1",
                 params![id, path, v.to_string()],
             )?,
-            None => self.conn.execute(
+            None => crate::util::execute(
+                self.conn,
                 "UPDATE threads SET extra = json_remove(extra, ?2) WHERE id = ?1",
                 params![id, path],
             )?,
@@ -211,7 +218,8 @@ impl Tx<'_> {
         let first_removed = if from_seq.is_some() { ord + 1 } else { ord };
         if let Some(seq) = from_seq {
             let seq = i64::try_from(seq).map_err(|_| StoreError::Invalid("seq".into()))?;
-            self.conn.execute(
+            crate::util::execute(
+                self.conn,
                 "DELETE FROM items WHERE thread_id = ?1 AND turn_id = ?2 AND seq >= ?3",
                 params![thread_id, from_turn_id, seq],
             )?;
@@ -223,17 +231,20 @@ impl Tx<'_> {
             .query_map(params![thread_id, first_removed], |r| r.get(0))?
             .collect::<std::result::Result<_, _>>()?;
         for id in &ids {
-            self.conn.execute(
+            crate::util::execute(
+                self.conn,
                 "DELETE FROM continue_sources WHERE thread_id = ?1 AND source_turn_id = ?2",
                 [thread_id, id],
             )?;
         }
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "DELETE FROM items WHERE thread_id = ?1 AND turn_id IN \
              (SELECT id FROM turns WHERE thread_id = ?1 AND ordinal >= ?2)",
             params![thread_id, first_removed],
         )?;
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "DELETE FROM turns WHERE thread_id = ?1 AND ordinal >= ?2",
             params![thread_id, first_removed],
         )?;

@@ -248,7 +248,8 @@ impl Store {
         expected_revision: u64,
     ) -> Result<(Option<crate::ThreadRow>, bool)> {
         self.transaction(|tx| {
-            let n = tx.conn.execute(
+            let n = crate::util::execute(
+                tx.conn,
                 "UPDATE threads SET title = ?2, title_revision = ?3 + 1 \
                  WHERE id = ?1 AND (title IS NULL OR title = '') AND title_revision = ?3",
                 params![

@@ -30,7 +30,8 @@ pub struct ProcessGroupRow {
 impl Tx<'_> {
     /// See [`Store::record_process_group`].
     pub fn record_process_group(&self, r: &ProcessGroupRow) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "INSERT OR REPLACE INTO process_groups \
              (pgid, host, owner_pid, instance, token, started_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -48,7 +49,8 @@ impl Tx<'_> {
 
     /// See [`Store::forget_process_group`].
     pub fn forget_process_group(&self, host: &str, pgid: i64, token: &str) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "DELETE FROM process_groups WHERE host = ?1 AND pgid = ?2 AND token = ?3",
             params![host, pgid, token],
         )?;

@@ -62,7 +62,8 @@ fn run_from_row(row: &Row<'_>) -> Result<RunRow> {
 impl Tx<'_> {
     /// See [`crate::Store::insert_usage`].
     pub fn insert_usage(&self, u: &UsageRow) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             &format!(
                 "INSERT INTO usage ({USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
             ),
@@ -103,7 +104,8 @@ impl Tx<'_> {
         if !input_state::ALL.contains(&i.state.as_str()) {
             return Err(StoreError::Invalid(format!("input state {:?}", i.state)));
         }
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             &format!(
                 "INSERT INTO inputs ({INPUT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
                  ON CONFLICT (thread_id, id) DO UPDATE SET mode = excluded.mode, \
@@ -154,7 +156,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::upsert_run`].
     pub fn upsert_run(&self, r: &RunRow) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             &format!(
                 "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
                  ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
@@ -201,7 +204,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::claim_continue_source`].
     pub fn claim_continue_source(&self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
-        let n = self.conn.execute(
+        let n = crate::util::execute(
+            self.conn,
             "INSERT OR IGNORE INTO continue_sources (thread_id, source_turn_id, claimed_at_ms) \
              VALUES (?1, ?2, ?3)",
             params![thread_id, source_turn_id, now_ms()],

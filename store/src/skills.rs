@@ -31,7 +31,8 @@ impl Tx<'_> {
         thread_id: &str,
         at_ms: i64,
     ) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "INSERT INTO skill_uses (name, source, thread_id, at_ms) VALUES (?1, ?2, ?3, ?4)",
             params![name, source, thread_id, at_ms],
         )?;

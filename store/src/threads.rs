@@ -178,7 +178,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::insert_thread`].
     pub fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             &format!(
                 "INSERT INTO threads ({THREAD_COLS}) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
@@ -223,7 +224,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::update_thread`].
     pub fn update_thread(&self, t: &ThreadRow) -> Result<()> {
-        let n = self.conn.execute(
+        let n = crate::util::execute(
+            self.conn,
             "UPDATE threads SET cwd = ?2, preview = ?3, provider = ?4, model = ?5, \
              variant = ?6, effort = ?7, permission_mode = ?8, engine_id = ?9, \
              forked_from_id = ?10, forked_from_turn_id = ?11, forked_from_item_id = ?12, \
@@ -254,7 +256,8 @@ impl Tx<'_> {
 
     /// See [`crate::Store::touch_thread`].
     pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
-        let n = self.conn.execute(
+        let n = crate::util::execute(
+            self.conn,
             "UPDATE threads SET updated_at_ms = max(updated_at_ms, ?2) WHERE id = ?1",
             params![id, updated_at_ms],
         )?;
@@ -271,7 +274,8 @@ impl Tx<'_> {
         title: Option<&str>,
         revision: u64,
     ) -> Result<Option<ThreadRow>> {
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE threads SET title = ?2, title_revision = ?3 \
              WHERE id = ?1 AND title_revision <= ?3",
             params![id, title.map(|t| filtered(t.to_string())), U64(revision)],
@@ -287,7 +291,8 @@ impl Tx<'_> {
         reason: Option<&str>,
     ) -> Result<Option<ThreadRow>> {
         let reason = if archived { reason } else { None };
-        self.conn.execute(
+        crate::util::execute(
+            self.conn,
             "UPDATE threads SET archived = ?2, archive_reason = ?3 WHERE id = ?1",
             params![id, archived, reason],
         )?;
@@ -319,7 +324,7 @@ impl Tx<'_> {
             "DELETE FROM leases WHERE thread_id = ?1",
             "DELETE FROM threads WHERE id = ?1",
         ] {
-            self.conn.execute(sql, [id])?;
+            crate::util::execute(self.conn, sql, [id])?;
         }
         Ok(DeleteOutcome::Deleted)
     }

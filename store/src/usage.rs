@@ -263,7 +263,8 @@ impl Store {
         now_ms: i64,
     ) -> Result<()> {
         self.transaction(|tx| {
-            tx.conn.execute(
+            crate::util::execute(
+                tx.conn,
                 "INSERT INTO quota_snapshots (key, body, updated_at_ms) VALUES (?1, ?2, ?3) \
                  ON CONFLICT (key) DO UPDATE SET body = excluded.body, \
                  updated_at_ms = excluded.updated_at_ms",
