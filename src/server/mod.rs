@@ -265,6 +265,26 @@ impl Shared {
         self.outbox.send_within(frame, transport::NOTIFY_DEADLINE)
     }
 
+    /// Sends one streaming delta notification (`item/agentMessage/delta`,
+    /// `item/reasoning/delta`, `item/toolCall/delta`, `item/toolCall/outputDelta`):
+    /// `{"method":M,"params":{"thread_id":…,"turn_id":…,"item_id":…,"delta":…[,"stream":…]}}`,
+    /// byte for byte what [`Shared::notify`] writes for the protocol's delta structs
+    /// (field order and escaping included; a unit test compares them). Written by hand
+    /// from borrowed strings: the hottest frame of the server (issue 15), it skips
+    /// serde and the per-delta copies of the ids.
+    pub fn notify_delta(
+        &self,
+        method: &str,
+        ids: [&str; 3],
+        delta: &str,
+        stream: Option<&str>,
+    ) -> Result<(), Overflow> {
+        self.outbox.send_within(
+            delta_frame(method, ids, delta, stream),
+            transport::NOTIFY_DEADLINE,
+        )
+    }
+
     /// Sends a notification given as a method and params.
     pub fn notify_raw(&self, method: &str, params: serde_json::Value) -> Result<(), Overflow> {
         let n = Notification {
@@ -738,5 +758,106 @@ impl MemoryClient {
         let code = self.join.take().map(|j| j.join().unwrap_or(1)).unwrap_or(0);
         drop(drain);
         code
+    }
+}
+
+/// The frame of [`Shared::notify_delta`].
+pub fn delta_frame(method: &str, ids: [&str; 3], delta: &str, stream: Option<&str>) -> Vec<u8> {
+    use crate::session::convert::push_json_str;
+    let [thread_id, turn_id, item_id] = ids;
+    let mut frame = Vec::with_capacity(
+        80 + method.len() + thread_id.len() + turn_id.len() + item_id.len() + delta.len(),
+    );
+    frame.extend_from_slice(b"{\"method\":");
+    push_json_str(&mut frame, method);
+    frame.extend_from_slice(b",\"params\":{\"thread_id\":");
+    push_json_str(&mut frame, thread_id);
+    frame.extend_from_slice(b",\"turn_id\":");
+    push_json_str(&mut frame, turn_id);
+    frame.extend_from_slice(b",\"item_id\":");
+    push_json_str(&mut frame, item_id);
+    frame.extend_from_slice(b",\"delta\":");
+    push_json_str(&mut frame, delta);
+    if let Some(stream) = stream {
+        frame.extend_from_slice(b",\"stream\":");
+        push_json_str(&mut frame, stream);
+    }
+    frame.extend_from_slice(b"}}");
+    frame
+}
+
+#[cfg(test)]
+mod delta_frame_tests {
+    use super::delta_frame;
+    use wuu_protocol::*;
+
+    fn serde_frame<N: ServerNotification>(n: &N) -> Vec<u8> {
+        let mut frame = b"{\"method\":".to_vec();
+        serde_json::to_writer(&mut frame, N::METHOD).unwrap();
+        frame.extend_from_slice(b",\"params\":");
+        serde_json::to_writer(&mut frame, n).unwrap();
+        frame.push(b'}');
+        frame
+    }
+
+    #[test]
+    fn delta_frames_are_the_serde_frames_byte_for_byte() {
+        let texts = [
+            "",
+            "tok ",
+            "line\nbreak \"quoted\" back\\slash \u{1} \u{1f} \u{7f} é 漢字 🦀",
+            "</script>\t\r",
+        ];
+        for (i, text) in texts.iter().enumerate() {
+            let (t, u, it) = (
+                format!("th\"{i}"),
+                "turn-1".to_owned(),
+                format!("item\n{i}"),
+            );
+            let ids = [t.as_str(), u.as_str(), it.as_str()];
+            let m = AgentMessageDelta {
+                thread_id: t.clone(),
+                turn_id: u.clone(),
+                item_id: it.clone(),
+                delta: text.to_string(),
+            };
+            assert_eq!(
+                delta_frame(AgentMessageDelta::METHOD, ids, text, None),
+                serde_frame(&m)
+            );
+            let r = ReasoningDelta {
+                thread_id: t.clone(),
+                turn_id: u.clone(),
+                item_id: it.clone(),
+                delta: text.to_string(),
+            };
+            assert_eq!(
+                delta_frame(ReasoningDelta::METHOD, ids, text, None),
+                serde_frame(&r)
+            );
+            let c = ToolCallDelta {
+                thread_id: t.clone(),
+                turn_id: u.clone(),
+                item_id: it.clone(),
+                delta: text.to_string(),
+            };
+            assert_eq!(
+                delta_frame(ToolCallDelta::METHOD, ids, text, None),
+                serde_frame(&c)
+            );
+            for stream in [None, Some("stdout"), Some("std\"err")] {
+                let o = ToolCallOutputDelta {
+                    thread_id: t.clone(),
+                    turn_id: u.clone(),
+                    item_id: it.clone(),
+                    delta: text.to_string(),
+                    stream: stream.map(str::to_owned),
+                };
+                assert_eq!(
+                    delta_frame(ToolCallOutputDelta::METHOD, ids, text, stream),
+                    serde_frame(&o)
+                );
+            }
+        }
     }
 }

@@ -346,6 +346,16 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// Takes a store connection again after a wait (see `run_engine`). When none can be
+    /// opened the turn stops: nothing more of it could be persisted.
+    fn take_store(&mut self) {
+        if let Err((_, message)) = self.s.acquire_store() {
+            log::error!("turn of {}: {message}", self.s.id);
+            self.stop
+                .get_or_insert(Stop::Interrupt(format!("store unavailable: {message}")));
+        }
+    }
+
     fn deadline_wait(&self) -> Duration {
         match self.opts.deadline_ms {
             Some(d) => Duration::from_millis((d - now_ms()).max(0) as u64),
@@ -440,13 +450,28 @@ impl<'a> Driver<'a> {
             let mut stop_sent = false;
             loop {
                 let wait = self.deadline_wait();
+                if ev_rx.is_empty() && mailbox.is_empty() {
+                    // Nothing to do until the engine or a client speaks: the store
+                    // connection goes back to the pool meanwhile (issue 15: a streaming
+                    // turn needs none, so busy sessions share a few warm ones).
+                    self.s.release_store();
+                }
                 select! {
                     recv(ev_rx) -> ev => match ev {
-                        Ok(ev) => self.project(ev),
+                        Ok(ev) => {
+                            // Text deltas touch no store; everything else may.
+                            if !matches!(ev, EngineEvent::ContentDelta(_) | EngineEvent::ThinkingDelta(_)) {
+                                self.take_store();
+                            }
+                            self.project(ev)
+                        }
                         Err(_) => break,
                     },
-                    recv(mailbox) -> msg => if let Ok(m) = msg { self.on_mailbox(*m) },
-                    default(wait) => {}
+                    recv(mailbox) -> msg => if let Ok(m) = msg {
+                        self.take_store();
+                        self.on_mailbox(*m)
+                    },
+                    default(wait) => self.take_store(),
                 }
                 self.check_deadline();
                 if self.stop.is_some() {
@@ -470,6 +495,7 @@ impl<'a> Driver<'a> {
             }
             drop(ctl_tx);
             self.ctl = None;
+            self.take_store();
             handle
                 .join()
                 .map_err(|_| "the engine thread failed".to_owned())
@@ -1048,33 +1074,20 @@ impl<'a> Driver<'a> {
     }
 
     fn notify_delta(&mut self, item_id: String, kind: DeltaKind, delta: String) {
-        let (thread_id, turn_id) = (self.thread_id(), self.turn_id());
-        match kind {
-            DeltaKind::Message => self.notify(&AgentMessageDelta {
-                thread_id,
-                turn_id,
-                item_id,
-                delta,
-            }),
-            DeltaKind::Reasoning => self.notify(&ReasoningDelta {
-                thread_id,
-                turn_id,
-                item_id,
-                delta,
-            }),
-            DeltaKind::Arguments => self.notify(&ToolCallDelta {
-                thread_id,
-                turn_id,
-                item_id,
-                delta,
-            }),
-            DeltaKind::Output(stream) => self.notify(&ToolCallOutputDelta {
-                thread_id,
-                turn_id,
-                item_id,
-                delta,
-                stream,
-            }),
+        let (method, stream) = match &kind {
+            DeltaKind::Message => (AgentMessageDelta::METHOD, None),
+            DeltaKind::Reasoning => (ReasoningDelta::METHOD, None),
+            DeltaKind::Arguments => (ToolCallDelta::METHOD, None),
+            DeltaKind::Output(stream) => (ToolCallOutputDelta::METHOD, stream.as_deref()),
+        };
+        let ids = [
+            self.s.id.as_str(),
+            self.s.turns[self.turn_idx].row.id.as_str(),
+            item_id.as_str(),
+        ];
+        if let Err(Overflow) = self.s.shared.notify_delta(method, ids, &delta, stream) {
+            log::error!("outbox overflow in {}; failing the turn", self.s.id);
+            self.stop.get_or_insert(Stop::Overflow);
         }
     }
 
@@ -1184,11 +1197,16 @@ impl<'a> Driver<'a> {
             self.complete_item(i, "failed");
         }
         let row = self.s.turns[self.turn_idx].row.clone();
-        if let Err((_, e)) = self.s.persist(|st| st.update_turn(&row)) {
+        let id = self.s.id.clone();
+        // One transaction for the settled row and the conversation's activity time.
+        if let Err((_, e)) = self.s.persist(|st| {
+            st.transaction(|tx| {
+                tx.update_turn(&row)?;
+                tx.touch_thread(&id, now)
+            })
+        }) {
             log::error!("persisting turn {} failed: {e}", row.id);
         }
-        let id = self.s.id.clone();
-        let _ = self.s.persist(|st| st.touch_thread(&id, now));
         self.s.thread.updated_at_ms = now;
         self.emit_usage(true);
         let turn = crate::session::convert::turn_wire(&self.s.turns[self.turn_idx]);
