@@ -155,6 +155,23 @@ impl Proc {
         self.status("Threads:")
     }
 
+    /// CPU time the process has used so far (user + system, all its threads; clock
+    /// ticks of `/proc/<pid>/stat`, usually 10 ms). Less sensitive to other load on the
+    /// machine than wall time.
+    fn cpu(&self) -> Duration {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the command name (which is in parentheses and may hold spaces):
+        // utime and stime are fields 14 and 15, i.e. 12 and 13 after the ")".
+        let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<u64> = rest
+            .split_whitespace()
+            .map(|x| x.parse().unwrap_or(0))
+            .collect();
+        let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+        Duration::from_millis(ticks * 10)
+    }
+
     /// With `WUU_SCALE_SMAPS=<dir>`, copies `/proc/<pid>/smaps` to `<dir>/<stage>.smaps`
     /// (for profiling where the memory of a stage is: stacks, malloc arenas, SQLite).
     fn dump_smaps(&self, stage: &str) {
@@ -728,6 +745,7 @@ fn row_stream(streams: usize, deltas: usize) {
         .to_string()
             + "\n");
     }
+    let cpu0 = p.cpu();
     let t0 = Instant::now();
     p.stdin.write_all(lines.as_bytes()).unwrap();
     p.stdin.flush().unwrap();
@@ -763,6 +781,7 @@ fn row_stream(streams: usize, deltas: usize) {
             panic!("turn failed: {}", String::from_utf8_lossy(l));
         }
     }
+    let cpu = p.cpu().saturating_sub(cpu0);
     let per: Vec<StreamTimes> = per.into_iter().flatten().collect();
     assert_eq!(per.len(), streams, "every conversation streamed");
     assert_eq!(total, streams * deltas, "every delta arrived");
@@ -775,10 +794,13 @@ fn row_stream(streams: usize, deltas: usize) {
     );
     println!("bare SSE readers ({streams} threads): {bare_line}");
     println!(
-        "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB",
+        "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB; server CPU {:.0} ms ({:.0} µs per turn, {:.2} µs per delta)",
         stream_figures(t0, &per),
         (total as f64 / span) / (bare_total as f64 / bare_span),
-        p.rss_mib()
+        p.rss_mib(),
+        cpu.as_secs_f64() * 1e3,
+        cpu.as_secs_f64() * 1e6 / streams as f64,
+        cpu.as_secs_f64() * 1e6 / total as f64,
     );
 }
 
