@@ -173,3 +173,81 @@ fn live_conversations_share_store_connections() {
         assert_eq!(turns.len(), 1, "{r}");
     }
 }
+
+#[test]
+fn streaming_turns_share_a_few_store_connections() {
+    // Issue 15: 12 turns streaming at once, each stalled mid-answer. Before, every busy
+    // session held a store connection of its own for its whole turn, so the server had
+    // 12 more open (and 200 turns starting at once opened, parsed and closed 200); a turn
+    // now gives its connection back while it waits for its engine, and the pool hands out
+    // at most a few. Everything each turn streamed is still persisted at its end.
+    let fake = FakeProvider::start();
+    let mut cfg = config_for(&fake.base_url());
+    cfg["providers"]["fake"]["max_retries"] = json!(0);
+    let mut app = App::start_with_env(Some(cfg), &[("WUU_PARK_AFTER_MS", "600000")]);
+    app.call("initialize", json!({}));
+    app.call("thread/list", json!({}));
+    let base_connections = db_connections(&app);
+    let mut ids = vec![];
+    for _ in 0..12 {
+        let r = app.call("thread/start", json!({}));
+        ids.push(r["thread"]["id"].as_str().unwrap().to_owned());
+        app.notification("thread/started");
+    }
+    for i in 0..12 {
+        fake.push(Script::stall(
+            &[&format!("partial answer {i}")],
+            Duration::from_millis(1500),
+        ));
+    }
+    let sent: Vec<String> = ids
+        .iter()
+        .map(|id| app.send("turn/start", json!({"thread_id": id, "prompt": "go"})))
+        .collect();
+    let mut turns = vec![];
+    for id in &sent {
+        turns.push(
+            app.response(id)["result"]["turn"]["id"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Every turn is streaming (its first delta arrived) and now waits on its stalled
+    // provider.
+    let mut streaming = std::collections::HashSet::new();
+    while streaming.len() < 12 {
+        let v = app.wait_for("a delta", |v| v["method"] == "item/agentMessage/delta");
+        streaming.insert(v["params"]["thread_id"].as_str().unwrap().to_owned());
+    }
+    // The pool's bound (4) plus the reviver's own connection, opened by the revivals.
+    let held = db_connections(&app);
+    assert!(
+        held <= base_connections + 5,
+        "12 streaming turns hold {held} connections (base {base_connections})"
+    );
+    for t in &turns {
+        turn_end(&mut app, t);
+    }
+    // Scripts go to requests in arrival order: each conversation got one of them.
+    let mut answers = std::collections::BTreeSet::new();
+    for id in &ids {
+        let r = app.call(
+            "thread/resume",
+            json!({"session_id": id, "response_only": true}),
+        );
+        let items = &r["thread"]["turns"][0]["items"];
+        let text: Vec<&str> = items
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["type"] == "agent_message")
+            .filter_map(|i| i["text"].as_str())
+            .collect();
+        assert_eq!(text.len(), 1, "{r}");
+        answers.insert(text[0].to_owned());
+    }
+    let all: std::collections::BTreeSet<String> =
+        (0..12).map(|i| format!("partial answer {i}")).collect();
+    assert_eq!(answers, all);
+}

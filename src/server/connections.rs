@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use wuu_store::{Store, StoreError};
 
 /// Idle connections kept for reuse; more given back at once are closed.
-pub const IDLE_CONNECTIONS: usize = 8;
+pub const IDLE_CONNECTIONS: usize = 4;
 
 /// Connections handed out at once before [`Connections::take`] waits for one to come
 /// back. SQLite takes one writer at a time and the store work of a session is short, so
