@@ -286,7 +286,11 @@ impl Provider for HttpProvider {
                 o.insert(field.into(), Value::from(n));
             }
         }
-        let body = serde_json::to_vec(&body).unwrap_or_default();
+        // The bytes only: the `Value` tree is freed before the stream starts, not after.
+        let body = {
+            let value = body;
+            serde_json::to_vec(&value).unwrap_or_default()
+        };
         retry::run_with_retries(&self.policy, cancel, sink, |_, sink| {
             self.attempt(&body, req, cancel, sink)
         });
