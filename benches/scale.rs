@@ -751,6 +751,7 @@ fn row_stream(streams: usize, deltas: usize) {
     p.stdin.flush().unwrap();
     let mut completed = 0;
     let mut total = 0usize;
+    let mut admitted: Vec<f64> = Vec::with_capacity(streams);
     // Frames start with the method, then the params in declaration order (thread_id
     // first): a prefix test keeps this reader cheap, since it shares the 2 cores.
     const DELTA: &[u8] = b"{\"method\":\"item/agentMessage/delta\",\"params\":{\"thread_id\":\"";
@@ -775,6 +776,9 @@ fn row_stream(streams: usize, deltas: usize) {
                 "unexpected delta frame shape: {}",
                 String::from_utf8_lossy(l)
             );
+        } else if l.starts_with(b"{\"id\":\"t") {
+            // A turn/start answer: when the turn was admitted (persisted).
+            admitted.push((Instant::now() - t0).as_secs_f64() * 1e3);
         } else if l.starts_with(b"{\"method\":\"turn/completed\"") {
             completed += 1;
         } else if find(l, b"\"method\":\"turn/error\"").is_some() {
@@ -793,6 +797,13 @@ fn row_stream(streams: usize, deltas: usize) {
         "## streaming ({streams} conversations at once, {deltas} deltas each, Rust fake provider)"
     );
     println!("bare SSE readers ({streams} threads): {bare_line}");
+    admitted.sort_by(f64::total_cmp);
+    println!(
+        "turn/start answers (turn admitted and persisted) {:.0}–{:.0} ms after the start (median {:.0} ms)",
+        admitted.first().copied().unwrap_or(0.0),
+        admitted.last().copied().unwrap_or(0.0),
+        admitted.get(admitted.len() / 2).copied().unwrap_or(0.0),
+    );
     println!(
         "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB; server CPU {:.0} ms ({:.0} µs per turn, {:.2} µs per delta)",
         stream_figures(t0, &per),

@@ -31,7 +31,7 @@ pub const DEFAULT_LEASE_STALE_MS: i64 = 30_000;
 /// that). Use [`Store::transaction`] to make several changes atomic.
 #[derive(Debug)]
 pub struct Store {
-    conn: Connection,
+    pub(crate) conn: Connection,
     path: PathBuf,
     lease_stale_ms: i64,
     /// This process's write gate of the file (see [`write_gate`]).
@@ -141,6 +141,17 @@ impl Store {
         // distinct ones, so with 16 they pushed each other out and were compiled again
         // on every turn (issue 15).
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        // The query planner stability guarantee: plans never depend on bound values.
+        // This build of SQLite has STAT4, which otherwise marks every statement that
+        // compares a parameter with a non-unique index prefix (`inputs WHERE thread_id =
+        // ?1`, the history and lease queries) to be compiled again each time a value is
+        // bound, i.e. on every call of a cached statement: ~35% of the SQLite time of a
+        // turn (issue 15). wuu never runs ANALYZE, so there are no statistics whose plans
+        // this could cost.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+            true,
+        )?;
         // Switching a fresh file to WAL and migrating it can meet another connection
         // doing the same (SQLite then answers "locked" at once, without waiting on the
         // busy handler): retry with a short backoff for up to the busy timeout.

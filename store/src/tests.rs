@@ -1353,3 +1353,31 @@ fn visit_threads_keeps_the_listing_order_with_ties() {
         .unwrap();
     assert_eq!(seen, ["c", "a", "b", "0"]);
 }
+
+#[test]
+fn cached_statements_are_not_compiled_again_on_every_call() {
+    // Issue 15: with STAT4 compiled in, rebinding a parameter compared with a non-unique
+    // index prefix re-prepared the statement on every call (the turn path's list_inputs,
+    // load_history, lease queries); Store::open turns on the planner stability guarantee.
+    let (dir, mut a) = open_tmp();
+    a.insert_thread(&thread("t1", "/w", 1)).unwrap();
+    let b = Store::open(a.path()).unwrap();
+    let sql = format!(
+        "SELECT {} FROM inputs WHERE thread_id = ?1 ORDER BY created_at_ms, rowid",
+        crate::records::INPUT_COLS_FOR_TESTS
+    );
+    for i in 0..5 {
+        b.list_inputs("t1", &[]).unwrap();
+        a.touch_thread("t1", 10 + i).unwrap();
+    }
+    let reprepared = b
+        .conn
+        .prepare_cached(&sql)
+        .unwrap()
+        .get_status(rusqlite::StatementStatus::RePrepare);
+    assert_eq!(
+        reprepared, 0,
+        "list_inputs was compiled again {reprepared} times"
+    );
+    drop(dir);
+}
