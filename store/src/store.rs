@@ -34,15 +34,24 @@ pub struct Store {
     pub(crate) conn: Connection,
     path: PathBuf,
     lease_stale_ms: i64,
-    /// This process's write gate of the file (see [`write_gate`]).
-    gate: Arc<parking_lot::Mutex<()>>,
+    /// This process's write gate of the file and its writer connection (see
+    /// [`write_gate`]).
+    gate: Gate,
     /// The connection's busy timeout, also the longest wait at the gate and SQLite's
     /// lock together.
     busy_timeout: Duration,
-    /// SQLite's busy timeout is shorter than `busy_timeout` (a transaction that waited
-    /// at the gate failed to begin); restored by the next transaction.
-    busy_shortened: bool,
 }
+
+/// The writer of a database file in this process: the connection every
+/// [`Store::transaction`] of the process runs on, opened on first use.
+#[derive(Debug, Default)]
+struct Writer {
+    conn: Option<Connection>,
+    /// The busy timeout set on `conn`.
+    busy: Duration,
+}
+
+type Gate = Arc<parking_lot::Mutex<Writer>>;
 
 /// The in-process write gate of a database file: [`Store::transaction`] holds it from
 /// `BEGIN IMMEDIATE` to the commit, so the connections of one process take turns on
@@ -51,18 +60,31 @@ pub struct Store {
 /// 1, 2, 5, … up to 100 ms between tries. With 200 conversations writing at once the
 /// busy handler left the CPUs idle and started their turns one by one (33,000 sleeps
 /// in the scale bench's stream row). Other processes still meet the SQLite lock and
-/// its busy timeout as before. Keyed by the path as given to [`Store::open`]; two
-/// spellings of one file get two gates, which costs only the queueing.
-fn write_gate(path: &Path) -> Arc<parking_lot::Mutex<()>> {
+/// its busy timeout as before.
+///
+/// The gate also owns the process's one writer connection ([`Writer`]): all write
+/// transactions of the process run on it. SQLite discards a connection's page cache
+/// whenever another connection has written since its last transaction, so with every
+/// `Store` writing on its own connection each write started cold, reading its pages
+/// again (issue 15: ~1 ms of SQLite time per turn at 200 concurrent turns). The writer
+/// only ever sees its own changes, so its cache stays warm; the `Store`'s own
+/// connection serves its reads.
+///
+/// Keyed by the path as given to [`Store::open`]; two spellings of one file get two
+/// gates, which costs only the queueing. The map holds the gates weakly: the writer is
+/// closed when the last `Store` of the path is dropped.
+fn write_gate(path: &Path) -> Gate {
     static GATES: std::sync::OnceLock<
-        parking_lot::Mutex<HashMap<PathBuf, Arc<parking_lot::Mutex<()>>>>,
+        parking_lot::Mutex<HashMap<PathBuf, std::sync::Weak<parking_lot::Mutex<Writer>>>>,
     > = std::sync::OnceLock::new();
-    GATES
-        .get_or_init(Default::default)
-        .lock()
-        .entry(path.to_path_buf())
-        .or_default()
-        .clone()
+    let mut gates = GATES.get_or_init(Default::default).lock();
+    if let Some(gate) = gates.get(path).and_then(std::sync::Weak::upgrade) {
+        return gate;
+    }
+    gates.retain(|_, g| g.strong_count() > 0);
+    let gate = Gate::default();
+    gates.insert(path.to_path_buf(), Arc::downgrade(&gate));
+    gate
 }
 
 /// The row methods of [`Store`] bound to one open IMMEDIATE transaction (see
@@ -135,6 +157,18 @@ impl Store {
                 source,
             })?;
         }
+        let conn = Self::connect(path)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
+            gate: write_gate(path),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        })
+    }
+
+    /// One configured connection to `path` (see [`Store::open`]), schema migrated.
+    fn connect(path: &Path) -> Result<Connection> {
         let mut conn = Connection::open(path)?;
         conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
         // rusqlite keeps 16 prepared statements by default; one turn alone runs more
@@ -167,14 +201,7 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
-        Ok(Store {
-            conn,
-            path: path.to_path_buf(),
-            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
-            gate: write_gate(path),
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            busy_shortened: false,
-        })
+        Ok(conn)
     }
 
     fn init_connection(conn: &mut Connection, path: &Path) -> Result<()> {
@@ -264,7 +291,9 @@ impl Store {
     }
 
     /// `PRAGMA data_version`: changes whenever another connection (of this or another
-    /// process) commits to the database; stable across this connection's own writes.
+    /// process) commits to the database. Every write transaction of this process runs on
+    /// the process's writer connection ([`write_gate`]), so this `Store`'s own writes
+    /// change it too.
     /// Cheap (no disk read): used to validate caches.
     pub fn data_version(&self) -> Result<i64> {
         Ok(self
@@ -304,7 +333,7 @@ impl Store {
     pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
         let lease_stale_ms = self.lease_stale_ms;
         let started = std::time::Instant::now();
-        let Some(_turn) = self.gate.try_lock_for(self.busy_timeout) else {
+        let Some(mut writer) = self.gate.try_lock_for(self.busy_timeout) else {
             return Err(StoreError::Busy(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
                 Some(format!(
@@ -314,23 +343,29 @@ impl Store {
             )));
         };
         let waited = started.elapsed();
-        let shortened = waited >= Duration::from_millis(1);
-        if shortened || self.busy_shortened {
-            // Set before BEGIN (only it waits for the lock); restored below once the
-            // transaction began, else by the next transaction.
-            self.conn
-                .busy_timeout(self.busy_timeout.saturating_sub(waited))?;
-            self.busy_shortened = shortened;
+        // Time spent at the gate is taken off SQLite's busy timeout (whole ms, so an
+        // uncontended gate leaves the setting alone).
+        let busy = if waited >= Duration::from_millis(1) {
+            self.busy_timeout.saturating_sub(waited)
+        } else {
+            self.busy_timeout
+        };
+        let writer = &mut *writer;
+        let conn = match &mut writer.conn {
+            Some(conn) => conn,
+            slot @ None => {
+                let conn = slot.insert(Self::connect(&self.path)?);
+                writer.busy = DEFAULT_BUSY_TIMEOUT;
+                conn
+            }
+        };
+        if writer.busy != busy {
+            conn.busy_timeout(busy)?;
+            writer.busy = busy;
         }
-        let busy_timeout = self.busy_timeout;
-        let tx = Open::begin(&self.conn, "BEGIN IMMEDIATE")?;
-        if shortened {
-            // `&self` is enough to set it while the transaction borrows the connection.
-            self.conn.busy_timeout(busy_timeout)?;
-            self.busy_shortened = false;
-        }
+        let tx = Open::begin(conn, "BEGIN IMMEDIATE")?;
         let value = f(&Tx {
-            conn: &self.conn,
+            conn,
             lease_stale_ms,
         })?;
         tx.commit()?;
