@@ -1198,15 +1198,23 @@ impl<'a> Driver<'a> {
         }
         let row = self.s.turns[self.turn_idx].row.clone();
         let id = self.s.id.clone();
-        // One transaction for the settled row and the conversation's activity time.
-        if let Err((_, e)) = self.s.persist(|st| {
+        let owner = self.s.shared.owner.clone();
+        // One transaction settles the row, records the conversation's activity time and
+        // gives the lease back (issue 15: each write transaction queues at the write
+        // gate); `running` is cleared once the turn is announced, below.
+        let settled = match self.s.persist(|st| {
             st.transaction(|tx| {
                 tx.update_turn(&row)?;
-                tx.touch_thread(&id, now)
+                tx.touch_thread(&id, now)?;
+                tx.release_lease(&id, &owner)
             })
         }) {
-            log::error!("persisting turn {} failed: {e}", row.id);
-        }
+            Ok(()) => true,
+            Err((_, e)) => {
+                log::error!("persisting turn {} failed: {e}", row.id);
+                false
+            }
+        };
         self.s.thread.updated_at_ms = now;
         self.emit_usage(true);
         let turn = crate::session::convert::turn_wire(&self.s.turns[self.turn_idx]);
@@ -1250,7 +1258,12 @@ impl<'a> Driver<'a> {
             }
         }
         crate::session::client_tools::turn_ended(&self.s.shared, &self.s.id, &row.id);
-        super::turn::release(self.s);
+        if settled {
+            self.s.shared.registry.set_running(&self.s.running, false);
+        } else {
+            // The lease is still ours: release it on its own.
+            super::turn::release(self.s);
+        }
         // Issue 6: automatic title after a successful turn (logic in engine/title.rs).
         super::title::after_turn(self.s, matches!(end, TurnEnd::Completed { .. }));
     }

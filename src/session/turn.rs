@@ -132,28 +132,6 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
         ));
     }
     let owner = s.shared.owner.clone();
-    let id = s.id.clone();
-    if let Some(store) = s.store.as_mut() {
-        match store.acquire_lease(&id, &owner) {
-            Ok(LeaseOutcome::Busy(o)) => {
-                return Err((
-                    ErrorCode::ThreadBusy,
-                    format!(
-                        "thread {id:?} is executing in another wuu process (pid {} on {})",
-                        o.pid, o.host
-                    ),
-                ))
-            }
-            Ok(LeaseOutcome::Acquired { settled, .. }) if !settled.interrupted_turns.is_empty() => {
-                // A dead owner's turn was settled as interrupted: reload history.
-                if let Ok(Some((_, _, turns))) = crate::session::lifecycle::load(&s.shared, &id) {
-                    s.turns = turns;
-                }
-            }
-            Ok(_) => {}
-            Err(e) => return Err(crate::server::store_error(&s.shared, &e)),
-        }
-    }
     let now = now_ms();
     let turn_id = new_id("turn");
     let mut row = TurnRow::new(&s.id, &turn_id, kind, now);
@@ -216,9 +194,20 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
     }
     let continue_of = input.continue_of.clone();
     let thread_id = s.id.clone();
+    // One transaction takes the lease and persists the turn with its user item (issue
+    // 15: every write transaction queues at the process's write gate).
     let committed = match s.store.as_mut() {
-        None => Ok(0),
+        None => Ok(Admission::Admitted {
+            seq: 0,
+            reload: false,
+        }),
         Some(st) => st.transaction(|tx| {
+            let reload = match tx.acquire_lease(&thread_id, &owner)? {
+                LeaseOutcome::Busy(o) => return Ok(Admission::Busy(o)),
+                // A dead owner's turn was settled as interrupted: history is reloaded.
+                LeaseOutcome::Acquired { settled, .. } => !settled.interrupted_turns.is_empty(),
+                LeaseOutcome::AlreadyHeld => false,
+            };
             if let Some(source) = &continue_of {
                 if !tx.claim_continue_source(&thread_id, source)? {
                     return Err(wuu_store::StoreError::Invalid(format!(
@@ -247,31 +236,62 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
             tx.insert_turn(&row2)?;
             let seq = tx.upsert_item(&item_row)?;
             tx.update_thread(&thread)?;
-            Ok(seq)
+            Ok(Admission::Admitted { seq, reload })
         }),
     };
     s.shared.threads_changed();
-    let seq = committed.map_err(|e| match e {
+    let admitted = committed.map_err(|e| match e {
         wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
         e => crate::server::store_error(&s.shared, &e),
     });
-    match seq {
-        Ok(seq) => {
+    match admitted {
+        Ok(Admission::Busy(o)) => {
+            return Err((
+                ErrorCode::ThreadBusy,
+                format!(
+                    "thread {:?} is executing in another wuu process (pid {} on {})",
+                    s.id, o.pid, o.host
+                ),
+            ))
+        }
+        Ok(Admission::Admitted { seq, reload }) => {
             if s.store.is_some() {
                 user.seq = Some(seq);
             }
+            let reloaded = if reload {
+                // The settled turns and the new one, as stored.
+                match crate::session::lifecycle::load(&s.shared, &s.id) {
+                    Ok(Some((_, _, turns))) => Some(turns),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            match reloaded {
+                Some(turns) if turns.last().is_some_and(|t| t.row.id == row.id) => {
+                    s.turns = turns;
+                }
+                _ => s.turns.push(TurnState {
+                    row,
+                    items: vec![user],
+                }),
+            }
         }
-        Err(e) => {
-            release(s);
-            return Err(e);
-        }
+        // Rolled back: the lease is as it was before (a busy store is not waited for a
+        // second time to give back a lease never taken).
+        Err(e) => return Err(e),
     }
-    s.turns.push(TurnState {
-        row,
-        items: vec![user],
-    });
     s.shared.registry.set_running(&s.running, true);
     Ok(())
+}
+
+/// What the admission transaction found.
+enum Admission {
+    /// Another live process holds the conversation's lease (the turn was not stored).
+    Busy(wuu_store::LeaseOwner),
+    /// The turn and its user item are stored (`seq`: the item's); `reload`: a dead
+    /// owner's turns were settled by taking the lease, so history must be read again.
+    Admitted { seq: u64, reload: bool },
 }
 
 /// Ends the active execution: clears `running` and releases the lease.
