@@ -187,10 +187,20 @@ pub fn embedded_catalog(cfg: &LoadedConfig) -> Vec<CatalogProvider> {
 }
 
 fn without_models(c: &[CatalogProvider]) -> Vec<CatalogProvider> {
+    // Field by field: `..p.clone()` cloned every provider's model list only to drop it
+    // (most of `initialize`'s ~80 µs of CPU with the embedded catalog; issue 15).
     c.iter()
         .map(|p| CatalogProvider {
+            id: p.id.clone(),
+            name: p.name.clone(),
+            provider_type: p.provider_type.clone(),
+            base_url: p.base_url.clone(),
+            model_count: p.model_count,
+            default_model: p.default_model.clone(),
+            api_key_env: p.api_key_env.clone(),
             models: None,
-            ..p.clone()
+            refresh_error: p.refresh_error.clone(),
+            refreshed_at: p.refreshed_at.clone(),
         })
         .collect()
 }

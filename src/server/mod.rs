@@ -442,11 +442,23 @@ impl Responder {
     pub fn ok<T: Serialize>(mut self, result: &T) {
         self.answered = true;
         if let Some(id) = self.id.take() {
-            let mut value = serde_json::to_value(result).expect("serialize result");
-            if self.outbox.defer_content() {
+            let frame = if self.outbox.defer_content() {
+                let mut value = serde_json::to_value(result).expect("serialize result");
                 crate::session::attachments::project_frame_at(&mut value, self.thread.as_deref());
-            }
-            let frame = serde_json::to_vec(&Response::ok(id, value)).expect("serialize");
+                serde_json::to_vec(&Response::ok(id, value)).expect("serialize")
+            } else {
+                // Straight to bytes (`{"id":…,"result":…}`, the envelope `Response`
+                // writes): no `Value` tree in between, which was most of a small
+                // request's CPU (`initialize`: ~80 µs; issue 15). Keys come in the
+                // result's declaration order rather than sorted.
+                let mut frame = Vec::with_capacity(512);
+                frame.extend_from_slice(b"{\"id\":");
+                serde_json::to_writer(&mut frame, &id).expect("serialize id");
+                frame.extend_from_slice(b",\"result\":");
+                serde_json::to_writer(&mut frame, result).expect("serialize result");
+                frame.push(b'}');
+                frame
+            };
             self.outbox.send_direct(frame);
             self.outbox.answered();
         }
