@@ -143,6 +143,32 @@ pub(crate) fn snippet(text: &str, start: usize, end: usize, max: usize) -> Strin
         .collect()
 }
 
+/// `conn.execute(sql, params)` through the connection's prepared-statement cache: the
+/// statement is compiled once per connection, not on every call (issue 15: the turn path
+/// runs ~15 statements; compiling each again cost more than running it).
+pub(crate) fn execute<P: rusqlite::Params>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: P,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(sql)?.execute(params)
+}
+
+/// `conn.query_row(sql, params, f)` through the prepared-statement cache (see
+/// [`execute`]).
+pub(crate) fn query_row<T, P, F>(
+    conn: &rusqlite::Connection,
+    sql: &str,
+    params: P,
+    f: F,
+) -> rusqlite::Result<T>
+where
+    P: rusqlite::Params,
+    F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+{
+    conn.prepare_cached(sql)?.query_row(params, f)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,30 +196,4 @@ mod tests {
         assert_eq!(snip.chars().count(), 160);
         assert!(snip.ends_with("end"));
     }
-}
-
-/// `conn.execute(sql, params)` through the connection's prepared-statement cache: the
-/// statement is compiled once per connection, not on every call (issue 15: the turn path
-/// runs ~15 statements; compiling each again cost more than running it).
-pub(crate) fn execute<P: rusqlite::Params>(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: P,
-) -> rusqlite::Result<usize> {
-    conn.prepare_cached(sql)?.execute(params)
-}
-
-/// `conn.query_row(sql, params, f)` through the prepared-statement cache (see
-/// [`execute`]).
-pub(crate) fn query_row<T, P, F>(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: P,
-    f: F,
-) -> rusqlite::Result<T>
-where
-    P: rusqlite::Params,
-    F: FnOnce(&Row<'_>) -> rusqlite::Result<T>,
-{
-    conn.prepare_cached(sql)?.query_row(params, f)
 }
