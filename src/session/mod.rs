@@ -92,7 +92,10 @@ pub struct Session {
     pub rx: Receiver<Mail>,
     /// The store connection while this session works on a message (taken from
     /// [`crate::server::connections`] before it and given back after it: idle sessions
-    /// hold none); always `None` for ephemeral conversations.
+    /// hold none; a turn also gives it back while it waits for its engine and takes one
+    /// again before anything but a text delta, see `driver`); always `None` for
+    /// ephemeral conversations. Code that may run while it is given back goes through
+    /// [`Session::persist`] or [`Session::acquire_store`], never `None` = ephemeral.
     pub store: Option<PooledStore>,
     /// The conversation row (kept in memory for ephemeral ones).
     pub thread: ThreadRow,
