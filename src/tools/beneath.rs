@@ -306,31 +306,36 @@ pub fn rel_beneath(root: &Path, path: &Path) -> Option<PathBuf> {
 /// FIFO or a device is refused (`InvalidInput`, "not a regular file") before any read
 /// could block; a larger file is `InvalidData` ("larger than CAP bytes").
 pub fn read_regular(path: &Path, cap: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
     let fd = rustix::fs::open(
         path,
         OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY,
         Mode::empty(),
     )?;
-    match Stat::from_fd(fd.as_fd())?.kind {
-        Kind::File => {}
-        Kind::Dir => {
-            return Err(Error::Io(io::Error::new(
-                io::ErrorKind::IsADirectory,
-                "is a directory",
-            )))
-        }
-        _ => {
-            return Err(Error::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            )))
-        }
+    require_regular(fd.as_fd())?;
+    read_to_cap(File::from(fd), cap)
+}
+
+/// Refuses anything but a regular file open at `fd`: a directory is
+/// `IsADirectory`, any other kind (FIFO, device, socket) `InvalidInput`.
+fn require_regular(fd: BorrowedFd<'_>) -> Result<()> {
+    match Stat::from_fd(fd)?.kind {
+        Kind::File => Ok(()),
+        Kind::Dir => Err(Error::Io(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "is a directory",
+        ))),
+        _ => Err(Error::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ))),
     }
+}
+
+/// Reads `f` whole, at most `cap` bytes; more is `InvalidData` ("larger than CAP bytes").
+fn read_to_cap(f: File, cap: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
     let mut buf = Vec::new();
-    File::from(fd)
-        .take(cap.saturating_add(1))
-        .read_to_end(&mut buf)?;
+    f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
     if buf.len() as u64 > cap {
         return Err(Error::Io(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -418,22 +423,7 @@ impl Root {
     /// with `InvalidInput` before any read could block.
     pub fn open_read(&self, rel: &Path) -> Result<File> {
         let fd = self.open_raw(rel, OFlags::RDONLY | OFlags::NONBLOCK)?;
-        let st = Stat::from_fd(fd.as_fd())?;
-        match st.kind {
-            Kind::File => {}
-            Kind::Dir => {
-                return Err(Error::Io(io::Error::new(
-                    io::ErrorKind::IsADirectory,
-                    "is a directory",
-                )))
-            }
-            _ => {
-                return Err(Error::Io(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    "not a regular file",
-                )))
-            }
-        }
+        require_regular(fd.as_fd())?;
         let fl = rustix::fs::fcntl_getfl(&fd)?;
         rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK)?;
         Ok(File::from(fd))
@@ -446,17 +436,7 @@ impl Root {
     /// `open_read`; a file larger than `cap` bytes is `Io(InvalidData, "larger than
     /// CAP bytes")`.
     pub fn read_capped(&self, rel: &Path, cap: u64) -> Result<Vec<u8>> {
-        use std::io::Read;
-        let f = self.open_read(rel)?;
-        let mut buf = Vec::new();
-        f.take(cap.saturating_add(1)).read_to_end(&mut buf)?;
-        if buf.len() as u64 > cap {
-            return Err(Error::Io(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("larger than {cap} bytes"),
-            )));
-        }
-        Ok(buf)
+        read_to_cap(self.open_read(rel)?, cap)
     }
 
     /// `stat` of `rel`, following symlinks beneath the root.
