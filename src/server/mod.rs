@@ -447,17 +447,12 @@ impl Responder {
                 crate::session::attachments::project_frame_at(&mut value, self.thread.as_deref());
                 serde_json::to_vec(&Response::ok(id, value)).expect("serialize")
             } else {
-                // Straight to bytes (`{"id":…,"result":…}`, the envelope `Response`
-                // writes): no `Value` tree in between, which was most of a small
-                // request's CPU (`initialize`: ~80 µs; issue 15). Keys come in the
+                // Straight to bytes: no `Value` tree in between, which was most of a
+                // small request's CPU (`initialize`: ~80 µs; issue 15). Keys come in the
                 // result's declaration order rather than sorted.
-                let mut frame = Vec::with_capacity(512);
-                frame.extend_from_slice(b"{\"id\":");
-                serde_json::to_writer(&mut frame, &id).expect("serialize id");
-                frame.extend_from_slice(b",\"result\":");
-                serde_json::to_writer(&mut frame, result).expect("serialize result");
-                frame.push(b'}');
-                frame
+                ok_frame(&id, 512, |frame| {
+                    serde_json::to_writer(frame, result).expect("serialize result")
+                })
             };
             self.outbox.send_direct(frame);
             self.outbox.answered();
@@ -469,13 +464,9 @@ impl Responder {
     pub fn ok_raw(mut self, result_json: &[u8]) {
         self.answered = true;
         if let Some(id) = self.id.take() {
-            let id = serde_json::to_vec(&id).expect("serialize id");
-            let mut frame = Vec::with_capacity(result_json.len() + id.len() + 20);
-            frame.extend_from_slice(b"{\"id\":");
-            frame.extend_from_slice(&id);
-            frame.extend_from_slice(b",\"result\":");
-            frame.extend_from_slice(result_json);
-            frame.push(b'}');
+            let frame = ok_frame(&id, result_json.len(), |frame| {
+                frame.extend_from_slice(result_json)
+            });
             self.outbox.send_direct(frame);
             self.outbox.answered();
         }
@@ -771,6 +762,19 @@ impl MemoryClient {
         drop(drain);
         code
     }
+}
+
+/// A success frame `{"id":ID,"result":…}` (the envelope `Response` writes), the result's
+/// JSON written by `result`; `size` is its expected length.
+fn ok_frame(id: &RequestId, size: usize, result: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(size + 48);
+    frame.extend_from_slice(b"{\"id\":");
+    // Serializing an id (a string or a number) into a Vec cannot fail.
+    serde_json::to_writer(&mut frame, id).expect("serialize id");
+    frame.extend_from_slice(b",\"result\":");
+    result(&mut frame);
+    frame.push(b'}');
+    frame
 }
 
 /// The frame of [`Shared::notify_delta`].
