@@ -286,11 +286,10 @@ impl Provider for HttpProvider {
                 o.insert(field.into(), Value::from(n));
             }
         }
-        // The bytes only: the `Value` tree is freed before the stream starts, not after.
-        let body = {
-            let value = body;
-            serde_json::to_vec(&value).unwrap_or_default()
-        };
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        // Only the bytes live on: the `Value` tree is freed before the stream starts.
+        drop(body);
+        let body = bytes;
         retry::run_with_retries(&self.policy, cancel, sink, |_, sink| {
             self.attempt(&body, req, cancel, sink)
         });

@@ -342,23 +342,22 @@ impl Tx<'_> {
 
     /// See [`crate::Store::lease_of`].
     pub fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
-        let row = self
-            .conn
-            .query_row(
-                "SELECT pid, instance, host, heartbeat_at_ms FROM leases WHERE thread_id = ?1",
-                [thread_id],
-                |r| {
-                    Ok((
-                        LeaseOwner {
-                            pid: r.get(0)?,
-                            instance: r.get(1)?,
-                            host: r.get(2)?,
-                        },
-                        r.get(3)?,
-                    ))
-                },
-            )
-            .optional()?;
+        let row = crate::util::query_row(
+            self.conn,
+            "SELECT pid, instance, host, heartbeat_at_ms FROM leases WHERE thread_id = ?1",
+            [thread_id],
+            |r| {
+                Ok((
+                    LeaseOwner {
+                        pid: r.get(0)?,
+                        instance: r.get(1)?,
+                        host: r.get(2)?,
+                    },
+                    r.get(3)?,
+                ))
+            },
+        )
+        .optional()?;
         Ok(row)
     }
 

@@ -9,9 +9,8 @@ use crate::util::{get, get_json, get_u64, json_text, now_ms, U64};
 
 const USAGE_COLS: &str = "thread_id, turn_id, provider, model, at_ms, input_tokens, \
     output_tokens, cache_read_tokens, cache_creation_tokens, reasoning_tokens";
-const INPUT_COLS: &str = "thread_id, id, mode, state, body, created_at_ms, updated_at_ms";
-#[cfg(test)]
-pub(crate) const INPUT_COLS_FOR_TESTS: &str = INPUT_COLS;
+pub(crate) const INPUT_COLS: &str =
+    "thread_id, id, mode, state, body, created_at_ms, updated_at_ms";
 const RUN_COLS: &str = "id, thread_id, status, owner_instance, body, created_at_ms, updated_at_ms";
 
 fn usage_from_row(row: &Row<'_>) -> Result<UsageRow> {

@@ -1364,7 +1364,7 @@ fn cached_statements_are_not_compiled_again_on_every_call() {
     let b = Store::open(a.path()).unwrap();
     let sql = format!(
         "SELECT {} FROM inputs WHERE thread_id = ?1 ORDER BY created_at_ms, rowid",
-        crate::records::INPUT_COLS_FOR_TESTS
+        crate::records::INPUT_COLS
     );
     for i in 0..5 {
         b.list_inputs("t1", &[]).unwrap();
