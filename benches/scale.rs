@@ -18,9 +18,15 @@
 //!   conversations in the store, vs spawn → echo of `cat`.
 //! - **stream**: 200 conversations streaming at once, 1,000 deltas each, from the Rust
 //!   fake provider (in this process): aggregate notifications/s and fairness, vs 200
-//!   bare SSE readers on the same provider measured the same way. Fairness is the
-//!   max/min of the streams' completion times since their common start (see
-//!   `stream_figures`).
+//!   bare SSE readers on the same provider measured the same way. "At once": the fake
+//!   holds its answers until all 200 requests arrived, then sends every stream
+//!   ([`FakeProvider::hold_posts`]), so the row measures 200 streams that really run
+//!   together and not how far apart the turns started (that is reported too: the
+//!   `turn/start` answer times, and when the last provider request arrived). Fairness
+//!   is the max/min over the conversations of their rate, deltas ÷ (last delta −
+//!   release); every stream has the same number of deltas, so it is also the max/min of
+//!   their completion times (see `stream_figures`). `WUU_SCALE_HOLD=0` sends every
+//!   stream as soon as it is asked for instead, figures taken from the common start.
 //!
 //! Run: `cargo bench --bench scale` (env `WUU_SCALE_N` = conversations of the memory
 //! row, default 1000; `WUU_SCALE_STREAMS` default 200; `WUU_SCALE_DELTAS` default 1000).
@@ -630,12 +636,14 @@ struct StreamTimes {
     last: Instant,
 }
 
-/// Throughput and fairness of a set of streams that all started at `t0`.
+/// Throughput and fairness of a set of streams that all started at `t0` (the fake
+/// provider released them together).
 ///
 /// - aggregate: all deltas / (last delta of any stream − first delta of any stream);
 /// - **completion max/min** (the fairness figure): each stream's completion time is its
-///   last delta − `t0` (the common start); max/min over the streams. Served round-robin,
-///   all finish together (≈ 1); served one after another, it approaches the number of
+///   last delta − `t0`; max/min over the streams, which is also the max/min of their
+///   rates n / (last − `t0`) since every stream has n deltas. Served round-robin, all
+///   finish together (≈ 1); served one after another, it approaches the number of
 ///   streams. Unlike n / (last − first) of each stream, a burst of scheduling does not
 ///   move it;
 /// - overlap share max/min: in the window in which every stream was active (the latest
@@ -693,14 +701,17 @@ fn stream_figures(t0: Instant, per: &[StreamTimes]) -> String {
     )
 }
 
-fn row_stream(streams: usize, deltas: usize) {
+fn row_stream(streams: usize, deltas: usize, hold: bool) {
     let fake = FakeProvider::start();
     // Floor: the same streams read by bare SSE readers, all at once.
     for _ in 0..streams {
         fake.push(Script::many_deltas(deltas, "tok "));
     }
+    if hold {
+        fake.hold_posts(streams);
+    }
     let root = fake.root_url();
-    let t0 = Instant::now();
+    let start = Instant::now();
     let handles: Vec<_> = (0..streams)
         .map(|_| {
             let r = root.clone();
@@ -719,7 +730,7 @@ fn row_stream(streams: usize, deltas: usize) {
         - bare.iter().map(|p| p.first).min().unwrap())
     .as_secs_f64()
     .max(1e-6);
-    let bare_line = stream_figures(t0, &bare);
+    let bare_line = stream_figures(fake.released_at().unwrap_or(start), &bare);
 
     let home = Home::new(Some(&fake.base_url()));
     let mut p = home.server(None);
@@ -731,6 +742,9 @@ fn row_stream(streams: usize, deltas: usize) {
     }
     for _ in 0..streams {
         fake.push(Script::many_deltas(deltas, "tok "));
+    }
+    if hold {
+        fake.hold_posts(streams);
     }
     let index: HashMap<Vec<u8>, usize> = ids
         .iter()
@@ -786,6 +800,7 @@ fn row_stream(streams: usize, deltas: usize) {
         }
     }
     let cpu = p.cpu().saturating_sub(cpu0);
+    let released = fake.released_at().unwrap_or(t0);
     let per: Vec<StreamTimes> = per.into_iter().flatten().collect();
     assert_eq!(per.len(), streams, "every conversation streamed");
     assert_eq!(total, streams * deltas, "every delta arrived");
@@ -799,14 +814,22 @@ fn row_stream(streams: usize, deltas: usize) {
     println!("bare SSE readers ({streams} threads): {bare_line}");
     admitted.sort_by(f64::total_cmp);
     println!(
-        "turn/start answers (turn admitted and persisted) {:.0}–{:.0} ms after the start (median {:.0} ms)",
+        "turn/start answers (turn admitted and persisted) {:.0}–{:.0} ms after the start (median {:.0} ms); {}",
         admitted.first().copied().unwrap_or(0.0),
         admitted.last().copied().unwrap_or(0.0),
         admitted.get(admitted.len() / 2).copied().unwrap_or(0.0),
+        if hold {
+            format!(
+                "every turn's provider request arrived {:.0} ms after the start, and the streams were released together then (the figures below count from there)",
+                (released - t0).as_secs_f64() * 1e3
+            )
+        } else {
+            "streams sent as soon as asked for (WUU_SCALE_HOLD=0; figures from the common start)".to_owned()
+        },
     );
     println!(
         "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB; server CPU {:.0} ms ({:.0} µs per turn, {:.2} µs per delta)",
-        stream_figures(t0, &per),
+        stream_figures(released, &per),
         (total as f64 / span) / (bare_total as f64 / bare_span),
         p.rss_mib(),
         cpu.as_secs_f64() * 1e3,
@@ -852,6 +875,7 @@ fn main() {
         row_stream(
             env_or("WUU_SCALE_STREAMS", 200),
             env_or("WUU_SCALE_DELTAS", 1000),
+            env_or("WUU_SCALE_HOLD", 1) != 0,
         );
     }
 }

@@ -28,7 +28,7 @@ use std::collections::{HashSet, VecDeque};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -1120,6 +1120,16 @@ struct Shared {
     /// script), reused while the same script is answered again (benches push the same
     /// `many_deltas` script for hundreds of streams).
     wire_cache: Mutex<Option<WireCache>>,
+    /// The barrier of [`FakeProvider::hold_posts`], and its wake-up.
+    gate: Mutex<Option<Gate>>,
+    gate_cv: Condvar,
+}
+
+/// [`FakeProvider::hold_posts`]: POSTs wait until `need` of them arrived.
+struct Gate {
+    need: usize,
+    arrived: usize,
+    released: Option<Instant>,
 }
 
 /// A buffered stream's complete answer on the wire: status line, headers, framed body
@@ -1152,6 +1162,8 @@ impl FakeProvider {
             stop: AtomicBool::new(false),
             connections_closed: Mutex::new(0),
             wire_cache: Mutex::new(None),
+            gate: Mutex::new(None),
+            gate_cv: Condvar::new(),
         });
         let s = shared.clone();
         thread::Builder::new()
@@ -1225,6 +1237,23 @@ impl FakeProvider {
     /// Streams with `Connection: close` and no chunked framing (default off).
     pub fn set_close_delimited(&self, on: bool) {
         self.shared.close_delimited.store(on, Ordering::SeqCst);
+    }
+
+    /// Holds the answers of the next `n` POST requests until all `n` arrived, then
+    /// answers them together (benches: `n` streams that really run at once, whatever
+    /// the clients' start-up spread). A held request waits at most 60 s; later POSTs
+    /// pass at once.
+    pub fn hold_posts(&self, n: usize) {
+        *self.shared.gate.lock().unwrap() = Some(Gate {
+            need: n,
+            arrived: 0,
+            released: None,
+        });
+    }
+
+    /// When the requests held by [`FakeProvider::hold_posts`] were released.
+    pub fn released_at(&self) -> Option<Instant> {
+        self.shared.gate.lock().unwrap().as_ref()?.released
     }
 
     /// Connections whose handler has finished (the client hung up or the server closed).
@@ -1327,11 +1356,37 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> io::Result<()> {
             headers: headers.clone(),
             body: json_body.clone(),
         });
+        if method == "POST" {
+            wait_at_gate(shared);
+        }
         let keep = respond(shared, &stream, &method, &path, &json_body)?;
         if !keep || client_close {
             let _ = stream.shutdown(Shutdown::Both);
             return Ok(());
         }
+    }
+}
+
+/// Waits at the [`FakeProvider::hold_posts`] barrier, if one is set and not yet full.
+fn wait_at_gate(shared: &Shared) {
+    let mut gate = shared.gate.lock().unwrap();
+    let Some(g) = gate.as_mut() else { return };
+    if g.arrived >= g.need {
+        return;
+    }
+    g.arrived += 1;
+    if g.arrived == g.need {
+        g.released = Some(Instant::now());
+        shared.gate_cv.notify_all();
+        return;
+    }
+    let end = Instant::now() + Duration::from_secs(60);
+    while gate.as_ref().is_some_and(|g| g.arrived < g.need) && Instant::now() < end {
+        gate = shared
+            .gate_cv
+            .wait_timeout(gate, Duration::from_secs(1))
+            .unwrap()
+            .0;
     }
 }
 
