@@ -676,8 +676,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Capacity of the [`StreamHandle`] event channel.
-pub const STREAM_CHANNEL_CAPACITY: usize = 1024;
+/// Capacity of the [`StreamHandle`] event channel, in events. Small enough that a
+/// provider thread with a whole answer in its socket (a fast server, a replayed
+/// stream) parses a slice of it and yields, instead of the entire answer in one go
+/// while 199 other conversations wait for a CPU to start theirs (issue 15: with 1,024
+/// the first streams to be scheduled finished before the last ones began).
+pub const STREAM_CHANNEL_CAPACITY: usize = 128;
 
 /// A provider stream running on a helper thread.
 ///

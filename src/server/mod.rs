@@ -271,15 +271,19 @@ impl Shared {
     /// byte for byte what [`Shared::notify`] writes for the protocol's delta structs
     /// (field order and escaping included; a unit test compares them). Written by hand
     /// from borrowed strings: the hottest frame of the server (issue 15), it skips
-    /// serde and the per-delta copies of the ids.
+    /// serde and the per-delta copies of the ids. Enqueued through the turn's `lane`
+    /// (its fair share of the outbox, [`transport::Lane`]). Errors: [`Overflow`] when
+    /// the client has not read for [`transport::NOTIFY_DEADLINE`].
     pub fn notify_delta(
         &self,
+        lane: &transport::Lane,
         method: &str,
         ids: [&str; 3],
         delta: &str,
         stream: Option<&str>,
     ) -> Result<(), Overflow> {
-        self.outbox.send_within(
+        self.outbox.send_lane(
+            lane,
             delta_frame(method, ids, delta, stream),
             transport::NOTIFY_DEADLINE,
         )

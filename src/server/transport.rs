@@ -8,14 +8,57 @@
 
 use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
 use std::io::{self, BufRead, Write};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest accepted line, in bytes (spec §1.1: 64 MiB).
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Frames the outbox holds before producers wait (backpressure).
-pub const OUTBOX_CAPACITY: usize = 4096;
+/// Frames the outbox holds before producers wait (backpressure). Room for 256 lanes
+/// of [`LANE_FRAMES`] each: past that the bound itself, not the lanes, decides who
+/// goes next. (Delta frames are ~200 bytes: a full outbox is ~3 MiB.)
+pub const OUTBOX_CAPACITY: usize = 16384;
+
+/// How many of one [`Lane`]'s frames may wait in the outbox while other producers'
+/// frames wait there too. A lane past it waits until half of its frames were written.
+pub const LANE_FRAMES: usize = 64;
+
+/// One producer's fair share of the outbox (issue 15: 200 conversations streaming at
+/// once). Sent through [`Outbox::send_lane`], at most [`LANE_FRAMES`] of a lane's frames
+/// are queued while the outbox also holds other frames; past that the producer waits
+/// until half of them were written, then enqueues its next ones behind everyone
+/// else's. The queue stays one FIFO, so the order of frames is what it was; the lane
+/// only delays a flooding producer's next enqueue. Without it whichever conversation's
+/// thread is on a CPU fills the queue with its whole stream (one scheduler time slice
+/// is more than a thousand deltas), and the others wait behind it. A lane alone in the
+/// outbox is not held back (one conversation streams at the full rate).
+///
+/// Cheap to clone; a clone is the same lane.
+#[derive(Clone, Default)]
+pub struct Lane(Arc<LaneState>);
+
+#[derive(Default)]
+struct LaneState {
+    /// The lane's frames in the outbox (enqueued, not yet written or dropped).
+    queued: parking_lot::Mutex<usize>,
+    /// Signalled when `queued` falls to half of [`LANE_FRAMES`].
+    room: parking_lot::Condvar,
+}
+
+/// A lane's claim on one queued frame, given back when the frame is written or dropped
+/// (so a writer that is gone can never leave a lane waiting forever).
+struct Ticket(Arc<LaneState>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut q = self.0.queued.lock();
+        *q = q.saturating_sub(1);
+        if *q == LANE_FRAMES / 2 {
+            self.0.room.notify_all();
+        }
+    }
+}
 
 /// One read from a [`LineSource`].
 #[derive(Debug, PartialEq, Eq)]
@@ -160,7 +203,8 @@ impl FrameSink for ChannelSink {
 }
 
 enum Frame {
-    Line(Vec<u8>),
+    /// A frame to write, with its lane's claim when it came through one.
+    Line(Vec<u8>, Option<Ticket>),
     Flush(Sender<()>),
 }
 
@@ -219,10 +263,49 @@ impl Outbox {
 
     /// Enqueues a serialized frame, waiting at most `deadline` for room.
     pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
+        self.enqueue_within(frame, None, deadline)
+    }
+
+    /// [`Outbox::send_within`] for a producer's [`Lane`]: first waits (within the same
+    /// `deadline`) while the lane has [`LANE_FRAMES`] frames queued among others'.
+    /// Errors: [`Overflow`] when the deadline passes (the client is not reading).
+    pub fn send_lane(
+        &self,
+        lane: &Lane,
+        frame: Vec<u8>,
+        deadline: Duration,
+    ) -> Result<(), Overflow> {
+        let start = Instant::now();
+        {
+            let mut q = lane.0.queued.lock();
+            while *q >= LANE_FRAMES && self.tx.len() > *q {
+                if lane.0.room.wait_until(&mut q, start + deadline).timed_out()
+                    && *q >= LANE_FRAMES
+                    && self.tx.len() > *q
+                {
+                    return Err(Overflow);
+                }
+            }
+            *q += 1;
+        }
+        let ticket = Ticket(lane.0.clone());
+        self.enqueue_within(
+            frame,
+            Some(ticket),
+            deadline.saturating_sub(start.elapsed()),
+        )
+    }
+
+    fn enqueue_within(
+        &self,
+        frame: Vec<u8>,
+        ticket: Option<Ticket>,
+        deadline: Duration,
+    ) -> Result<(), Overflow> {
         use std::sync::atomic::Ordering::SeqCst;
         let frame = crate::secrets::redact_vec(frame);
         self.out.queued.fetch_add(1, SeqCst);
-        match self.tx.send_timeout(Frame::Line(frame), deadline) {
+        match self.tx.send_timeout(Frame::Line(frame, ticket), deadline) {
             Ok(()) => Ok(()),
             Err(SendTimeoutError::Timeout(_)) => {
                 self.out.queued.fetch_sub(1, SeqCst);
@@ -241,7 +324,7 @@ impl Outbox {
         use std::sync::atomic::Ordering::SeqCst;
         let frame = crate::secrets::redact_vec(frame);
         self.out.queued.fetch_add(1, SeqCst);
-        if self.tx.send(Frame::Line(frame)).is_err() {
+        if self.tx.send(Frame::Line(frame, None)).is_err() {
             self.out.queued.fetch_sub(1, SeqCst);
         }
     }
@@ -334,7 +417,7 @@ pub fn start_writer(
             let mut told = false;
             for frame in rx.iter() {
                 match frame {
-                    Frame::Line(bytes) => {
+                    Frame::Line(bytes, ticket) => {
                         let mut sink = out2.sink.lock();
                         if !out2.broken.load(SeqCst) {
                             log::trace!("out: {}", String::from_utf8_lossy(&bytes));
@@ -349,6 +432,7 @@ pub fn start_writer(
                         }
                         out2.queued.fetch_sub(1, SeqCst);
                         drop(sink);
+                        drop(ticket);
                     }
                     Frame::Flush(ack) => {
                         if !out2.broken.load(SeqCst) {
@@ -422,5 +506,146 @@ mod tests {
         let mut input = vec![b'y'; 10];
         input.extend_from_slice(b"\r\n");
         assert_eq!(lines(&input, 10), vec![Ok("y".repeat(10))]);
+    }
+
+    /// A sink that holds every write until the test opens its gate, and records frames.
+    struct GatedSink {
+        gate: crossbeam_channel::Receiver<()>,
+        open: bool,
+        out: Sender<Vec<u8>>,
+    }
+
+    impl FrameSink for GatedSink {
+        fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
+            if !self.open && self.gate.recv().is_err() {
+                self.open = true;
+            }
+            let _ = self.out.send(frame.to_vec());
+            Ok(())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// Frames in, a gate that lets one write through per `()` (drop it: all), frames out.
+    fn gated_writer() -> (Outbox, Sender<()>, crossbeam_channel::Receiver<Vec<u8>>) {
+        let (gate_tx, gate) = bounded(0);
+        let (out, out_rx) = crossbeam_channel::unbounded();
+        let sink = GatedSink {
+            gate,
+            open: false,
+            out,
+        };
+        let (outbox, _join) = start_writer(Box::new(sink), Box::new(|| {}));
+        (outbox, gate_tx, out_rx)
+    }
+
+    fn wait_queued(outbox: &Outbox, n: usize) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while outbox.tx.len() != n && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(outbox.tx.len(), n, "frames queued");
+    }
+
+    #[test]
+    fn a_lane_alone_is_not_held_back() {
+        // One conversation streaming by itself fills the outbox as before.
+        let (outbox, gate, out) = gated_writer();
+        let lane = Lane::default();
+        for i in 0..LANE_FRAMES * 4 {
+            outbox
+                .send_lane(
+                    &lane,
+                    format!("a{i}").into_bytes(),
+                    Duration::from_millis(200),
+                )
+                .expect("a lane alone never waits");
+        }
+        drop(gate);
+        let got: Vec<Vec<u8>> = out.iter().take(LANE_FRAMES * 4).collect();
+        assert_eq!(
+            got.last(),
+            Some(&format!("a{}", LANE_FRAMES * 4 - 1).into_bytes())
+        );
+    }
+
+    #[test]
+    fn a_flooding_lane_waits_behind_the_others_and_order_is_kept() {
+        // Issue 15: the writer is stuck on frame b0 and b1 waits; lane A may queue
+        // LANE_FRAMES frames beside b1, not one more, until half of them are written.
+        let (outbox, gate, out) = gated_writer();
+        let (a, b) = (Lane::default(), Lane::default());
+        let short = Duration::from_millis(100);
+        outbox.send_lane(&b, b"b0".to_vec(), short).unwrap();
+        wait_queued(&outbox, 0); // the writer holds b0 at the gate
+        outbox.send_lane(&b, b"b1".to_vec(), short).unwrap();
+        for i in 0..LANE_FRAMES {
+            outbox
+                .send_lane(&a, format!("a{i}").into_bytes(), short)
+                .unwrap();
+        }
+        assert_eq!(
+            outbox.send_lane(&a, b"late".to_vec(), short),
+            Err(Overflow),
+            "a lane with LANE_FRAMES queued among others' frames waits"
+        );
+        // A producer on another thread waits for room and goes on once half of A's
+        // frames were written.
+        let (outbox2, a2) = (outbox.clone(), a.clone());
+        let producer = std::thread::spawn(move || {
+            outbox2.send_lane(&a2, b"a-next".to_vec(), Duration::from_secs(10))
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!producer.is_finished(), "waits while its lane is full");
+        for _ in 0..2 + LANE_FRAMES / 2 {
+            gate.send(()).unwrap(); // b0 (held), b1, then A's frames one by one
+        }
+        assert_eq!(producer.join().unwrap(), Ok(()));
+        drop(gate);
+        let got: Vec<String> = out
+            .iter()
+            .take(3 + LANE_FRAMES)
+            .map(|f| String::from_utf8(f).unwrap())
+            .collect();
+        let mut want = vec!["b0".to_owned(), "b1".to_owned()];
+        want.extend((0..LANE_FRAMES).map(|i| format!("a{i}")));
+        want.push("a-next".into());
+        assert_eq!(
+            got, want,
+            "one FIFO: frames leave in the order they entered"
+        );
+    }
+
+    #[test]
+    fn a_lane_gets_its_claims_back_from_frames_never_written() {
+        // Frames that are never written (the outbox is dropped with them queued) still
+        // give their lane's claims back.
+        let (tx, rx) = bounded::<Frame>(OUTBOX_CAPACITY);
+        let outbox = Outbox {
+            tx,
+            inflight: Default::default(),
+            out: std::sync::Arc::new(Output {
+                sink: parking_lot::Mutex::new(Box::new(WriteSink(io::sink()))),
+                queued: Default::default(),
+                broken: Default::default(),
+            }),
+            defer: Default::default(),
+        };
+        let lane = Lane::default();
+        for _ in 0..LANE_FRAMES {
+            outbox
+                .send_lane(&lane, b"x".to_vec(), Duration::from_millis(100))
+                .unwrap();
+        }
+        assert_eq!(*lane.0.queued.lock(), LANE_FRAMES);
+        drop(outbox);
+        drop(rx);
+        assert_eq!(
+            *lane.0.queued.lock(),
+            0,
+            "dropped frames give their claims back"
+        );
     }
 }

@@ -90,6 +90,9 @@ pub struct Driver<'a> {
     /// Tails of delta streams held back because a secret may continue in the next
     /// delta, by item id and stream; sent before the item is complete.
     masks: crate::secrets::DeltaStreams<(String, DeltaKind)>,
+    /// This turn's share of the outbox for its deltas (fair among streaming
+    /// conversations, see [`crate::server::transport::Lane`]).
+    lane: crate::server::transport::Lane,
 }
 
 /// The delta streams of an item (`item/agentMessage/delta`, `item/reasoning/delta`,
@@ -138,6 +141,7 @@ impl<'a> Driver<'a> {
             questions: vec![],
             ctl: None,
             masks: Default::default(),
+            lane: Default::default(),
         }
     }
 
@@ -1085,7 +1089,11 @@ impl<'a> Driver<'a> {
             self.s.turns[self.turn_idx].row.id.as_str(),
             item_id.as_str(),
         ];
-        if let Err(Overflow) = self.s.shared.notify_delta(method, ids, &delta, stream) {
+        if let Err(Overflow) = self
+            .s
+            .shared
+            .notify_delta(&self.lane, method, ids, &delta, stream)
+        {
             log::error!("outbox overflow in {}; failing the turn", self.s.id);
             self.stop.get_or_insert(Stop::Overflow);
         }
