@@ -193,16 +193,29 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
     }
     let opts = options(&a)?;
     let stdin = std::io::stdin();
-    let stdout = std::io::stdout();
+    // The writer writes stdout's file descriptor itself (a duplicate): std's `Stdout` is
+    // a line writer, which scans every byte written for newlines and sends a frame and
+    // its `\n` as two writes. Our writer already batches (its own buffer, flushed when
+    // the outbox is momentarily empty) and ends each frame in the same write.
+    let sink: Box<dyn server::transport::FrameSink> =
+        match std::os::fd::AsFd::as_fd(&std::io::stdout()).try_clone_to_owned() {
+            Ok(fd) => Box::new(server::transport::WriteSink(
+                std::io::BufWriter::with_capacity(256 * 1024, std::fs::File::from(fd)),
+            )),
+            Err(e) => {
+                log::warn!("cannot duplicate stdout ({e}); writing through std's stdout");
+                Box::new(server::transport::WriteSink(
+                    std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout()),
+                ))
+            }
+        };
     let code = server::serve(
         opts,
         Box::new(server::transport::CappedLines::new(
             std::io::BufReader::with_capacity(256 * 1024, stdin),
             server::transport::MAX_LINE_BYTES,
         )),
-        Box::new(server::transport::WriteSink(
-            std::io::BufWriter::with_capacity(256 * 1024, stdout),
-        )),
+        sink,
         |shared| {
             // A broken output (the client closed our stdout: EPIPE) ends the connection
             // even while stdin stays open: active turns are interrupted and settled,

@@ -174,13 +174,24 @@ pub trait FrameSink: Send {
     fn flush(&mut self) -> io::Result<()>;
 }
 
-/// A sink over any writer (stdout): frame + `\n`.
+/// A sink over any writer (stdout): frame + `\n`, given to the writer together (one
+/// vectored write: a frame larger than a `BufWriter`'s buffer goes out with its newline
+/// in one system call, so the client is not woken twice).
 pub struct WriteSink<W: Write + Send>(pub W);
 
 impl<W: Write + Send> FrameSink for WriteSink<W> {
     fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
-        self.0.write_all(frame)?;
-        self.0.write_all(b"\n")
+        let mut parts = [io::IoSlice::new(frame), io::IoSlice::new(b"\n")];
+        let mut parts = &mut parts[..];
+        while !parts.is_empty() {
+            match self.0.write_vectored(parts) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => io::IoSlice::advance_slices(&mut parts, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {
         self.0.flush()
@@ -647,5 +658,52 @@ mod tests {
             0,
             "dropped frames give their claims back"
         );
+    }
+
+    /// Records every write it gets; takes at most `max` bytes per call.
+    struct Recording {
+        writes: Vec<Vec<u8>>,
+        max: usize,
+    }
+
+    impl Write for Recording {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.write_vectored(&[io::IoSlice::new(buf)])
+        }
+        fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let n = all.len().min(self.max);
+            self.writes.push(all[..n].to_vec());
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_large_frame_leaves_with_its_newline_in_one_write() {
+        // (A `BufWriter` over a vectored writer such as a `File` passes both parts on
+        // in one call when they exceed its buffer.)
+        let frame = vec![b'x'; 100];
+        let mut sink = WriteSink(Recording {
+            writes: vec![],
+            max: usize::MAX,
+        });
+        sink.write_frame(&frame).unwrap();
+        let writes = &sink.0.writes;
+        assert_eq!(writes.len(), 1, "one write, not frame then newline");
+        assert_eq!(writes[0].len(), 101);
+        assert_eq!(writes[0].last(), Some(&b'\n'));
+    }
+
+    #[test]
+    fn short_writes_still_deliver_the_whole_frame() {
+        let mut sink = WriteSink(Recording {
+            writes: vec![],
+            max: 3,
+        });
+        sink.write_frame(b"{\"id\":1}").unwrap();
+        assert_eq!(sink.0.writes.concat(), b"{\"id\":1}\n");
     }
 }
