@@ -46,8 +46,9 @@ struct LaneState {
     room: parking_lot::Condvar,
 }
 
-/// A lane's claim on one queued frame, given back when the frame is written or dropped
-/// (so a writer that is gone can never leave a lane waiting forever).
+/// A lane's claim on one queued frame, given back when the writer is done with the
+/// frame (written, or discarded after the output broke) and when the frame is dropped
+/// unwritten (an enqueue that timed out, an outbox dropped with frames in it).
 struct Ticket(Arc<LaneState>);
 
 impl Drop for Ticket {
