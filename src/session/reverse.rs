@@ -203,7 +203,12 @@ pub fn deliver(shared: &Arc<Shared>, resp: Response) {
         Some(tx) => {
             let _ = tx.send(resp);
         }
-        None => log::debug!("reply for unknown or expired reverse request {key}"),
+        // A line with an id and no method is a reply to a server request (spec §1.5);
+        // one that matches none is dropped, as the spec says, but said so on stderr
+        // (a client that forgot `method` would otherwise hear nothing).
+        None => log::warn!(
+            "dropped a reply for {key:?}: no server request with that id is waiting (unknown or expired; a request needs a `method`)"
+        ),
     }
 }
 
