@@ -731,3 +731,41 @@ fn shutdown_cancels_outstanding_requests() {
     p.wait_for("shutdown response", |v| v["id"] == json!(id));
     assert!(p.app.wait_exit(Duration::from_secs(20)).is_some());
 }
+
+#[test]
+fn a_reply_to_no_server_request_is_dropped_with_a_warning() {
+    // A line with an id and no method is a reply (spec §1.5); one no server request
+    // waits for is dropped, and the server says so on stderr (it used to log at debug
+    // level: a client that forgot `method` heard nothing). The next line is served.
+    use std::io::Write;
+    let home = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
+        .arg("app-server")
+        .env("WUU_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"{\"id\":\"a1\"}\n{\"id\":\"i\",\"method\":\"initialize\",\"params\":{}}\n")
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "only initialize is answered: {stdout}");
+    assert_eq!(lines[0]["id"], "i");
+    assert!(lines[0].get("result").is_some(), "{stdout}");
+    assert!(
+        stderr.contains("dropped a reply for \"a1\""),
+        "stderr: {stderr}"
+    );
+}
