@@ -29,7 +29,9 @@
 //!   stream as soon as it is asked for instead, figures taken from the common start.
 //!
 //! Run: `cargo bench --bench scale` (env `WUU_SCALE_N` = conversations of the memory
-//! row, default 1000; `WUU_SCALE_STREAMS` default 200; `WUU_SCALE_DELTAS` default 1000).
+//! row, default 1000; `WUU_SCALE_STREAMS` default 200; `WUU_SCALE_DELTAS` default 1000;
+//! `WUU_SCALE_RUST_LOG` = the servers' `RUST_LOG`, e.g.
+//! `wuu::server::connections=debug` shows when the store pool opens extra connections).
 
 #[path = "../tests/support/fake_provider.rs"]
 mod fake_provider;
@@ -241,6 +243,10 @@ impl Home {
             .env("WUU_HOME", &self.home)
             .env("HOME", &self.home)
             .env_remove("RUST_LOG");
+        // The server's log filter, for profiling a row (default: none, as a user runs it).
+        if let Ok(filter) = std::env::var("WUU_SCALE_RUST_LOG") {
+            c.env("RUST_LOG", filter);
+        }
         if let Some(ms) = park_after_ms {
             c.env("WUU_PARK_AFTER_MS", ms.to_string());
         }
