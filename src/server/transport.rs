@@ -287,11 +287,14 @@ impl Outbox {
         frame: Vec<u8>,
         deadline: Duration,
     ) -> Result<(), Overflow> {
-        let start = Instant::now();
+        // The clock is read only by a lane that has to wait (the hot path of every
+        // delta does not).
+        let mut until: Option<Instant> = None;
         {
             let mut q = lane.0.queued.lock();
             while *q >= LANE_FRAMES && self.tx.len() > *q {
-                if lane.0.room.wait_until(&mut q, start + deadline).timed_out()
+                let end = *until.get_or_insert_with(|| Instant::now() + deadline);
+                if lane.0.room.wait_until(&mut q, end).timed_out()
                     && *q >= LANE_FRAMES
                     && self.tx.len() > *q
                 {
@@ -300,12 +303,11 @@ impl Outbox {
             }
             *q += 1;
         }
-        let ticket = Ticket(lane.0.clone());
-        self.enqueue_within(
-            frame,
-            Some(ticket),
-            deadline.saturating_sub(start.elapsed()),
-        )
+        let left = match until {
+            Some(end) => end.saturating_duration_since(Instant::now()),
+            None => deadline,
+        };
+        self.enqueue_within(frame, Some(Ticket(lane.0.clone())), left)
     }
 
     fn enqueue_within(
