@@ -739,7 +739,7 @@ fn a_reply_to_no_server_request_is_dropped_with_a_warning() {
     // level: a client that forgot `method` heard nothing). The next line is served.
     use std::io::Write;
     let home = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
+    let mut child = std::process::Command::new(support::app::wuu_bin())
         .arg("app-server")
         .env("WUU_HOME", home.path())
         .env("HOME", home.path())

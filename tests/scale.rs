@@ -93,14 +93,7 @@ fn an_idle_conversation_parks_and_comes_back_whole() {
     assert_eq!(r["thread"]["title"], "Kept");
     let turns = r["thread"]["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 1);
-    let text: Vec<&str> = turns[0]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == "agent_message")
-        .filter_map(|i| i["text"].as_str())
-        .collect();
-    assert_eq!(text, ["First answer"]);
+    assert_eq!(agent_texts(&turns[0]), ["First answer"]);
     fake.push(Script::text(&["Second"]));
     assert_eq!(run_turn(&mut app, &id, "two")["method"], "turn/completed");
     let r = app.call(
@@ -121,6 +114,20 @@ fn db_connections(app: &App) -> usize {
                 .count()
         })
         .unwrap_or(0)
+}
+
+/// The texts of a wire turn's `agent_message` items, in order.
+fn agent_texts(turn: &Value) -> Vec<&str> {
+    turn["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| i["type"] == "agent_message")
+                .filter_map(|i| i["text"].as_str())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The store connections a server holds once it settled: the lease thread's, the one
@@ -256,14 +263,7 @@ fn streaming_turns_share_a_few_store_connections() {
             "thread/resume",
             json!({"session_id": id, "response_only": true}),
         );
-        let items = &r["thread"]["turns"][0]["items"];
-        let text: Vec<&str> = items
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|i| i["type"] == "agent_message")
-            .filter_map(|i| i["text"].as_str())
-            .collect();
+        let text = agent_texts(&r["thread"]["turns"][0]);
         assert_eq!(text.len(), 1, "{r}");
         answers.insert(text[0].to_owned());
     }
