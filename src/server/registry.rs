@@ -80,6 +80,8 @@ pub struct Registry {
     /// When free memory was last returned after a turn ([`Registry::trim_after_turn`]),
     /// in ms since `epoch`.
     last_trim_ms: std::sync::atomic::AtomicU64,
+    /// Running flags now set ([`Registry::set_running`]).
+    running: std::sync::atomic::AtomicUsize,
     epoch: Instant,
 }
 
@@ -111,6 +113,7 @@ impl Registry {
             revive,
             parked: Default::default(),
             last_trim_ms: Default::default(),
+            running: Default::default(),
             epoch: Instant::now(),
         }
     }
@@ -118,11 +121,19 @@ impl Registry {
     /// A session finished a turn: what the turn allocated (request and answer buffers,
     /// the engine's and the provider's threads) is free now but stays in the
     /// allocator's arenas until trimmed (measured: ~90 KiB per conversation after 1,000
-    /// short turns). Returns it at once unless a trim ran in the last
-    /// [`TURN_TRIM_INTERVAL`] (one trim walks every arena: ~1 ms, so at most a few per
-    /// second); the lease thread's next heartbeat trims what turns freed since.
+    /// short turns). Returns it when no other turn is running, unless a trim ran in the
+    /// last [`TURN_TRIM_INTERVAL`] (one trim walks every arena: ~1 ms, so at most a few
+    /// per second); the lease thread's next heartbeat trims what turns freed since.
+    ///
+    /// Not while other turns run: they allocate the same memory again at once, and a
+    /// trim is hundreds of `madvise` calls, each a TLB shootdown that interrupts every
+    /// CPU running this process (issue 15: with 200 turns streaming, trims after the
+    /// first turns to end were ~17% of the session threads' CPU).
     pub fn trim_after_turn(&self) {
         self.note_parked();
+        if self.running.load(Ordering::SeqCst) > 0 {
+            return;
+        }
         let now = self.epoch.elapsed().as_millis() as u64;
         let last = self.last_trim_ms.load(Ordering::Relaxed);
         let due = last == 0 || now.saturating_sub(last) >= TURN_TRIM_INTERVAL.as_millis() as u64;
@@ -154,8 +165,19 @@ impl Registry {
 
     /// Sets a session's running flag and bumps [`Registry::generation`].
     pub fn set_running(&self, flag: &AtomicBool, running: bool) {
-        flag.store(running, Ordering::SeqCst);
+        if flag.swap(running, Ordering::SeqCst) != running {
+            if running {
+                self.running.fetch_add(1, Ordering::SeqCst);
+            } else {
+                self.running.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
         self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many conversations are running a turn now.
+    pub fn running_count(&self) -> usize {
+        self.running.load(Ordering::SeqCst)
     }
 
     /// Delivers `msg` to the session of `thread_id`. When it is not live, the message
@@ -448,5 +470,31 @@ pub fn return_free_memory() -> bool {
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_count_follows_the_flags_and_holds_trims_back_while_turns_run() {
+        let reg = Registry::start(Weak::new());
+        let (a, b) = (AtomicBool::new(false), AtomicBool::new(false));
+        reg.set_running(&a, true);
+        reg.set_running(&a, true); // no transition: counted once
+        reg.set_running(&b, true);
+        assert_eq!(reg.running_count(), 2);
+        // A turn ended while another runs: no trim (the timestamp stays unset).
+        reg.set_running(&a, false);
+        reg.trim_after_turn();
+        assert_eq!(reg.last_trim_ms.load(Ordering::Relaxed), 0);
+        reg.set_running(&a, false);
+        assert_eq!(reg.running_count(), 1);
+        // The last running turn ended: the trim runs.
+        reg.set_running(&b, false);
+        assert_eq!(reg.running_count(), 0);
+        reg.trim_after_turn();
+        assert_ne!(reg.last_trim_ms.load(Ordering::Relaxed), 0);
     }
 }
