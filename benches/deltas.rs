@@ -152,9 +152,9 @@ fn in_process(base_url: &str, mut on_delta: impl FnMut(&[u8])) -> Vec<Instant> {
         output_schema: None,
         temperature: None,
     };
-    let h = start_stream(p, req);
+    let mut h = start_stream(p, req);
     let mut at = Vec::new();
-    for ev in h.events.iter() {
+    for ev in h.events() {
         match ev {
             StreamEvent::TextDelta { text } => {
                 at.push(Instant::now());

@@ -851,16 +851,13 @@ fn cancel_stops_a_stalled_stream_promptly() {
         let fp = FakeProvider::start();
         fp.push(Script::stall(&["Hi"], Duration::from_secs(20)));
         let p = provider_with(&fp, proto, |c| c.stream_idle_timeout_ms = Some(10_000));
-        let h = start_stream(p, hello());
-        let first = h
-            .events
-            .recv_timeout(Duration::from_secs(5))
-            .expect("first event");
+        let mut h = start_stream(p, hello());
+        let first = h.recv_timeout(Duration::from_secs(5)).expect("first event");
         assert_eq!(first, StreamEvent::TextDelta { text: "Hi".into() });
         std::thread::sleep(Duration::from_millis(50)); // the helper is now blocked in a read
         let t0 = Instant::now();
         h.cancel();
-        match h.events.recv_timeout(Duration::from_secs(2)) {
+        match h.recv_timeout(Duration::from_secs(2)) {
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {}
             other => panic!("{proto:?}: expected the helper to end, got {other:?}"),
         }
@@ -877,8 +874,8 @@ fn cancel_during_backoff_and_drop_of_the_handle() {
     let fp = FakeProvider::start();
     fp.push(Script::rate_limited("30"));
     let p = provider_with(&fp, Proto::Chat, |c| c.max_backoff_ms = Some(60_000));
-    let h = start_stream(p.clone(), hello());
-    let ev = h.events.recv_timeout(Duration::from_secs(5)).unwrap();
+    let mut h = start_stream(p.clone(), hello());
+    let ev = h.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(
         matches!(
             ev,
@@ -891,12 +888,12 @@ fn cancel_during_backoff_and_drop_of_the_handle() {
     );
     let t0 = Instant::now();
     h.cancel();
-    assert!(h.events.recv_timeout(Duration::from_secs(2)).is_err());
+    assert!(h.recv_timeout(Duration::from_secs(2)).is_err());
     assert!(t0.elapsed() < Duration::from_secs(1));
 
     fp.push(Script::stall(&["Hi"], Duration::from_secs(20)));
     let h = start_stream(p, hello());
-    let events = h.events.clone();
+    let events = h.batches.clone();
     assert!(events.recv_timeout(Duration::from_secs(5)).is_ok());
     let t0 = Instant::now();
     drop(h);
@@ -913,12 +910,12 @@ fn stream_handle_delivers_many_deltas_with_backpressure() {
     for proto in ALL {
         let fp = FakeProvider::start();
         fp.push(Script::many_deltas(n, "x"));
-        let h = start_stream(provider_for(&fp, proto), hello());
+        let mut h = start_stream(provider_for(&fp, proto), hello());
         // Let the bounded channel fill up: the helper must block, not drop.
         std::thread::sleep(Duration::from_millis(200));
         let mut count = 0;
         let mut done = 0;
-        for ev in h.events.iter() {
+        for ev in h.events() {
             match ev {
                 StreamEvent::TextDelta { text } => {
                     assert_eq!(text, "x");

@@ -216,8 +216,8 @@ impl Builtin {
         // Cloned once per step, not per event: only a gone host changes it (to `never`).
         let mut ctl = self.controls(controls);
         loop {
-            let ev = select! {
-                recv(handle.events) -> ev => ev,
+            let batch = select! {
+                recv(handle.batches) -> batch => batch,
                 recv(ctl) -> c => {
                     match c {
                         Ok(Control::Steer(_)) => {
@@ -237,7 +237,7 @@ impl Builtin {
                     continue;
                 }
             };
-            let Ok(ev) = ev else {
+            let Ok(batch) = batch else {
                 return Err(Outcome::Failed(Box::new(provider_failure(
                     provider_id,
                     ProviderError {
@@ -250,96 +250,98 @@ impl Builtin {
                     },
                 ))));
             };
-            // Output of a new attempt = a successful reconnect. A final failure leaves
-            // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
-            if reconnecting
-                && !matches!(
-                    ev,
-                    StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
-                )
-            {
-                reconnecting = false;
-                sink.emit(EngineEvent::Connected);
-            }
-            match ev {
-                StreamEvent::TextDelta { text } => {
-                    sink.emit(EngineEvent::ContentDelta(text));
+            for ev in batch {
+                // Output of a new attempt = a successful reconnect. A final failure leaves
+                // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
+                if reconnecting
+                    && !matches!(
+                        ev,
+                        StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
+                    )
+                {
+                    reconnecting = false;
+                    sink.emit(EngineEvent::Connected);
                 }
-                StreamEvent::ReasoningDelta { text } => {
-                    sink.emit(EngineEvent::ThinkingDelta(text));
-                }
-                StreamEvent::ReasoningDone { block } => {
-                    sink.emit(EngineEvent::ThinkingDone {
-                        text: Some(block.text.clone()),
-                        detail: serde_json::to_value(&block).ok(),
-                    });
-                }
-                StreamEvent::ToolCallStart { id, name } => {
-                    sink.emit(EngineEvent::ToolStart {
-                        call_id: id,
-                        name,
-                        arguments: None,
-                    });
-                }
-                StreamEvent::ToolCallDelta { id, delta } => {
-                    sink.emit(EngineEvent::ToolArgsDelta { call_id: id, delta });
-                }
-                StreamEvent::ToolCallEnd { call } => {
-                    sink.emit(EngineEvent::ToolArgs {
-                        call_id: call.id.clone(),
-                        name: call.name.clone(),
-                        arguments: call.arguments.clone(),
-                    });
-                    calls.push(call);
-                }
-                // Arguments cut off (output limit): never run, never in history.
-                StreamEvent::ToolCallCutOff { id, reason, .. } => {
-                    sink.emit(EngineEvent::ToolWithdrawn {
-                        call_id: id,
-                        reason,
-                    });
-                }
-                StreamEvent::Retrying {
-                    attempt,
-                    max_attempts,
-                    delay_ms,
-                    kind,
-                    message,
-                } => {
-                    // The failed attempt's partial output is void.
-                    calls.clear();
-                    reconnecting = true;
-                    sink.emit(EngineEvent::Reconnecting(Reconnecting {
+                match ev {
+                    StreamEvent::TextDelta { text } => {
+                        sink.emit(EngineEvent::ContentDelta(text));
+                    }
+                    StreamEvent::ReasoningDelta { text } => {
+                        sink.emit(EngineEvent::ThinkingDelta(text));
+                    }
+                    StreamEvent::ReasoningDone { block } => {
+                        sink.emit(EngineEvent::ThinkingDone {
+                            text: Some(block.text.clone()),
+                            detail: serde_json::to_value(&block).ok(),
+                        });
+                    }
+                    StreamEvent::ToolCallStart { id, name } => {
+                        sink.emit(EngineEvent::ToolStart {
+                            call_id: id,
+                            name,
+                            arguments: None,
+                        });
+                    }
+                    StreamEvent::ToolCallDelta { id, delta } => {
+                        sink.emit(EngineEvent::ToolArgsDelta { call_id: id, delta });
+                    }
+                    StreamEvent::ToolCallEnd { call } => {
+                        sink.emit(EngineEvent::ToolArgs {
+                            call_id: call.id.clone(),
+                            name: call.name.clone(),
+                            arguments: call.arguments.clone(),
+                        });
+                        calls.push(call);
+                    }
+                    // Arguments cut off (output limit): never run, never in history.
+                    StreamEvent::ToolCallCutOff { id, reason, .. } => {
+                        sink.emit(EngineEvent::ToolWithdrawn {
+                            call_id: id,
+                            reason,
+                        });
+                    }
+                    StreamEvent::Retrying {
                         attempt,
                         max_attempts,
                         delay_ms,
-                        reason: serde_json::to_value(kind)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_owned)),
+                        kind,
                         message,
-                        discard_step: true,
-                    }));
-                }
-                StreamEvent::Done {
-                    usage,
-                    stop_reason,
-                    truncated,
-                    ..
-                } => {
-                    add(&mut self.usage, &usage);
-                    sink.emit(EngineEvent::Usage(usage));
-                    sink.emit(EngineEvent::StepEnd {
+                    } => {
+                        // The failed attempt's partial output is void.
+                        calls.clear();
+                        reconnecting = true;
+                        sink.emit(EngineEvent::Reconnecting(Reconnecting {
+                            attempt,
+                            max_attempts,
+                            delay_ms,
+                            reason: serde_json::to_value(kind)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned)),
+                            message,
+                            discard_step: true,
+                        }));
+                    }
+                    StreamEvent::Done {
+                        usage,
                         stop_reason,
                         truncated,
-                        has_calls: !calls.is_empty(),
-                    });
-                    return Ok(Some(calls));
-                }
-                StreamEvent::Failed { error } => {
-                    return Err(Outcome::Failed(Box::new(provider_failure(
-                        provider_id,
-                        error,
-                    ))));
+                        ..
+                    } => {
+                        add(&mut self.usage, &usage);
+                        sink.emit(EngineEvent::Usage(usage));
+                        sink.emit(EngineEvent::StepEnd {
+                            stop_reason,
+                            truncated,
+                            has_calls: !calls.is_empty(),
+                        });
+                        return Ok(Some(calls));
+                    }
+                    StreamEvent::Failed { error } => {
+                        return Err(Outcome::Failed(Box::new(provider_failure(
+                            provider_id,
+                            error,
+                        ))));
+                    }
                 }
             }
         }

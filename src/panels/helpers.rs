@@ -145,12 +145,12 @@ fn ask(
         output_schema: None,
         temperature,
     };
-    let handle = provider::start_stream(p, req);
+    let mut handle = provider::start_stream(p, req);
     let deadline = Instant::now() + timeout;
     let mut text = String::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        match handle.events.recv_timeout(left) {
+        match handle.recv_timeout(left) {
             Ok(StreamEvent::TextDelta { text: t }) => text.push_str(&t),
             Ok(StreamEvent::Retrying { .. }) => text.clear(),
             Ok(StreamEvent::Done { .. }) => return Ok(text),

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
 use super::{
-    drive_sse, CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamEvent,
+    drive_sse, CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamSink,
     WireParser, WireProtocol,
 };
 use crate::config::ProviderConfig;
@@ -205,7 +205,7 @@ impl HttpProvider {
         body: &[u8],
         req: &ChatRequest,
         cancel: &CancelToken,
-        sink: &mut dyn FnMut(StreamEvent) -> bool,
+        sink: &mut dyn StreamSink,
     ) -> AttemptOutcome {
         let agent = self.agent(true);
         if !cancel.set_agent(&agent) {
@@ -272,7 +272,7 @@ impl Provider for HttpProvider {
         &self,
         req: &ChatRequest,
         cancel: &CancelToken,
-        sink: &mut dyn FnMut(StreamEvent) -> bool,
+        sink: &mut dyn StreamSink,
     ) {
         let mut body = self.protocol.build_body(&self.id, &self.base_url, req);
         if req.max_output_tokens.is_none() {
@@ -366,7 +366,7 @@ pub(crate) fn handle_response(
     body: impl Read,
     parser: &mut dyn WireParser,
     cancel: &CancelToken,
-    sink: &mut dyn FnMut(StreamEvent) -> bool,
+    sink: &mut dyn StreamSink,
 ) -> AttemptOutcome {
     if !(200..300).contains(&status) {
         let mut text = Vec::new();

@@ -330,9 +330,48 @@ pub enum StreamEvent {
     },
 }
 
+impl StreamEvent {
+    /// Whether this is a piece of streamed text or arguments (`TextDelta`,
+    /// `ReasoningDelta`, `ToolCallDelta`): the events a [`StreamSink`] may hold back
+    /// until its next flush.
+    pub fn is_delta(&self) -> bool {
+        matches!(
+            self,
+            StreamEvent::TextDelta { .. }
+                | StreamEvent::ReasoningDelta { .. }
+                | StreamEvent::ToolCallDelta { .. }
+        )
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The provider trait, cancellation and the streaming helper thread.
 // ---------------------------------------------------------------------------------------
+
+/// Where a provider puts the events of one request.
+///
+/// A sink may hold delta events ([`StreamEvent::is_delta`]) back to hand them on
+/// together; every other event, and [`StreamSink::flush`], hands over everything it
+/// holds. A provider calls `flush` before each wait for more input (a socket read that
+/// may block), so holding back never delays an event while the provider waits: it
+/// only groups the events one read delivered (issue 15: a wake-up per delta was a
+/// quarter of the CPU of a streamed delta). A closure `FnMut(StreamEvent) -> bool` is a
+/// sink that holds nothing back.
+pub trait StreamSink {
+    /// Takes one event. `false` = stop (the consumer is gone or the request cancelled).
+    fn event(&mut self, ev: StreamEvent) -> bool;
+    /// Hands over what is held back, before the provider waits for input. `false` =
+    /// stop.
+    fn flush(&mut self) -> bool {
+        true
+    }
+}
+
+impl<F: FnMut(StreamEvent) -> bool> StreamSink for F {
+    fn event(&mut self, ev: StreamEvent) -> bool {
+        self(ev)
+    }
+}
 
 /// A model provider: one configured connection (`providers.<id>` in the config).
 ///
@@ -349,7 +388,7 @@ pub trait Provider: Send + Sync {
     /// Runs one logical request (with retries) and sends events to `sink`; stops early
     /// when `sink` returns false (receiver gone / cancelled). Always ends with exactly one
     /// [`StreamEvent::Done`] or [`StreamEvent::Failed`] unless stopped.
-    fn stream(&self, req: &ChatRequest, sink: &mut dyn FnMut(StreamEvent) -> bool) {
+    fn stream(&self, req: &ChatRequest, sink: &mut dyn StreamSink) {
         self.stream_with_cancel(req, &CancelToken::new(), sink)
     }
 
@@ -360,7 +399,7 @@ pub trait Provider: Send + Sync {
         &self,
         req: &ChatRequest,
         cancel: &CancelToken,
-        sink: &mut dyn FnMut(StreamEvent) -> bool,
+        sink: &mut dyn StreamSink,
     );
 
     /// `GET {base_url}/models` (OpenAI shape `{data:[{id}]}`; Anthropic
@@ -477,7 +516,7 @@ pub(crate) trait WireParser: Send {
 pub(crate) fn drive_payloads(
     datas: Vec<String>,
     parser: &mut dyn WireParser,
-    sink: &mut dyn FnMut(StreamEvent) -> bool,
+    sink: &mut dyn StreamSink,
 ) -> retry::AttemptOutcome {
     use retry::AttemptOutcome;
     let mut out = Vec::new();
@@ -495,7 +534,7 @@ pub(crate) fn drive_payloads(
     }
     let end = end.unwrap_or_else(|| parser.on_eof(&mut out));
     for ev in out {
-        if !sink(ev) {
+        if !sink.event(ev) {
             return AttemptOutcome::Stopped;
         }
     }
@@ -537,12 +576,13 @@ pub(crate) fn parse_data(ev: &sse::SseEvent) -> Option<Value> {
 }
 
 /// Feeds an SSE body through `parser`, forwarding events to `sink`, until a terminal
-/// event, EOF, an I/O error (a read timeout = stalled stream), or cancellation.
+/// event, EOF, an I/O error (a read timeout = stalled stream), or cancellation. The sink
+/// is flushed before every read of `reader` ([`StreamSink::flush`]).
 pub(crate) fn drive_sse<R: std::io::BufRead>(
     reader: R,
     parser: &mut dyn WireParser,
     cancel: &CancelToken,
-    sink: &mut dyn FnMut(StreamEvent) -> bool,
+    sink: &mut dyn StreamSink,
 ) -> retry::AttemptOutcome {
     use retry::{AttemptError, AttemptOutcome};
     let mut sse = sse::SseReader::new(reader);
@@ -551,10 +591,16 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
         if cancel.is_cancelled() {
             return AttemptOutcome::Stopped;
         }
-        let step = match sse.next_event_ref() {
+        // Before a read that may wait, the sink hands over what it holds.
+        let mut stopped = false;
+        let mut flush = || {
+            stopped = !sink.flush();
+            !stopped
+        };
+        let step = match sse.next_event_ref_or(&mut flush) {
             Ok(Some(ev)) => parser.on_event(ev, &mut out),
             Ok(None) => {
-                if cancel.is_cancelled() {
+                if stopped || cancel.is_cancelled() {
                     return AttemptOutcome::Stopped;
                 }
                 Some(parser.on_eof(&mut out))
@@ -575,7 +621,7 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
             }
         };
         for ev in out.drain(..) {
-            if !sink(ev) {
+            if !sink.event(ev) {
                 return AttemptOutcome::Stopped;
             }
         }
@@ -676,27 +722,60 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Capacity of the [`StreamHandle`] event channel, in events. Small enough that a
-/// provider thread with a whole answer in its socket (a fast server, a replayed
-/// stream) parses a slice of it and yields, instead of the entire answer in one go
-/// while 199 other conversations wait for a CPU to start theirs (issue 15: with 1,024
-/// the first streams to be scheduled finished before the last ones began).
-pub const STREAM_CHANNEL_CAPACITY: usize = 128;
+/// Most events in one batch of a [`StreamHandle`]. A provider thread with much of an
+/// answer in its socket buffer (a fast server, a replayed stream) hands on at most this
+/// many deltas at once.
+pub const STREAM_BATCH_EVENTS: usize = 32;
+
+/// Capacity of the [`StreamHandle`] batch channel, in batches: with
+/// [`STREAM_BATCH_EVENTS`] at most 128 events wait for the consumer. Small enough that a
+/// provider thread with a whole answer in its socket parses a slice of it and yields,
+/// instead of the entire answer in one go while 199 other conversations wait for a CPU
+/// to start theirs (issue 15: with 1,024 events the first streams to be scheduled
+/// finished before the last ones began).
+pub const STREAM_CHANNEL_CAPACITY: usize = 4;
 
 /// A provider stream running on a helper thread.
 ///
-/// Events arrive on `events` (bounded, [`STREAM_CHANNEL_CAPACITY`]; a full channel blocks
-/// the helper — backpressure, never drops). The channel disconnects when the helper
-/// ends: after the terminal `Done`/`Failed`, or promptly after [`StreamHandle::cancel`].
-/// Dropping the handle cancels.
+/// Events arrive in order on `batches` (bounded, [`STREAM_CHANNEL_CAPACITY`] batches of
+/// 1..=[`STREAM_BATCH_EVENTS`] events; a full channel blocks the helper — backpressure,
+/// never drops). A batch is what one read of the provider's stream delivered, cut at
+/// the batch size and after every event that is not a delta; it is sent before the
+/// helper waits for more input, so grouping never delays an event. The channel
+/// disconnects when the helper ends: after the terminal `Done`/`Failed`, or promptly
+/// after [`StreamHandle::cancel`]. Dropping the handle cancels.
+///
+/// [`StreamHandle::recv_timeout`] reads event by event; `select!` over `batches` reads
+/// batch by batch (not both on one handle: a batch taken by `select!` is the caller's).
 #[derive(Debug)]
 pub struct StreamHandle {
-    /// Normalized events of the request.
-    pub events: Receiver<StreamEvent>,
+    /// Normalized events of the request, in batches (never empty).
+    pub batches: Receiver<Vec<StreamEvent>>,
+    /// The rest of the batch [`StreamHandle::recv_timeout`] is reading.
+    pending: std::vec::IntoIter<StreamEvent>,
     cancel: CancelToken,
 }
 
 impl StreamHandle {
+    /// The next event, waiting up to `timeout` for the next batch. Errors: `Timeout`, or
+    /// `Disconnected` once the helper ended and every event was read.
+    pub fn recv_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<StreamEvent, crossbeam_channel::RecvTimeoutError> {
+        loop {
+            if let Some(ev) = self.pending.next() {
+                return Ok(ev);
+            }
+            self.pending = self.batches.recv_timeout(timeout)?.into_iter();
+        }
+    }
+
+    /// Every event until the helper ends (blocking).
+    pub fn events(&mut self) -> impl Iterator<Item = StreamEvent> + '_ {
+        std::mem::take(&mut self.pending).chain(self.batches.iter().flatten())
+    }
+
     /// Stops the helper at its next event or read (a blocked socket read is interrupted);
     /// no terminal event follows.
     pub fn cancel(&self) {
@@ -715,6 +794,56 @@ impl Drop for StreamHandle {
     }
 }
 
+/// The helper thread's sink: groups deltas into batches of up to
+/// [`STREAM_BATCH_EVENTS`] and sends them over the bounded channel.
+struct Batcher {
+    tx: Sender<Vec<StreamEvent>>,
+    token: CancelToken,
+    wake: Receiver<()>,
+    batch: Vec<StreamEvent>,
+}
+
+impl Batcher {
+    /// Sends the batch (waiting while the channel is full); false = stop.
+    fn send(&mut self) -> bool {
+        if self.batch.is_empty() {
+            return true;
+        }
+        if self.token.is_cancelled() {
+            return false;
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(STREAM_BATCH_EVENTS));
+        // Room in the channel (the usual case): no select.
+        let batch = match self.tx.try_send(batch) {
+            Ok(()) => return true,
+            Err(crossbeam_channel::TrySendError::Full(b)) => b,
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => return false,
+        };
+        crossbeam_channel::select! {
+            send(self.tx, batch) -> r => r.is_ok(),
+            recv(self.wake) -> _ => false,
+        }
+    }
+}
+
+impl StreamSink for Batcher {
+    fn event(&mut self, ev: StreamEvent) -> bool {
+        if self.token.is_cancelled() {
+            return false;
+        }
+        let delta = ev.is_delta();
+        self.batch.push(ev);
+        if delta && self.batch.len() < STREAM_BATCH_EVENTS {
+            return true;
+        }
+        self.send()
+    }
+
+    fn flush(&mut self) -> bool {
+        self.send()
+    }
+}
+
 /// Runs `p.stream(req)` on a helper thread (named `provider-<id>`); see [`StreamHandle`].
 pub fn start_stream(p: Arc<dyn Provider>, req: ChatRequest) -> StreamHandle {
     let (tx, rx) = crossbeam_channel::bounded(STREAM_CHANNEL_CAPACITY);
@@ -723,28 +852,20 @@ pub fn start_stream(p: Arc<dyn Provider>, req: ChatRequest) -> StreamHandle {
     let spawned = std::thread::Builder::new()
         .name(format!("provider-{}", p.id()))
         .spawn(move || {
-            let wake = token.wake_receiver().clone();
-            let mut sink = |ev: StreamEvent| {
-                if token.is_cancelled() {
-                    return false;
-                }
-                // Room in the channel (the usual case): no select.
-                let ev = match tx.try_send(ev) {
-                    Ok(()) => return true,
-                    Err(crossbeam_channel::TrySendError::Full(ev)) => ev,
-                    Err(crossbeam_channel::TrySendError::Disconnected(_)) => return false,
-                };
-                crossbeam_channel::select! {
-                    send(tx, ev) -> r => r.is_ok(),
-                    recv(wake) -> _ => false,
-                }
+            let mut sink = Batcher {
+                tx,
+                wake: token.wake_receiver().clone(),
+                token: token.clone(),
+                batch: Vec::with_capacity(STREAM_BATCH_EVENTS),
             };
             p.stream_with_cancel(&req, &token, &mut sink);
+            // A provider that returned without a last flush (stopped early).
+            sink.flush();
         });
     if let Err(e) = spawned {
         log::error!("cannot spawn provider thread: {e}");
         let (tx2, rx2) = crossbeam_channel::bounded(1);
-        let _ = tx2.send(StreamEvent::Failed {
+        let _ = tx2.send(vec![StreamEvent::Failed {
             error: ProviderError {
                 kind: FailureKind::Network,
                 message: format!("cannot spawn provider thread: {e}"),
@@ -753,13 +874,18 @@ pub fn start_stream(p: Arc<dyn Provider>, req: ChatRequest) -> StreamHandle {
                 max_attempts: 0,
                 stop_reason: "non_retryable".into(),
             },
-        });
+        }]);
         return StreamHandle {
-            events: rx2,
+            batches: rx2,
+            pending: Vec::new().into_iter(),
             cancel,
         };
     }
-    StreamHandle { events: rx, cancel }
+    StreamHandle {
+        batches: rx,
+        pending: Vec::new().into_iter(),
+        cancel,
+    }
 }
 
 /// A tool's parameter schema as sent: a `{"type":"object"}` schema lacking `properties`
@@ -840,4 +966,205 @@ pub fn list_models(
     build(id, cfg, config_dir)?
         .list_models()
         .map_err(|e| e.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::io::Read;
+    use std::rc::Rc;
+
+    /// A body that hands out `chunks` one per read, logging each read.
+    struct Chunks {
+        chunks: std::collections::VecDeque<&'static str>,
+        log: Rc<RefCell<Vec<String>>>,
+    }
+
+    impl Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some(c) = self.chunks.pop_front() else {
+                return Ok(0);
+            };
+            self.log.borrow_mut().push(format!("read {c:?}"));
+            buf[..c.len()].copy_from_slice(c.as_bytes());
+            Ok(c.len())
+        }
+    }
+
+    /// A sink that holds every delta until flushed, logging what each flush hands over.
+    struct Holding {
+        held: Vec<String>,
+        log: Rc<RefCell<Vec<String>>>,
+    }
+
+    impl StreamSink for Holding {
+        fn event(&mut self, ev: StreamEvent) -> bool {
+            match ev {
+                StreamEvent::TextDelta { text } => self.held.push(text),
+                other => panic!("unexpected {other:?}"),
+            }
+            true
+        }
+        fn flush(&mut self) -> bool {
+            if !self.held.is_empty() {
+                let held = std::mem::take(&mut self.held).join(",");
+                self.log.borrow_mut().push(format!("flush {held}"));
+            }
+            true
+        }
+    }
+
+    fn chat_delta(text: &str) -> String {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
+    }
+
+    #[test]
+    fn drive_sse_flushes_what_it_parsed_before_every_read_that_may_wait() {
+        // The first read ends inside the third event: A and B must be handed over before
+        // the read that waits for the rest of C (holding them there would delay them by
+        // however long the network takes).
+        let a = chat_delta("A") + &chat_delta("B");
+        let c = chat_delta("C");
+        let (c1, c2) = c.split_at(20);
+        let first: &'static str = Box::leak(format!("{a}{c1}").into_boxed_str());
+        let second: &'static str = Box::leak(c2.to_owned().into_boxed_str());
+        let log = Rc::new(RefCell::new(vec![]));
+        let body = Chunks {
+            chunks: [first, second, "data: [DONE]\n\n"].into(),
+            log: log.clone(),
+        };
+        let mut sink = Holding {
+            held: vec![],
+            log: log.clone(),
+        };
+        let mut parser = openai_chat::Parser::new("p", "m");
+        let outcome = drive_sse(
+            std::io::BufReader::new(body),
+            &mut parser,
+            &CancelToken::new(),
+            &mut sink,
+        );
+        assert!(matches!(outcome, retry::AttemptOutcome::Done(_)));
+        let log = log.borrow();
+        let at = |what: &str| {
+            log.iter()
+                .position(|l| l == what)
+                .unwrap_or_else(|| panic!("no {what:?} in {log:#?}"))
+        };
+        assert!(
+            at("flush A,B") < at(&format!("read {second:?}")),
+            "{log:#?}"
+        );
+        assert!(
+            at("flush C") < at("read \"data: [DONE]\\n\\n\""),
+            "{log:#?}"
+        );
+    }
+
+    /// Emits `deltas` text deltas, flushes, waits for `gate`, then a tool call start and
+    /// `Done`.
+    struct Gated {
+        deltas: usize,
+        gate: Receiver<()>,
+    }
+
+    impl Provider for Gated {
+        fn id(&self) -> &str {
+            "gated"
+        }
+        fn protocol(&self) -> &'static str {
+            "replay"
+        }
+        fn stream_with_cancel(
+            &self,
+            _req: &ChatRequest,
+            _cancel: &CancelToken,
+            sink: &mut dyn StreamSink,
+        ) {
+            for i in 0..self.deltas {
+                if !sink.event(StreamEvent::TextDelta {
+                    text: i.to_string(),
+                }) {
+                    return;
+                }
+            }
+            if !sink.flush() || self.gate.recv().is_err() {
+                return;
+            }
+            sink.event(StreamEvent::ToolCallStart {
+                id: "c".into(),
+                name: "t".into(),
+            });
+            sink.event(StreamEvent::TextDelta { text: "x".into() });
+            sink.event(StreamEvent::Done {
+                usage: Usage::default(),
+                stop_reason: None,
+                truncated: false,
+                response_id: None,
+                message_item_id: None,
+            });
+        }
+        fn list_models(&self) -> Result<Vec<String>, ProviderError> {
+            Ok(vec![])
+        }
+    }
+
+    fn request() -> ChatRequest {
+        ChatRequest {
+            model: "m".into(),
+            system: String::new(),
+            messages: vec![],
+            tools: vec![],
+            effort: None,
+            max_output_tokens: None,
+            prompt_cache_key: None,
+            output_schema: None,
+            temperature: None,
+        }
+    }
+
+    #[test]
+    fn stream_batches_are_bounded_in_order_and_a_flush_hands_them_over() {
+        let n = STREAM_BATCH_EVENTS * 2 + 5;
+        let (gate_tx, gate) = crossbeam_channel::bounded(1);
+        let h = start_stream(Arc::new(Gated { deltas: n, gate }), request());
+        // All the deltas arrive while the provider waits at its gate (after its flush).
+        let mut texts = vec![];
+        while texts.len() < n {
+            let batch = h
+                .batches
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the flushed deltas arrive without the end of the stream");
+            assert!(!batch.is_empty() && batch.len() <= STREAM_BATCH_EVENTS);
+            for ev in batch {
+                match ev {
+                    StreamEvent::TextDelta { text } => texts.push(text),
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        let expected: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        assert_eq!(texts, expected);
+        assert!(h.batches.is_empty());
+        gate_tx.send(()).unwrap();
+        // A non-delta event ends its batch at once; the delta after it travels with `Done`.
+        let b1 = h.batches.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(b1.as_slice(), [StreamEvent::ToolCallStart { .. }]),
+            "{b1:?}"
+        );
+        let b2 = h.batches.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            matches!(
+                b2.as_slice(),
+                [StreamEvent::TextDelta { .. }, StreamEvent::Done { .. }]
+            ),
+            "{b2:?}"
+        );
+        assert!(matches!(
+            h.batches.recv_timeout(Duration::from_secs(10)),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        ));
+    }
 }

@@ -29,7 +29,7 @@ use serde_json::Value;
 use super::http::handle_response;
 use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
 use super::{
-    CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamEvent, WireProtocol,
+    CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamSink, WireProtocol,
 };
 use crate::config::ProviderConfig;
 
@@ -164,7 +164,7 @@ impl ReplayProvider {
         &self,
         req: &ChatRequest,
         cancel: &CancelToken,
-        sink: &mut dyn FnMut(StreamEvent) -> bool,
+        sink: &mut dyn StreamSink,
     ) -> AttemptOutcome {
         let n = self.served.fetch_add(1, Ordering::SeqCst);
         let Some(resp) = self.responses.get(n) else {
@@ -218,7 +218,7 @@ impl Provider for ReplayProvider {
         &self,
         req: &ChatRequest,
         cancel: &CancelToken,
-        sink: &mut dyn FnMut(StreamEvent) -> bool,
+        sink: &mut dyn StreamSink,
     ) {
         // Lower the request anyway so replayed runs exercise the same request code.
         let body = self.protocol.build_body(&self.id, "", req);
@@ -258,7 +258,7 @@ pub fn render_events(protocol: WireProtocol, events: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ChatMessage, Role};
+    use crate::provider::{ChatMessage, Role, StreamEvent};
     use serde_json::json;
 
     fn req() -> ChatRequest {

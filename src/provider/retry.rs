@@ -34,7 +34,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::{CancelToken, FailureKind, ProviderError, StreamEvent};
+use super::{CancelToken, FailureKind, ProviderError, StreamEvent, StreamSink};
 use crate::config::ProviderConfig;
 
 /// Default initial backoff (1 s).
@@ -426,8 +426,8 @@ pub enum AttemptOutcome {
 pub fn run_with_retries(
     policy: &RetryPolicy,
     cancel: &CancelToken,
-    sink: &mut dyn FnMut(StreamEvent) -> bool,
-    mut attempt: impl FnMut(u32, &mut dyn FnMut(StreamEvent) -> bool) -> AttemptOutcome,
+    sink: &mut dyn StreamSink,
+    mut attempt: impl FnMut(u32, &mut dyn StreamSink) -> AttemptOutcome,
 ) {
     let max_attempts = policy.max_attempts();
     let mut n = 1;
@@ -436,20 +436,19 @@ pub fn run_with_retries(
         if cancel.is_cancelled() {
             return;
         }
-        let mut tool_call_ended = false;
-        let outcome = {
-            let mut attempt_sink = |ev: StreamEvent| {
-                if matches!(ev, StreamEvent::ToolCallEnd { .. }) {
-                    tool_call_ended = true;
-                }
-                last_progress = Instant::now();
-                !cancel.is_cancelled() && sink(ev)
-            };
-            attempt(n, &mut attempt_sink)
+        let mut attempt_sink = AttemptSink {
+            sink: &mut *sink,
+            cancel,
+            tool_call_ended: false,
+            progressed: false,
+            last_progress: &mut last_progress,
         };
+        let outcome = attempt(n, &mut attempt_sink);
+        attempt_sink.note_progress();
+        let tool_call_ended = attempt_sink.tool_call_ended;
         let err = match outcome {
             AttemptOutcome::Done(ev) => {
-                sink(ev);
+                sink.event(ev);
                 return;
             }
             AttemptOutcome::Stopped => return,
@@ -489,7 +488,7 @@ pub fn run_with_retries(
                 "provider request failed ({:?}, attempt {n}/{max_attempts}, {stop_reason}): {message}",
                 err.kind,
             );
-            sink(StreamEvent::Failed {
+            sink.event(StreamEvent::Failed {
                 error: ProviderError {
                     kind: err.kind,
                     message,
@@ -507,7 +506,7 @@ pub fn run_with_retries(
             err.message,
             delay.as_millis()
         );
-        if !sink(StreamEvent::Retrying {
+        if !sink.event(StreamEvent::Retrying {
             attempt: n + 1,
             max_attempts,
             delay_ms: delay.as_millis() as u64,
@@ -520,6 +519,42 @@ pub fn run_with_retries(
             return;
         }
         n += 1;
+    }
+}
+
+/// The sink one attempt emits into: forwards to the request's sink and notes what the
+/// retry decision needs (a complete tool call was handed on; output arrived).
+struct AttemptSink<'a> {
+    sink: &'a mut dyn StreamSink,
+    cancel: &'a CancelToken,
+    tool_call_ended: bool,
+    /// Output arrived since `last_progress` was last set.
+    progressed: bool,
+    last_progress: &'a mut Instant,
+}
+
+impl AttemptSink<'_> {
+    /// Sets `last_progress` to now if output arrived since (a clock read per read of the
+    /// stream, not per event).
+    fn note_progress(&mut self) {
+        if std::mem::take(&mut self.progressed) {
+            *self.last_progress = Instant::now();
+        }
+    }
+}
+
+impl StreamSink for AttemptSink<'_> {
+    fn event(&mut self, ev: StreamEvent) -> bool {
+        if matches!(ev, StreamEvent::ToolCallEnd { .. }) {
+            self.tool_call_ended = true;
+        }
+        self.progressed = true;
+        !self.cancel.is_cancelled() && self.sink.event(ev)
+    }
+
+    fn flush(&mut self) -> bool {
+        self.note_progress();
+        !self.cancel.is_cancelled() && self.sink.flush()
     }
 }
 
@@ -805,7 +840,7 @@ mod tests {
                 true
             },
             |_, sink| {
-                sink(StreamEvent::ToolCallEnd {
+                sink.event(StreamEvent::ToolCallEnd {
                     call: super::super::ToolCall {
                         id: "c".into(),
                         name: "x".into(),

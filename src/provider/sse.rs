@@ -46,6 +46,9 @@ pub struct SseReader<R> {
     lines: LineState,
     /// The last dispatched event.
     out: SseEvent,
+    /// The last `consume` emptied the reader's buffer (or nothing was read yet): the
+    /// next `fill_buf` reads the underlying stream.
+    drained: bool,
 }
 
 /// The event being assembled from its lines.
@@ -75,13 +78,14 @@ impl<R: BufRead> SseReader<R> {
                 first_line: true,
             },
             out: SseEvent::default(),
+            drained: true,
         }
     }
 
     /// The next event; `Ok(None)` at end of input. I/O errors (including read timeouts)
     /// are returned as they come; the reader should not be used after an error.
     pub fn next_event(&mut self) -> io::Result<Option<SseEvent>> {
-        Ok(if self.advance()? {
+        Ok(if self.advance(&mut || true)? {
             Some(std::mem::take(&mut self.out))
         } else {
             None
@@ -91,7 +95,19 @@ impl<R: BufRead> SseReader<R> {
     /// [`SseReader::next_event`], lent: the event stays valid until the next call, and
     /// its buffers are reused for the next event.
     pub fn next_event_ref(&mut self) -> io::Result<Option<&SseEvent>> {
-        Ok(if self.advance()? {
+        self.next_event_ref_or(&mut || true)
+    }
+
+    /// [`SseReader::next_event_ref`] that calls `before_read` before each read of the
+    /// underlying stream (one that may wait for the network: everything read so far
+    /// was consumed; conservative, as the wrapped reader may still answer it from its
+    /// own buffer). When `before_read` returns false, stops with `Ok(None)` without
+    /// reading.
+    pub fn next_event_ref_or(
+        &mut self,
+        before_read: &mut dyn FnMut() -> bool,
+    ) -> io::Result<Option<&SseEvent>> {
+        Ok(if self.advance(before_read)? {
             Some(&self.out)
         } else {
             None
@@ -99,9 +115,12 @@ impl<R: BufRead> SseReader<R> {
     }
 
     /// Reads lines until an event is dispatched into `self.out` (true) or the input
-    /// ends without one (false).
-    fn advance(&mut self) -> io::Result<bool> {
+    /// ends without one, or `before_read` stopped it (false).
+    fn advance(&mut self, before_read: &mut dyn FnMut() -> bool) -> io::Result<bool> {
         loop {
+            if self.drained && !before_read() {
+                return Ok(false);
+            }
             let buf = match self.inner.fill_buf() {
                 Ok(b) => b,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -112,6 +131,7 @@ impl<R: BufRead> SseReader<R> {
                 self.partial.clear();
                 return Ok(self.lines.dispatch(&mut self.out));
             }
+            let len = buf.len();
             let (used, dispatched) = match memchr::memchr(b'\n', buf) {
                 Some(i) if self.partial.is_empty() => {
                     check_len(i + 1)?;
@@ -131,6 +151,7 @@ impl<R: BufRead> SseReader<R> {
                 }
             };
             self.inner.consume(used);
+            self.drained = used == len;
             if dispatched {
                 return Ok(true);
             }

@@ -131,12 +131,12 @@ pub fn after_turn(s: &Session, succeeded: bool) {
 }
 
 fn request(p: std::sync::Arc<dyn provider::Provider>, req: ChatRequest) -> Result<String, String> {
-    let handle = provider::start_stream(p, req);
+    let mut handle = provider::start_stream(p, req);
     let deadline = Instant::now() + TITLE_TIMEOUT;
     let mut text = String::new();
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        match handle.events.recv_timeout(left) {
+        match handle.recv_timeout(left) {
             Ok(StreamEvent::TextDelta { text: t }) => text.push_str(&t),
             Ok(StreamEvent::Done { .. }) => break,
             Ok(StreamEvent::Failed { error }) => return Err(error.message),
