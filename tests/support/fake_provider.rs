@@ -1125,12 +1125,22 @@ struct Shared {
     gate_cv: Condvar,
 }
 
-/// [`FakeProvider::hold_posts`]: POSTs wait until `need` of them arrived.
+/// [`FakeProvider::hold_posts`]: POSTs wait until `need` of them arrived; then their
+/// buffered answers are written in rounds of [`PACE_BYTES`], each round once every
+/// held answer still being written wrote its piece of the previous one.
 struct Gate {
     need: usize,
     arrived: usize,
     released: Option<Instant>,
+    /// Held answers still being written.
+    writing: usize,
+    /// The round being written, and how many answers finished their piece of it.
+    round: u64,
+    done_in_round: usize,
 }
+
+/// Bytes of a held answer written per round (~120 deltas of a `many_deltas` script).
+const PACE_BYTES: usize = 16 * 1024;
 
 /// A buffered stream's complete answer on the wire: status line, headers, framed body
 /// and, when the stream ends normally, the chunked terminator.
@@ -1241,13 +1251,19 @@ impl FakeProvider {
 
     /// Holds the answers of the next `n` POST requests until all `n` arrived, then
     /// answers them together (benches: `n` streams that really run at once, whatever
-    /// the clients' start-up spread). A held request waits at most 60 s; later POSTs
-    /// pass at once.
+    /// the clients' start-up spread). Buffered answers are then written interleaved: in
+    /// rounds of 16 KiB, every answer's next piece once all wrote their previous one, as
+    /// `n` providers streaming at once would (written whole one after another, the
+    /// first answers were read completely before the last ones were sent). A held
+    /// request waits at most 60 s, a round too; later POSTs pass at once.
     pub fn hold_posts(&self, n: usize) {
         *self.shared.gate.lock().unwrap() = Some(Gate {
             need: n,
             arrived: 0,
             released: None,
+            writing: 0,
+            round: 0,
+            done_in_round: 0,
         });
     }
 
@@ -1356,10 +1372,12 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> io::Result<()> {
             headers: headers.clone(),
             body: json_body.clone(),
         });
-        if method == "POST" {
-            wait_at_gate(shared);
+        let held = method == "POST" && wait_at_gate(shared);
+        let keep = respond(shared, &stream, &method, &path, &json_body, held);
+        if held {
+            pace_done(shared);
         }
-        let keep = respond(shared, &stream, &method, &path, &json_body)?;
+        let keep = keep?;
         if !keep || client_close {
             let _ = stream.shutdown(Shutdown::Both);
             return Ok(());
@@ -1368,17 +1386,22 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> io::Result<()> {
 }
 
 /// Waits at the [`FakeProvider::hold_posts`] barrier, if one is set and not yet full.
-fn wait_at_gate(shared: &Shared) {
+/// Returns whether this request was held (its answer is then paced, [`pace_round`],
+/// and must end with [`pace_done`]).
+fn wait_at_gate(shared: &Shared) -> bool {
     let mut gate = shared.gate.lock().unwrap();
-    let Some(g) = gate.as_mut() else { return };
+    let Some(g) = gate.as_mut() else {
+        return false;
+    };
     if g.arrived >= g.need {
-        return;
+        return false;
     }
     g.arrived += 1;
+    g.writing += 1;
     if g.arrived == g.need {
         g.released = Some(Instant::now());
         shared.gate_cv.notify_all();
-        return;
+        return true;
     }
     let end = Instant::now() + Duration::from_secs(60);
     while gate.as_ref().is_some_and(|g| g.arrived < g.need) && Instant::now() < end {
@@ -1387,6 +1410,42 @@ fn wait_at_gate(shared: &Shared) {
             .wait_timeout(gate, Duration::from_secs(1))
             .unwrap()
             .0;
+    }
+    true
+}
+
+/// A held answer wrote its piece of the current round: waits until every held answer
+/// still being written wrote its piece (at most 60 s).
+fn pace_round(shared: &Shared) {
+    let mut gate = shared.gate.lock().unwrap();
+    let Some(g) = gate.as_mut() else { return };
+    let round = g.round;
+    g.done_in_round += 1;
+    if g.done_in_round >= g.writing {
+        g.round += 1;
+        g.done_in_round = 0;
+        shared.gate_cv.notify_all();
+        return;
+    }
+    let end = Instant::now() + Duration::from_secs(60);
+    while gate.as_ref().is_some_and(|g| g.round == round) && Instant::now() < end {
+        gate = shared
+            .gate_cv
+            .wait_timeout(gate, Duration::from_secs(1))
+            .unwrap()
+            .0;
+    }
+}
+
+/// A held answer is written (or failed): the rounds go on without it.
+fn pace_done(shared: &Shared) {
+    let mut gate = shared.gate.lock().unwrap();
+    let Some(g) = gate.as_mut() else { return };
+    g.writing = g.writing.saturating_sub(1);
+    if g.done_in_round > 0 && g.done_in_round >= g.writing {
+        g.round += 1;
+        g.done_in_round = 0;
+        shared.gate_cv.notify_all();
     }
 }
 
@@ -1529,6 +1588,7 @@ fn respond(
     method: &str,
     path: &str,
     body: &Value,
+    paced: bool,
 ) -> io::Result<bool> {
     let route = path.split('?').next().unwrap_or(path);
     if method == "GET" && (route == "/v1/models" || route == "/models") {
@@ -1586,7 +1646,17 @@ fn respond(
         let chunked = !shared.close_delimited.load(Ordering::SeqCst);
         let bytes = buffered_wire(shared, proto, &model, chunked, script);
         let mut s = stream;
-        s.write_all(&bytes)?;
+        if paced {
+            let mut pieces = bytes.chunks(PACE_BYTES).peekable();
+            while let Some(piece) = pieces.next() {
+                s.write_all(piece)?;
+                if pieces.peek().is_some() {
+                    pace_round(shared);
+                }
+            }
+        } else {
+            s.write_all(&bytes)?;
+        }
         s.flush()?;
         return match ending {
             Ending::Complete | Ending::Error(_) | Ending::Length => Ok(chunked),
