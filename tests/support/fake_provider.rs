@@ -28,7 +28,7 @@ use std::collections::{HashSet, VecDeque};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -1126,21 +1126,24 @@ struct Shared {
 }
 
 /// [`FakeProvider::hold_posts`]: POSTs wait until `need` of them arrived; then their
-/// buffered answers are written in rounds of [`PACE_BYTES`], each round once every
-/// held answer still being written wrote its piece of the previous one.
+/// buffered answers are written by one pump thread ([`pump`]), interleaved.
 struct Gate {
     need: usize,
     arrived: usize,
     released: Option<Instant>,
-    /// Held answers still being written.
-    writing: usize,
-    /// The round being written, and how many answers finished their piece of it.
-    round: u64,
-    done_in_round: usize,
+    /// The pump's queue, while the pump runs.
+    pump: Option<mpsc::Sender<PumpJob>>,
 }
 
-/// Bytes of a held answer written per round (~120 deltas of a `many_deltas` script).
+/// Bytes of a held answer the pump writes per turn (~120 deltas of `many_deltas`).
 const PACE_BYTES: usize = 16 * 1024;
+
+/// A held answer for the pump: the connection, the bytes, and where to say it is done.
+struct PumpJob {
+    stream: TcpStream,
+    bytes: Arc<Vec<u8>>,
+    done: mpsc::Sender<io::Result<()>>,
+}
 
 /// A buffered stream's complete answer on the wire: status line, headers, framed body
 /// and, when the stream ends normally, the chunked terminator.
@@ -1251,20 +1254,24 @@ impl FakeProvider {
 
     /// Holds the answers of the next `n` POST requests until all `n` arrived, then
     /// answers them together (benches: `n` streams that really run at once, whatever
-    /// the clients' start-up spread). Buffered answers are then written interleaved: in
-    /// rounds of 16 KiB, every answer's next piece once all wrote their previous one, as
-    /// `n` providers streaming at once would (written whole one after another, the
-    /// first answers were read completely before the last ones were sent). A held
-    /// request waits at most 60 s, a round too; later POSTs pass at once.
+    /// the clients' start-up spread). Buffered answers are then written interleaved by
+    /// one thread: up to 16 KiB of each in turn, skipping a connection whose socket is
+    /// full, as `n` providers streaming at once would (written whole one after another,
+    /// the first answers were read completely before the last ones were sent). A held
+    /// request waits at most 60 s; later POSTs pass at once.
     pub fn hold_posts(&self, n: usize) {
+        let (tx, rx) = mpsc::channel();
         *self.shared.gate.lock().unwrap() = Some(Gate {
             need: n,
             arrived: 0,
             released: None,
-            writing: 0,
-            round: 0,
-            done_in_round: 0,
+            pump: Some(tx),
         });
+        let shared = self.shared.clone();
+        thread::Builder::new()
+            .name("fake-provider-pump".into())
+            .spawn(move || pump(&shared, n, rx))
+            .expect("spawn the pump thread");
     }
 
     /// When the requests held by [`FakeProvider::hold_posts`] were released.
@@ -1373,11 +1380,7 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> io::Result<()> {
             body: json_body.clone(),
         });
         let held = method == "POST" && wait_at_gate(shared);
-        let keep = respond(shared, &stream, &method, &path, &json_body, held);
-        if held {
-            pace_done(shared);
-        }
-        let keep = keep?;
+        let keep = respond(shared, &stream, &method, &path, &json_body, held)?;
         if !keep || client_close {
             let _ = stream.shutdown(Shutdown::Both);
             return Ok(());
@@ -1386,8 +1389,8 @@ fn serve_connection(shared: &Shared, stream: TcpStream) -> io::Result<()> {
 }
 
 /// Waits at the [`FakeProvider::hold_posts`] barrier, if one is set and not yet full.
-/// Returns whether this request was held (its answer is then paced, [`pace_round`],
-/// and must end with [`pace_done`]).
+/// Returns whether this request was held (a buffered answer then goes through the
+/// pump, [`pumped`]).
 fn wait_at_gate(shared: &Shared) -> bool {
     let mut gate = shared.gate.lock().unwrap();
     let Some(g) = gate.as_mut() else {
@@ -1397,7 +1400,6 @@ fn wait_at_gate(shared: &Shared) -> bool {
         return false;
     }
     g.arrived += 1;
-    g.writing += 1;
     if g.arrived == g.need {
         g.released = Some(Instant::now());
         shared.gate_cv.notify_all();
@@ -1414,38 +1416,115 @@ fn wait_at_gate(shared: &Shared) -> bool {
     true
 }
 
-/// A held answer wrote its piece of the current round: waits until every held answer
-/// still being written wrote its piece (at most 60 s).
-fn pace_round(shared: &Shared) {
-    let mut gate = shared.gate.lock().unwrap();
-    let Some(g) = gate.as_mut() else { return };
-    let round = g.round;
-    g.done_in_round += 1;
-    if g.done_in_round >= g.writing {
-        g.round += 1;
-        g.done_in_round = 0;
-        shared.gate_cv.notify_all();
-        return;
+/// Writes `bytes` through the pump of the gate (see [`FakeProvider::hold_posts`]) and
+/// waits until they are written; without a pump, writes them here.
+fn pumped(shared: &Shared, stream: &TcpStream, bytes: Arc<Vec<u8>>) -> io::Result<()> {
+    let pump = shared
+        .gate
+        .lock()
+        .unwrap()
+        .as_ref()
+        .and_then(|g| g.pump.clone());
+    let (done, result) = mpsc::channel();
+    let job = PumpJob {
+        stream: stream.try_clone()?,
+        bytes: bytes.clone(),
+        done,
+    };
+    if pump.is_some_and(|p| p.send(job).is_ok()) {
+        if let Ok(r) = result.recv() {
+            stream.set_nonblocking(false)?;
+            return r;
+        }
     }
-    let end = Instant::now() + Duration::from_secs(60);
-    while gate.as_ref().is_some_and(|g| g.round == round) && Instant::now() < end {
-        gate = shared
-            .gate_cv
-            .wait_timeout(gate, Duration::from_secs(1))
-            .unwrap()
-            .0;
-    }
+    let mut s = stream;
+    s.write_all(&bytes)
 }
 
-/// A held answer is written (or failed): the rounds go on without it.
-fn pace_done(shared: &Shared) {
-    let mut gate = shared.gate.lock().unwrap();
-    let Some(g) = gate.as_mut() else { return };
-    g.writing = g.writing.saturating_sub(1);
-    if g.done_in_round > 0 && g.done_in_round >= g.writing {
-        g.round += 1;
-        g.done_in_round = 0;
-        shared.gate_cv.notify_all();
+/// The pump: takes the `n` held answers from `jobs` as their connections hand them over,
+/// then writes them round-robin, at most [`PACE_BYTES`] of one before going on to the next,
+/// with non-blocking writes (a connection whose socket is full is skipped until it has
+/// room: one slow reader holds no one else back). Ends when all `n` were written or
+/// failed, or after 60 s without progress.
+fn pump(shared: &Shared, n: usize, jobs: mpsc::Receiver<PumpJob>) {
+    let mut live: Vec<(PumpJob, usize)> = Vec::new();
+    let mut taken = 0;
+    // All n start together: the answers are taken as their connections hand them over
+    // (each connection thread has to wake up first), and only then written (up to 5 s).
+    let start_by = Instant::now() + Duration::from_secs(5);
+    while taken < n && Instant::now() < start_by {
+        let Ok(job) = jobs.recv_timeout(Duration::from_secs(1)) else {
+            continue;
+        };
+        taken += 1;
+        match job.stream.set_nonblocking(true) {
+            Ok(()) => live.push((job, 0)),
+            Err(e) => {
+                let _ = job.done.send(Err(e));
+            }
+        }
+    }
+    let mut idle_since = Instant::now();
+    while taken < n || !live.is_empty() {
+        if shared.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let first = if live.is_empty() {
+            // Nothing to write: wait for the next answer.
+            jobs.recv_timeout(Duration::from_secs(1)).ok()
+        } else {
+            None
+        };
+        for job in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| jobs.try_recv().ok()))
+        {
+            taken += 1;
+            match job.stream.set_nonblocking(true) {
+                Ok(()) => live.push((job, 0)),
+                Err(e) => {
+                    let _ = job.done.send(Err(e));
+                }
+            }
+        }
+        let mut progress = false;
+        live.retain_mut(|(job, at)| {
+            let end = (*at + PACE_BYTES).min(job.bytes.len());
+            let mut s = &job.stream;
+            match s.write(&job.bytes[*at..end]) {
+                Ok(k) => {
+                    *at += k;
+                    progress |= k > 0;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    let _ = job.done.send(Err(e));
+                    return false;
+                }
+            }
+            if *at < job.bytes.len() {
+                return true;
+            }
+            let _ = job.done.send(Ok(()));
+            false
+        });
+        if progress {
+            idle_since = Instant::now();
+        } else if idle_since.elapsed() > Duration::from_secs(60) {
+            break;
+        } else if !live.is_empty() {
+            // Every socket is full: the readers have plenty to read meanwhile.
+            thread::sleep(Duration::from_micros(200));
+        }
+    }
+    for (job, _) in live {
+        let _ = job.done.send(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "fake provider: the pump gave up",
+        )));
+    }
+    if let Some(g) = shared.gate.lock().unwrap().as_mut() {
+        g.pump = None;
     }
 }
 
@@ -1647,13 +1726,7 @@ fn respond(
         let bytes = buffered_wire(shared, proto, &model, chunked, script);
         let mut s = stream;
         if paced {
-            let mut pieces = bytes.chunks(PACE_BYTES).peekable();
-            while let Some(piece) = pieces.next() {
-                s.write_all(piece)?;
-                if pieces.peek().is_some() {
-                    pace_round(shared);
-                }
-            }
+            pumped(shared, stream, bytes)?;
         } else {
             s.write_all(&bytes)?;
         }
