@@ -250,6 +250,9 @@ impl Builtin {
                     },
                 ))));
             };
+            // The batch's deltas go to the host together; any other event first sends
+            // the deltas before it, so the order is kept.
+            let mut deltas = Vec::with_capacity(batch.len());
             for ev in batch {
                 // Output of a new attempt = a successful reconnect. A final failure leaves
                 // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
@@ -260,15 +263,29 @@ impl Builtin {
                     )
                 {
                     reconnecting = false;
+                    sink.emit_all(std::mem::take(&mut deltas));
                     sink.emit(EngineEvent::Connected);
                 }
-                match ev {
+                let ev = match ev {
                     StreamEvent::TextDelta { text } => {
-                        sink.emit(EngineEvent::ContentDelta(text));
+                        deltas.push(EngineEvent::ContentDelta(text));
+                        continue;
                     }
                     StreamEvent::ReasoningDelta { text } => {
-                        sink.emit(EngineEvent::ThinkingDelta(text));
+                        deltas.push(EngineEvent::ThinkingDelta(text));
+                        continue;
                     }
+                    StreamEvent::ToolCallDelta { id, delta } => {
+                        deltas.push(EngineEvent::ToolArgsDelta { call_id: id, delta });
+                        continue;
+                    }
+                    other => other,
+                };
+                sink.emit_all(std::mem::take(&mut deltas));
+                match ev {
+                    StreamEvent::TextDelta { .. }
+                    | StreamEvent::ReasoningDelta { .. }
+                    | StreamEvent::ToolCallDelta { .. } => {}
                     StreamEvent::ReasoningDone { block } => {
                         sink.emit(EngineEvent::ThinkingDone {
                             text: Some(block.text.clone()),
@@ -281,9 +298,6 @@ impl Builtin {
                             name,
                             arguments: None,
                         });
-                    }
-                    StreamEvent::ToolCallDelta { id, delta } => {
-                        sink.emit(EngineEvent::ToolArgsDelta { call_id: id, delta });
                     }
                     StreamEvent::ToolCallEnd { call } => {
                         sink.emit(EngineEvent::ToolArgs {
@@ -344,6 +358,7 @@ impl Builtin {
                     }
                 }
             }
+            sink.emit_all(deltas);
         }
     }
 

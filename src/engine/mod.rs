@@ -393,6 +393,10 @@ pub enum EngineEvent {
     Reconnecting(Reconnecting),
     /// Output flows again after a reconnect.
     Connected,
+    /// Several events, in order (the deltas of one provider read, sent together: one
+    /// hand-off to the host instead of one per delta). The host projects them one by
+    /// one as if each had come alone. Made by [`EventSink::emit_all`].
+    Batch(Vec<EngineEvent>),
     /// The todo list changed (`{todos: [...]}`).
     Todo(Value),
     /// Sub-agent activity (`{agent_id, label, status, ...}`).
@@ -473,6 +477,16 @@ impl EventSink {
     /// Sends one event (blocks while the host is behind). `false` = the host is gone.
     pub fn emit(&self, ev: EngineEvent) -> bool {
         self.tx.send(ev).is_ok()
+    }
+
+    /// Sends `events` in order as one hand-off ([`EngineEvent::Batch`] when there are
+    /// several; nothing when there are none). `false` = the host is gone.
+    pub fn emit_all(&self, mut events: Vec<EngineEvent>) -> bool {
+        match events.len() {
+            0 => true,
+            1 => events.pop().is_none_or(|ev| self.emit(ev)),
+            _ => self.emit(EngineEvent::Batch(events)),
+        }
     }
 
     /// Makes a host call and waits for its answer; `None` = the host is gone.

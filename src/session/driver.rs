@@ -462,13 +462,12 @@ impl<'a> Driver<'a> {
                 }
                 select! {
                     recv(ev_rx) -> ev => match ev {
-                        Ok(ev) => {
-                            // Text deltas touch no store; everything else may.
-                            if !matches!(ev, EngineEvent::ContentDelta(_) | EngineEvent::ThinkingDelta(_)) {
-                                self.take_store();
+                        Ok(EngineEvent::Batch(evs)) => {
+                            for ev in evs {
+                                self.project_event(ev);
                             }
-                            self.project(ev)
                         }
+                        Ok(ev) => self.project_event(ev),
                         Err(_) => break,
                     },
                     recv(mailbox) -> msg => if let Ok(m) = msg {
@@ -599,8 +598,25 @@ impl<'a> Driver<'a> {
     }
 
     /// Projects one engine event onto the turn: items, notifications, store rows.
+    /// Projects one engine event, with the store at hand unless it is a text delta
+    /// (which touches no store).
+    fn project_event(&mut self, ev: EngineEvent) {
+        if !matches!(
+            ev,
+            EngineEvent::ContentDelta(_) | EngineEvent::ThinkingDelta(_)
+        ) {
+            self.take_store();
+        }
+        self.project(ev)
+    }
+
     fn project(&mut self, ev: EngineEvent) {
         match ev {
+            EngineEvent::Batch(evs) => {
+                for ev in evs {
+                    self.project_event(ev);
+                }
+            }
             EngineEvent::BeginStep { reply } => {
                 if self.stop.is_some() {
                     return; // the dropped reply stops the engine
