@@ -877,23 +877,54 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    if has("memory") {
-        row_memory(env_or("WUU_SCALE_N", 1000));
-    }
-    if has("list") {
-        row_list();
-    }
-    if has("rtt") {
-        row_rtt();
-    }
-    if has("spawn") {
-        row_spawn();
-    }
-    if has("stream") {
+    let row = |name: &str, run: &dyn Fn()| {
+        if has(name) {
+            let before = cpu_ticks();
+            run();
+            println!("{}", machine_share(before, cpu_ticks()));
+        }
+    };
+    row("memory", &|| row_memory(env_or("WUU_SCALE_N", 1000)));
+    row("list", &row_list);
+    row("rtt", &row_rtt);
+    row("spawn", &row_spawn);
+    row("stream", &|| {
         row_stream(
             env_or("WUU_SCALE_STREAMS", 200),
             env_or("WUU_SCALE_DELTAS", 1000),
             env_or("WUU_SCALE_HOLD", 1) != 0,
-        );
-    }
+        )
+    });
+}
+
+/// The machine's CPU time so far (`/proc/stat`, first line): ticks per state, in
+/// the kernel's order (user nice system idle iowait irq softirq steal …).
+fn cpu_ticks() -> Vec<u64> {
+    std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect()
+}
+
+/// How the machine spent a row, to tell an idle machine from a shared one: the share
+/// of CPU time that was idle and that the hypervisor took (steal: a neighbour ran on
+/// our CPUs; figures of such a row are slower than the code).
+fn machine_share(before: Vec<u64>, after: Vec<u64>) -> String {
+    let d: Vec<u64> = after
+        .iter()
+        .zip(before.iter().chain(std::iter::repeat(&0)))
+        .map(|(a, b)| a.saturating_sub(*b))
+        .collect();
+    let total = d.iter().sum::<u64>().max(1) as f64;
+    let at = |i: usize| d.get(i).copied().unwrap_or(0) as f64 * 100.0 / total;
+    format!(
+        "machine during the row: {:.1}% idle, {:.1}% steal",
+        at(3) + at(4),
+        at(7)
+    )
 }
