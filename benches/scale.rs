@@ -431,9 +431,58 @@ fn row_memory(n: usize) {
     );
 }
 
+/// Pins the calling thread to CPU 0 while the guard lives, with `taskset` (util-linux);
+/// processes it spawns meanwhile (and their threads) inherit the pin. Latency rows use
+/// it so that the server and its floor are placed alike: unpinned, whichever process
+/// the scheduler puts on the other CPU pays a cross-CPU wake-up per round trip (55–75
+/// µs on the 2-core VM, versus 4 µs on one CPU), and which one that is changes from run
+/// to run (`thread/list` at 6.4 µs with `cat` at 58 µs in one run, 79 µs with `cat` at
+/// 4.3 µs in the next). `WUU_SCALE_PIN=0` turns it off; `None` when it is off or
+/// `taskset` failed.
+struct Pinned {
+    tid: String,
+}
+
+fn pin_to_cpu0() -> Option<Pinned> {
+    if env_or("WUU_SCALE_PIN", 1) == 0 {
+        return None;
+    }
+    let me = std::fs::read_link("/proc/thread-self").ok()?;
+    let tid = me.file_name()?.to_str()?.to_owned();
+    let ok = Command::new("taskset")
+        .args(["-cp", "0", &tid])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then_some(Pinned { tid })
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let _ = Command::new("taskset")
+            .args(["-cp", &format!("0-{}", cpus - 1), &self.tid])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// How a latency row was placed, for its header.
+fn placement(pin: &Option<Pinned>) -> &'static str {
+    if pin.is_some() {
+        "client, server and floor pinned to CPU 0"
+    } else {
+        "unpinned"
+    }
+}
+
 fn row_list() {
+    let pin = pin_to_cpu0();
     println!(
-        "## listing (thread/list; uncached = right after a thread/rename; cached = unchanged)"
+        "## listing (thread/list; uncached = right after a thread/rename; cached = unchanged; {})",
+        placement(&pin)
     );
     println!("| conversations | answer bytes | uncached p50 / p99 µs | per conversation µs | cached p50 / p99 µs | floor (same answer bytes) p50 / p99 µs | cached ÷ floor p50 / p99 |");
     println!("|---|---|---|---|---|---|---|");
@@ -524,6 +573,7 @@ fn row_list() {
 }
 
 fn row_rtt() {
+    let pin = pin_to_cpu0();
     let n = env_or("WUU_SCALE_REQUESTS", 10_000);
     let home = Home::new(None);
     home.seed(5, None);
@@ -545,7 +595,7 @@ fn row_rtt() {
         }
     }
     let (l, f) = (stats(lat), stats(floor));
-    println!("## round trip ({n} thread/list requests, 5 conversations, blocks of 100 alternating with the floor)");
+    println!("## round trip ({n} thread/list requests, 5 conversations, blocks of 100 alternating with the floor; {})", placement(&pin));
     println!(
         "thread/list p50 {:.1} µs p99 {:.1} µs; cat echo floor p50 {:.1} µs p99 {:.1} µs; ratio p50 {:.2}× p99 {:.2}×; server RSS {:.1} MiB",
         us(l.p50),
