@@ -38,9 +38,13 @@ use wuu_store::TurnRow;
 /// The id of the built-in engine (an empty stored id means this one).
 pub const BUILTIN: &str = "wuu";
 
-/// Capacity of the engine → host event channel. A slow host (a client that stops
-/// reading) blocks the engine: backpressure, never a silent drop.
-pub const EVENT_CAPACITY: usize = 256;
+/// Capacity of the engine → host event channel, in sends (an [`EngineEvent::Batch`] of
+/// up to [`crate::provider::STREAM_BATCH_EVENTS`] deltas is one). A slow host (a client
+/// that stops reading) blocks the engine: backpressure, never a silent drop. 32 sends
+/// hold at most ~1,000 deltas, about what 256 single deltas held before batches plus a
+/// provider read's worth (issue 15: at 256 batches, a conversation waiting for its share
+/// of the output held up to 8,192 deltas in memory, read from its socket ahead).
+pub const EVENT_CAPACITY: usize = 32;
 
 /// A turn as the host holds it: the stored row plus its items in order (oldest first).
 #[derive(Debug, Clone)]
