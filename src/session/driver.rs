@@ -598,12 +598,20 @@ impl<'a> Driver<'a> {
     }
 
     /// Projects one engine event onto the turn: items, notifications, store rows.
-    /// Projects one engine event, with the store at hand unless it is a text delta
-    /// (which touches no store).
+    /// Projects one engine event, with a store connection at hand unless the event never
+    /// touches the store: deltas and diagnostics are notifications only. (A session that
+    /// took a connection keeps it until its queue is empty, which a streaming session's
+    /// seldom is; the two diagnostics before every provider request used to take one,
+    /// so with 200 turns streaming the pool's few connections were held by the first
+    /// streams and the others waited for one before their first delta: up to 600 ms,
+    /// issue 15.)
     fn project_event(&mut self, ev: EngineEvent) {
         if !matches!(
             ev,
-            EngineEvent::ContentDelta(_) | EngineEvent::ThinkingDelta(_)
+            EngineEvent::ContentDelta(_)
+                | EngineEvent::ThinkingDelta(_)
+                | EngineEvent::ToolArgsDelta { .. }
+                | EngineEvent::Diagnostic(_)
         ) {
             self.take_store();
         }
