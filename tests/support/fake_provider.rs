@@ -1274,7 +1274,9 @@ impl FakeProvider {
             .expect("spawn the pump thread");
     }
 
-    /// When the requests held by [`FakeProvider::hold_posts`] were released.
+    /// When the answers held by [`FakeProvider::hold_posts`] were released: when the
+    /// pump began writing them (all of them handed over), else when the last request
+    /// arrived.
     pub fn released_at(&self) -> Option<Instant> {
         self.shared.gate.lock().unwrap().as_ref()?.released
     }
@@ -1463,6 +1465,10 @@ fn pump(shared: &Shared, n: usize, jobs: mpsc::Receiver<PumpJob>) {
                 let _ = job.done.send(Err(e));
             }
         }
+    }
+    // The answers are released now: their first bytes go out in this pass.
+    if let Some(g) = shared.gate.lock().unwrap().as_mut() {
+        g.released = Some(Instant::now());
     }
     let mut idle_since = Instant::now();
     while taken < n || !live.is_empty() {
