@@ -441,6 +441,8 @@ fn row_memory(n: usize) {
 /// `taskset` failed.
 struct Pinned {
     tid: String,
+    /// The thread's CPU list before (`taskset -cp` shows it), restored on drop.
+    before: String,
 }
 
 fn pin_to_cpu0() -> Option<Pinned> {
@@ -449,20 +451,30 @@ fn pin_to_cpu0() -> Option<Pinned> {
     }
     let me = std::fs::read_link("/proc/thread-self").ok()?;
     let tid = me.file_name()?.to_str()?.to_owned();
+    // "pid 123's current affinity list: 0,1"
+    let shown = Command::new("taskset").args(["-cp", &tid]).output().ok()?;
+    let before = String::from_utf8_lossy(&shown.stdout)
+        .rsplit(": ")
+        .next()?
+        .trim()
+        .to_owned();
+    if before.is_empty() {
+        return None;
+    }
     let ok = Command::new("taskset")
         .args(["-cp", "0", &tid])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    ok.then_some(Pinned { tid })
+    ok.then_some(Pinned { tid, before })
 }
 
 impl Drop for Pinned {
     fn drop(&mut self) {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Not from `available_parallelism`: it reads the (pinned) affinity mask.
         let _ = Command::new("taskset")
-            .args(["-cp", &format!("0-{}", cpus - 1), &self.tid])
+            .args(["-cp", &self.before, &self.tid])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
