@@ -446,6 +446,42 @@ fn requests_read_before_end_of_input_are_all_answered() {
 }
 
 #[test]
+fn a_turn_start_read_just_before_end_of_input_is_admitted_then_interrupted() {
+    // The answer used to depend on a race: the session saw the shutdown flag before or
+    // after it handled the request (`server_closed`, nothing stored, or a stored turn).
+    let fake = support::fake_provider::FakeProvider::start();
+    for round in 0..5 {
+        fake.push(support::fake_provider::Script::stall(
+            &["partial"],
+            Duration::from_secs(30),
+        ));
+        let mut app = App::start(Some(config_for(&fake.base_url())));
+        let th = app.call("thread/start", json!({}))["thread"]["id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let line = json!({"id": "t", "method": "turn/start",
+            "params": {"thread_id": th, "prompt": format!("keep me {round}")}});
+        app.write_raw(format!("{line}\n").as_bytes());
+        app.close_stdin();
+        let r = app.response("t");
+        assert!(r.get("result").is_some(), "round {round}: {r}");
+        assert_eq!(app.wait_exit(Duration::from_secs(20)), Some(0));
+        // The input is stored and the turn settled as interrupted.
+        app.restart();
+        let t = app.call("thread/resume", json!({"session_id": th}));
+        let turn = &t["thread"]["turns"][0];
+        assert_eq!(turn["status"], "interrupted", "round {round}: {t}");
+        assert!(
+            turn["items"]
+                .to_string()
+                .contains(&format!("keep me {round}")),
+            "round {round}: {t}"
+        );
+    }
+}
+
+#[test]
 fn corrupt_database_is_reported_by_initialize_and_requests_fail_cleanly() {
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();

@@ -292,7 +292,10 @@ fn drive(
                     }
                     Err(why) => {
                         let turns_used = run.turns.len() as u32;
-                        if corrections < MAX_SCHEMA_CORRECTIONS && turns_used < max_turns {
+                        if corrections < MAX_SCHEMA_CORRECTIONS
+                            && turns_used < max_turns
+                            && !s.shared.is_closing()
+                        {
                             corrections += 1;
                             let input = TurnInput {
                                 prompt: format!(

@@ -118,17 +118,19 @@ pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<V
 /// Admits a new turn: refuses when busy (here or under another process's lease),
 /// persists the turn and its user item in one transaction (before any answer), and
 /// makes it the active turn. The caller answers and announces it.
+///
+/// Not refused during shutdown: a request in a session's mailbox was read before the
+/// shutdown began (the router refuses later ones), and the shutdown message queued
+/// behind it interrupts the turn it starts, which settles as `interrupted` with its
+/// input stored. Refusing it instead made the answer to a script's last `turn/start`
+/// before end of input depend on a race. Continuations the host starts by itself
+/// (queued inputs, schema corrections) check [`crate::server::Shared::is_closing`]
+/// first.
 pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusal> {
     if s.running.load(Ordering::SeqCst) {
         return Err((
             ErrorCode::ThreadBusy,
             format!("thread {:?} already has a running turn", s.id),
-        ));
-    }
-    if s.shared.is_closing() {
-        return Err((
-            ErrorCode::ServerClosed,
-            "the server is shutting down".into(),
         ));
     }
     let owner = s.shared.owner.clone();
