@@ -110,17 +110,37 @@ fn with_set<R>(f: impl FnOnce(&Set) -> R) -> R {
     }
 }
 
+/// How many times a secret may be JSON-escaped where it appears: once in a string of a
+/// frame or row, twice in JSON text carried in a string (a tool call's `arguments`
+/// inside an item), three times in such an item inside a string (a trace or log line
+/// quoting a frame).
+const ESCAPE_LEVELS: usize = 3;
+
+/// The inside of the JSON string literal of `v` (`v` escaped once).
+fn json_escaped(v: &str) -> String {
+    let quoted = serde_json::to_string(v).unwrap_or_default();
+    quoted
+        .strip_prefix('"')
+        .and_then(|e| e.strip_suffix('"'))
+        .unwrap_or("")
+        .to_owned()
+}
+
 fn rebuild(values: Vec<String>) -> Set {
     let mut pats: Vec<String> = Vec::new();
     for v in &values {
         pats.push(v.clone());
-        let escaped = serde_json::to_string(v).unwrap_or_default();
-        let escaped = escaped
-            .strip_prefix('"')
-            .and_then(|e| e.strip_suffix('"'))
-            .unwrap_or("");
-        if escaped != v && !escaped.is_empty() {
-            pats.push(escaped.to_string());
+        // A secret with `"`, `\` or control characters looks different at each level of
+        // escaping (issue 15 trial: `rt-"quote\back…` in a tool call's arguments reached
+        // clients, traces and the store escaped twice).
+        let mut level = v.clone();
+        for _ in 0..ESCAPE_LEVELS {
+            let escaped = json_escaped(&level);
+            if escaped == level || escaped.is_empty() {
+                break;
+            }
+            pats.push(escaped.clone());
+            level = escaped;
         }
     }
     // Longest first so a secret containing another is masked whole.
@@ -524,6 +544,31 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_is_masked_at_every_level_of_json_escaping() {
+        // A tool call's arguments are JSON text; an item carries them in a string, and
+        // a frame or a trace line may quote the item again.
+        let secret = r#"rt-"quote\back-NESTED42"#;
+        add(secret);
+        let args = serde_json::json!({"path": format!("x{secret}.txt")}).to_string();
+        let item = serde_json::json!({"arguments": args}).to_string();
+        let quoted = serde_json::json!({"line": item}).to_string();
+        for text in [secret.to_owned(), args, item, quoted] {
+            let out = redact(&text);
+            assert!(!out.contains("NESTED42"), "{text} -> {out}");
+            assert!(out.contains(MASK), "{out}");
+            assert!(!redact_vec(text.clone().into_bytes())
+                .windows(8)
+                .any(|w| w == b"NESTED42"));
+            let mut stream = StreamRedactor::default();
+            let (a, b) = text.split_at(text.len() / 2);
+            let mut streamed = stream.push(a.as_bytes());
+            streamed.extend(stream.push(b.as_bytes()));
+            streamed.extend(stream.finish());
+            assert_eq!(String::from_utf8(streamed).unwrap(), out);
+        }
+    }
+
+    #[test]
     fn a_thread_with_a_cached_set_sees_a_secret_added_later() {
         let (ask, asked) = std::sync::mpsc::channel::<&'static str>();
         let (tell, told) = std::sync::mpsc::channel();
@@ -543,7 +588,9 @@ mod tests {
         assert_eq!(redacted, "before [REDACTED] after");
         assert_eq!(bytes, b"before [REDACTED] after");
         let mut stream = StreamRedactor::default();
-        assert_eq!(stream.push_string(text.into()), "before [REDACTED] after");
+        // (A tail that may start another test's secret is held back until `finish`.)
+        let streamed = stream.push_string(text.into()) + &stream.finish_string();
+        assert_eq!(streamed, "before [REDACTED] after");
         drop(ask);
         worker.join().unwrap();
     }
