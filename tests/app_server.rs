@@ -482,6 +482,80 @@ fn a_turn_start_read_just_before_end_of_input_is_admitted_then_interrupted() {
 }
 
 #[test]
+fn an_acknowledged_interrupt_ends_the_turn_interrupted_even_if_the_answer_finished_meanwhile() {
+    use std::io::{BufRead, BufReader, Write};
+    // The whole answer fits in the server's buffers but not in its output: outbox
+    // (16,384 frames), the writer's 256 KiB and the pipe hold ~16,600 frames of 1 KB,
+    // the engine's channel ~1,000 more. While the client does not read, the engine gets
+    // the answer's end and finishes, and the session is still projecting, blocked on
+    // the output. The interrupt it then acknowledges must end the turn interrupted
+    // (spec rule 9), not completed. (Measured window: 16,600–17,300 deltas; below, the
+    // turn ends before the interrupt is read; above, the engine is still streaming.)
+    let fake = support::fake_provider::FakeProvider::start();
+    fake.push(support::fake_provider::Script::many_deltas(
+        16_900,
+        &"x".repeat(1000),
+    ));
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.json"),
+        config_for(&fake.base_url()).to_string(),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(support::app::wuu_bin())
+        .args(["app-server", "--workdir"])
+        .arg(ws.path())
+        .env("WUU_HOME", home.path())
+        .env("HOME", home.path())
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut next = || {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "server ended");
+        serde_json::from_str::<Value>(&line).unwrap()
+    };
+    writeln!(
+        stdin,
+        r#"{{"id":"s","method":"thread/start","params":{{}}}}"#
+    )
+    .unwrap();
+    let th = loop {
+        let v = next();
+        if v["id"] == "s" {
+            break v["result"]["thread"]["id"].as_str().unwrap().to_owned();
+        }
+    };
+    let start = json!({"id": "t", "method": "turn/start",
+        "params": {"thread_id": th, "prompt": "a long answer"}});
+    writeln!(stdin, "{start}").unwrap();
+    // Not reading: the provider sends everything, the server's buffers fill.
+    assert!(fake.wait_requests(1, Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_secs(3));
+    let interrupt = json!({"id": "i", "method": "turn/interrupt", "params": {"thread_id": th}});
+    writeln!(stdin, "{interrupt}").unwrap();
+    let (mut acked, mut status) = (None, None);
+    while acked.is_none() || status.is_none() {
+        let v = next();
+        if v["id"] == "i" {
+            acked = Some(v.clone());
+        }
+        if v["method"] == "turn/completed" || v["method"] == "turn/error" {
+            status = Some(v["params"]["turn"]["status"].clone());
+        }
+    }
+    assert_eq!(acked.unwrap()["result"]["ok"], true);
+    assert_eq!(status.unwrap(), "interrupted");
+    drop(stdin);
+    let _ = child.wait();
+}
+
+#[test]
 fn corrupt_database_is_reported_by_initialize_and_requests_fail_cleanly() {
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();

@@ -68,6 +68,10 @@ pub struct Driver<'a> {
     /// Messages that must wait until the turn settles (archive, shutdown).
     pub deferred: Vec<SessionMsg>,
     stop: Option<Stop>,
+    /// The stop was asked for by the client and acknowledged (`turn/interrupt`,
+    /// `run/interrupt`, a forced archive): the turn ends interrupted even if the engine
+    /// finished meanwhile (spec rule 9).
+    stop_acknowledged: bool,
     denials: Vec<Value>,
     agent_item: Option<usize>,
     reasoning_item: Option<usize>,
@@ -127,6 +131,7 @@ impl<'a> Driver<'a> {
             usage: Usage::default(),
             deferred: vec![],
             stop: None,
+            stop_acknowledged: false,
             denials: vec![],
             agent_item: None,
             reasoning_item: None,
@@ -301,6 +306,7 @@ impl<'a> Driver<'a> {
                         );
                     }
                     self.stop.get_or_insert(Stop::Interrupt("interrupted".into()));
+                    self.stop_acknowledged = true;
                     // Pending steers and queued input become durable held work.
                     self.s.hold_all_pending();
                     reply.ok(&OkResult { ok: true });
@@ -314,6 +320,7 @@ impl<'a> Driver<'a> {
                         "interrupted"
                     };
                     self.stop.get_or_insert(Stop::Interrupt(reason.into()));
+                    self.stop_acknowledged = true;
                     self.deferred.push(SessionMsg::Request {
                         req: ClientRequest::RunInterrupt(p),
                         reply,
@@ -334,6 +341,7 @@ impl<'a> Driver<'a> {
                     ),
                 ClientRequest::ThreadArchive(p) if p.archived => {
                     self.stop.get_or_insert(Stop::Interrupt("archived".into()));
+                    self.stop_acknowledged = true;
                     self.s.hold_all_pending();
                     self.deferred.push(SessionMsg::Request {
                         req: ClientRequest::ThreadArchive(p),
@@ -520,7 +528,11 @@ impl<'a> Driver<'a> {
         };
         self.revoke_questions();
         if let Some(end) = self.stopped() {
-            if !matches!(outcome, Outcome::Completed) {
+            // A stop the client was told about wins over an engine that finished while
+            // the session was still projecting (its backlog can be a whole provider
+            // read and a full outbox behind); a shutdown, a deadline or a store failure
+            // that comes after the answer leaves the turn completed.
+            if self.stop_acknowledged || !matches!(outcome, Outcome::Completed) {
                 return end;
             }
         }
