@@ -1258,7 +1258,10 @@ impl FakeProvider {
     /// one thread: up to 16 KiB of each in turn, skipping a connection whose socket is
     /// full, as `n` providers streaming at once would (written whole one after another,
     /// the first answers were read completely before the last ones were sent). A held
-    /// request waits at most 60 s; later POSTs pass at once.
+    /// request waits at most 60 s; later POSTs pass at once. Only buffered stream
+    /// scripts go through the pump (the benches' `many_deltas`); any other held answer
+    /// is written by its connection, and the pump then waits up to 5 s for the `n`
+    /// answers it expected before it starts.
     pub fn hold_posts(&self, n: usize) {
         let (tx, rx) = mpsc::channel();
         *self.shared.gate.lock().unwrap() = Some(Gate {
