@@ -615,8 +615,8 @@ impl<'a> Driver<'a> {
     /// took a connection keeps it until its queue is empty, which a streaming session's
     /// seldom is; the two diagnostics before every provider request used to take one,
     /// so with 200 turns streaming the pool's few connections were held by the first
-    /// streams and the others waited for one before their first delta: up to 600 ms,
-    /// issue 15.)
+    /// streams and the others waited for one before their first delta; issue 15's
+    /// stream row went from 223k–299k to 358k–384k deltas/s without it.)
     fn project_event(&mut self, ev: EngineEvent) {
         if !matches!(
             ev,
