@@ -470,11 +470,6 @@ impl<'a> Driver<'a> {
                 }
                 select! {
                     recv(ev_rx) -> ev => match ev {
-                        Ok(EngineEvent::Batch(evs)) => {
-                            for ev in evs {
-                                self.project_event(ev);
-                            }
-                        }
                         Ok(ev) => self.project_event(ev),
                         Err(_) => break,
                     },
@@ -610,8 +605,9 @@ impl<'a> Driver<'a> {
     }
 
     /// Projects one engine event onto the turn: items, notifications, store rows.
-    /// Projects one engine event, with a store connection at hand unless the event never
-    /// touches the store: deltas and diagnostics are notifications only. (A session that
+    /// Projects one engine event (a batch: its events one by one), with a store
+    /// connection at hand unless the event never touches the store: deltas and
+    /// diagnostics are notifications only. (A session that
     /// took a connection keeps it until its queue is empty, which a streaming session's
     /// seldom is; the two diagnostics before every provider request used to take one,
     /// so with 200 turns streaming the pool's few connections were held by the first
@@ -624,6 +620,7 @@ impl<'a> Driver<'a> {
                 | EngineEvent::ThinkingDelta(_)
                 | EngineEvent::ToolArgsDelta { .. }
                 | EngineEvent::Diagnostic(_)
+                | EngineEvent::Batch(_)
         ) {
             self.take_store();
         }
