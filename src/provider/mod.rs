@@ -149,7 +149,7 @@ pub struct ToolSpec {
 }
 
 /// A provider-neutral request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
     /// Model id as the provider knows it.
     pub model: String,
@@ -1113,14 +1113,7 @@ mod tests {
     fn request() -> ChatRequest {
         ChatRequest {
             model: "m".into(),
-            system: String::new(),
-            messages: vec![],
-            tools: vec![],
-            effort: None,
-            max_output_tokens: None,
-            prompt_cache_key: None,
-            output_schema: None,
-            temperature: None,
+            ..Default::default()
         }
     }
 

@@ -264,14 +264,8 @@ mod tests {
     fn req() -> ChatRequest {
         ChatRequest {
             model: "m".into(),
-            system: String::new(),
             messages: vec![ChatMessage::text(Role::User, "hi")],
-            tools: vec![],
-            effort: None,
-            max_output_tokens: None,
-            prompt_cache_key: None,
-            output_schema: None,
-            temperature: None,
+            ..Default::default()
         }
     }
 
