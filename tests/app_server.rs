@@ -503,14 +503,7 @@ fn an_acknowledged_interrupt_ends_the_turn_interrupted_even_if_the_answer_finish
         config_for(&fake.base_url()).to_string(),
     )
     .unwrap();
-    let mut child = std::process::Command::new(support::app::wuu_bin())
-        .args(["app-server", "--workdir"])
-        .arg(ws.path())
-        .env("WUU_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
+    let mut child = support::app::raw_app_server(home.path(), Some(ws.path()))
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();

@@ -617,15 +617,7 @@ fn closing_our_stdout_with_stdin_open_interrupts_the_turn_and_exits() {
         "bash",
         r#"{"command":"while true; do echo tick; sleep 0.05; done"}"#,
     ));
-    let mut child = std::process::Command::new(support::app::wuu_bin())
-        .arg("app-server")
-        .arg("--workdir")
-        .arg(ws.path())
-        .env("WUU_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
+    let mut child = support::app::raw_app_server(home.path(), Some(ws.path()))
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();

@@ -739,13 +739,7 @@ fn a_reply_to_no_server_request_is_dropped_with_a_warning() {
     // level: a client that forgot `method` heard nothing). The next line is served.
     use std::io::Write;
     let home = tempfile::tempdir().unwrap();
-    let mut child = std::process::Command::new(support::app::wuu_bin())
-        .arg("app-server")
-        .env("WUU_HOME", home.path())
-        .env("HOME", home.path())
-        .env_remove("RUST_LOG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
+    let mut child = support::app::raw_app_server(home.path(), None)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();

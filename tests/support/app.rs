@@ -17,6 +17,23 @@ pub fn wuu_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_wuu"))
 }
 
+/// `wuu app-server` (over `workdir`, if given) with `home` as its `WUU_HOME` and `HOME`,
+/// no `RUST_LOG`, stdin and stdout piped, for tests that drive the pipes themselves
+/// (an [`App`] reads stdout all the time). The caller sets stderr and spawns.
+pub fn raw_app_server(home: &Path, workdir: Option<&Path>) -> Command {
+    let mut cmd = Command::new(wuu_bin());
+    cmd.arg("app-server");
+    if let Some(w) = workdir {
+        cmd.arg("--workdir").arg(w);
+    }
+    cmd.env("WUU_HOME", home)
+        .env("HOME", home)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    cmd
+}
+
 struct Validators {
     results: HashMap<String, jsonschema::Validator>,
     notifications: HashMap<String, jsonschema::Validator>,
