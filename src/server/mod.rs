@@ -265,28 +265,17 @@ impl Shared {
         self.outbox.send_within(frame, transport::NOTIFY_DEADLINE)
     }
 
-    /// Sends one streaming delta notification (`item/agentMessage/delta`,
-    /// `item/reasoning/delta`, `item/toolCall/delta`, `item/toolCall/outputDelta`):
-    /// `{"method":M,"params":{"thread_id":…,"turn_id":…,"item_id":…,"delta":…[,"stream":…]}}`,
-    /// byte for byte what [`Shared::notify`] writes for the protocol's delta structs
-    /// (field order and escaping included; a unit test compares them). Written by hand
-    /// from borrowed strings: the hottest frame of the server (issue 15), it skips
-    /// serde and the per-delta copies of the ids. Enqueued through the turn's `lane`
-    /// (its fair share of the outbox, [`transport::Lane`]). Errors: [`Overflow`] when
-    /// the client has not read for [`transport::NOTIFY_DEADLINE`].
-    pub fn notify_delta(
+    /// Hands the delta frames gathered in `lines` ([`delta_frame_into`]) to the outbox
+    /// through the turn's `lane` (its fair share of the outbox, [`transport::Lane`]),
+    /// as one hand-off, and leaves `lines` empty. Errors: [`Overflow`] when the client
+    /// has not read for [`transport::NOTIFY_DEADLINE`].
+    pub fn send_deltas(
         &self,
         lane: &transport::Lane,
-        method: &str,
-        ids: [&str; 3],
-        delta: &str,
-        stream: Option<&str>,
+        lines: &mut transport::Lines,
     ) -> Result<(), Overflow> {
-        self.outbox.send_lane(
-            lane,
-            delta_frame(method, ids, delta, stream),
-            transport::NOTIFY_DEADLINE,
-        )
+        self.outbox
+            .send_lane(lane, lines, transport::NOTIFY_DEADLINE)
     }
 
     /// Sends a notification given as a method and params.
@@ -781,34 +770,50 @@ fn ok_frame(id: &RequestId, size: usize, result: impl FnOnce(&mut Vec<u8>)) -> V
     frame
 }
 
-/// The frame of [`Shared::notify_delta`].
-pub fn delta_frame(method: &str, ids: [&str; 3], delta: &str, stream: Option<&str>) -> Vec<u8> {
+/// One streaming delta notification (`item/agentMessage/delta`, `item/reasoning/delta`,
+/// `item/toolCall/delta`, `item/toolCall/outputDelta`), appended to `frame`:
+/// `{"method":M,"params":{"thread_id":…,"turn_id":…,"item_id":…,"delta":…[,"stream":…]}}`,
+/// byte for byte what [`Shared::notify`] writes for the protocol's delta structs
+/// (field order and escaping included; a unit test compares them). Written by hand from
+/// borrowed strings: the hottest frame of the server (issue 15), it skips serde and the
+/// per-delta copies of the ids. Sent with [`Shared::send_deltas`].
+pub fn delta_frame_into(
+    frame: &mut Vec<u8>,
+    method: &str,
+    ids: [&str; 3],
+    delta: &str,
+    stream: Option<&str>,
+) {
     use crate::session::convert::push_json_str;
     let [thread_id, turn_id, item_id] = ids;
-    let mut frame = Vec::with_capacity(
-        80 + method.len() + thread_id.len() + turn_id.len() + item_id.len() + delta.len(),
-    );
+    frame
+        .reserve(80 + method.len() + thread_id.len() + turn_id.len() + item_id.len() + delta.len());
     frame.extend_from_slice(b"{\"method\":");
-    push_json_str(&mut frame, method);
+    push_json_str(frame, method);
     frame.extend_from_slice(b",\"params\":{\"thread_id\":");
-    push_json_str(&mut frame, thread_id);
+    push_json_str(frame, thread_id);
     frame.extend_from_slice(b",\"turn_id\":");
-    push_json_str(&mut frame, turn_id);
+    push_json_str(frame, turn_id);
     frame.extend_from_slice(b",\"item_id\":");
-    push_json_str(&mut frame, item_id);
+    push_json_str(frame, item_id);
     frame.extend_from_slice(b",\"delta\":");
-    push_json_str(&mut frame, delta);
+    push_json_str(frame, delta);
     if let Some(stream) = stream {
         frame.extend_from_slice(b",\"stream\":");
-        push_json_str(&mut frame, stream);
+        push_json_str(frame, stream);
     }
     frame.extend_from_slice(b"}}");
-    frame
 }
 
 #[cfg(test)]
 mod delta_frame_tests {
-    use super::delta_frame;
+    use super::delta_frame_into;
+
+    fn delta_frame(method: &str, ids: [&str; 3], delta: &str, stream: Option<&str>) -> Vec<u8> {
+        let mut frame = vec![];
+        delta_frame_into(&mut frame, method, ids, delta, stream);
+        frame
+    }
     use wuu_protocol::*;
 
     fn serde_frame<N: ServerNotification>(n: &N) -> Vec<u8> {

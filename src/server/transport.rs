@@ -15,10 +15,14 @@ use std::time::{Duration, Instant};
 /// Longest accepted line, in bytes (spec §1.1: 64 MiB).
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
-/// Frames the outbox holds before producers wait (backpressure). Room for 256 lanes
-/// of [`LANE_FRAMES`] each: past that the bound itself, not the lanes, decides who
+/// Frames the outbox holds at most before producers wait (backpressure): room for 256
+/// lanes of [`LANE_FRAMES`] each; past that the bound itself, not the lanes, decides who
 /// goes next. (Delta frames are ~200 bytes: a full outbox is ~3 MiB.)
-pub const OUTBOX_CAPACITY: usize = 16384;
+pub const OUTBOX_FRAMES: usize = 16384;
+
+/// Slots of the outbox queue. A slot holds one frame, or one [`Lines`] hand-off of up to
+/// [`LANE_CHUNK_LINES`] frames, so a full queue holds at most [`OUTBOX_FRAMES`] frames.
+pub const OUTBOX_CAPACITY: usize = OUTBOX_FRAMES / LANE_CHUNK_LINES;
 
 /// How many of one [`Lane`]'s frames may wait in the outbox while other producers'
 /// frames wait there too. A lane past it waits until half of its frames were written.
@@ -41,23 +45,86 @@ pub struct Lane(Arc<LaneState>);
 #[derive(Default)]
 struct LaneState {
     /// The lane's frames in the outbox (enqueued, not yet written or dropped).
-    queued: parking_lot::Mutex<usize>,
-    /// Signalled when `queued` falls to half of [`LANE_FRAMES`].
+    queued: parking_lot::Mutex<LaneCount>,
+    /// Signalled when `queued.lines` falls to half of [`LANE_FRAMES`].
     room: parking_lot::Condvar,
 }
 
-/// A lane's claim on one queued frame, given back when the writer is done with the
-/// frame (written, or discarded after the output broke) and when the frame is dropped
+/// What one lane has in the outbox: frames (lines), and the outbox slots that hold them
+/// (a slot holds one [`Lines`] hand-off).
+#[derive(Default, Debug, PartialEq, Eq, Clone, Copy)]
+struct LaneCount {
+    lines: usize,
+    slots: usize,
+}
+
+/// A lane's claim on one queued slot of `lines` frames, given back when the writer is
+/// done with it (written, or discarded after the output broke) and when it is dropped
 /// unwritten (an enqueue that timed out, an outbox dropped with frames in it).
-struct Ticket(Arc<LaneState>);
+struct Ticket {
+    lane: Arc<LaneState>,
+    lines: usize,
+}
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut q = self.0.queued.lock();
-        *q = q.saturating_sub(1);
-        if *q == LANE_FRAMES / 2 {
-            self.0.room.notify_all();
+        let mut q = self.lane.queued.lock();
+        let before = q.lines;
+        q.lines = q.lines.saturating_sub(self.lines);
+        q.slots = q.slots.saturating_sub(1);
+        if before > LANE_FRAMES / 2 && q.lines <= LANE_FRAMES / 2 {
+            self.lane.room.notify_all();
         }
+    }
+}
+
+/// The most frames one [`Lines`] hand-off carries: half a lane, so a lane always has
+/// room for its next hand-off once it was let go on. Producers hand off before they
+/// reach it (a debug assertion in [`Outbox::send_lane`] checks).
+pub const LANE_CHUNK_LINES: usize = LANE_FRAMES / 2;
+
+/// Frames of one producer gathered for one hand-off to the outbox
+/// ([`Outbox::send_lane`]): JSON lines joined by `\n`, no newline after the last. One
+/// hand-off costs one channel slot, one allocation and one lane claim however many
+/// frames it carries (issue 15: a streaming conversation hands its deltas over a batch
+/// at a time instead of one by one). Each frame must be one line (no raw `\n`), which
+/// every serde_json frame is.
+#[derive(Default, Debug)]
+pub struct Lines {
+    bytes: Vec<u8>,
+    count: usize,
+}
+
+impl Lines {
+    /// Starts the next frame and returns the buffer to write it into (its end).
+    pub fn next_frame(&mut self) -> &mut Vec<u8> {
+        if self.count > 0 {
+            self.bytes.push(b'\n');
+        }
+        self.count += 1;
+        &mut self.bytes
+    }
+
+    /// Frames gathered.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether no frame was gathered.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The joined frames (what [`Outbox::send_lane`] hands over).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Takes the frames out, leaving an empty set with room for as many bytes.
+    fn take(&mut self) -> (Vec<u8>, usize) {
+        let cap = self.bytes.len();
+        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(cap));
+        (bytes, std::mem::take(&mut self.count))
     }
 }
 
@@ -171,6 +238,13 @@ impl LineSource for ChannelLines {
 pub trait FrameSink: Send {
     /// Writes one frame (a JSON line without its `\n`).
     fn write_frame(&mut self, frame: &[u8]) -> io::Result<()>;
+    /// Writes frames joined by `\n` (a [`Lines`] hand-off; no newline after the last).
+    /// By default one [`FrameSink::write_frame`] per frame.
+    fn write_lines(&mut self, lines: &[u8]) -> io::Result<()> {
+        lines
+            .split(|&b| b == b'\n')
+            .try_for_each(|f| self.write_frame(f))
+    }
     /// Flushes buffered frames.
     fn flush(&mut self) -> io::Result<()>;
 }
@@ -181,6 +255,10 @@ pub trait FrameSink: Send {
 pub struct WriteSink<W: Write + Send>(pub W);
 
 impl<W: Write + Send> FrameSink for WriteSink<W> {
+    /// Joined frames are already lines: written as they are, with the last newline.
+    fn write_lines(&mut self, lines: &[u8]) -> io::Result<()> {
+        self.write_frame(lines)
+    }
     fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
         let mut parts = [io::IoSlice::new(frame), io::IoSlice::new(b"\n")];
         let mut parts = &mut parts[..];
@@ -215,8 +293,10 @@ impl FrameSink for ChannelSink {
 }
 
 enum Frame {
-    /// A frame to write, with its lane's claim when it came through one.
-    Line(Vec<u8>, Option<Ticket>),
+    /// A frame to write.
+    Line(Vec<u8>),
+    /// Frames joined by `\n` ([`Lines`]), with their lane's claim.
+    Lines(Vec<u8>, Ticket),
     Flush(Sender<()>),
 }
 
@@ -275,51 +355,59 @@ impl Outbox {
 
     /// Enqueues a serialized frame, waiting at most `deadline` for room.
     pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
-        self.enqueue_within(frame, None, deadline)
+        let frame = crate::secrets::redact_vec(frame);
+        self.enqueue_within(Frame::Line(frame), deadline)
     }
 
-    /// [`Outbox::send_within`] for a producer's [`Lane`]: first waits (within the same
-    /// `deadline`) while the lane has [`LANE_FRAMES`] frames queued among others'.
-    /// Errors: [`Overflow`] when the deadline passes (the client is not reading).
+    /// Hands the frames gathered in `lines` to the outbox as one slot of `lane`, and
+    /// leaves `lines` empty. First waits (within `deadline`) while the lane has
+    /// [`LANE_FRAMES`] frames queued among others' frames. Nothing is sent for an empty
+    /// set. Errors: [`Overflow`] when the deadline passes (the client is not reading);
+    /// the frames are dropped then (the turn fails).
     pub fn send_lane(
         &self,
         lane: &Lane,
-        frame: Vec<u8>,
+        lines: &mut Lines,
         deadline: Duration,
     ) -> Result<(), Overflow> {
+        let (bytes, n) = lines.take();
+        if n == 0 {
+            return Ok(());
+        }
+        debug_assert!(n <= LANE_CHUNK_LINES, "a hand-off of {n} frames");
         // The clock is read only by a lane that has to wait (the hot path of every
-        // delta does not).
+        // hand-off does not).
         let mut until: Option<Instant> = None;
         {
             let mut q = lane.0.queued.lock();
-            while *q >= LANE_FRAMES && self.tx.len() > *q {
+            while q.lines >= LANE_FRAMES && self.tx.len() > q.slots {
                 let end = *until.get_or_insert_with(|| Instant::now() + deadline);
                 if lane.0.room.wait_until(&mut q, end).timed_out()
-                    && *q >= LANE_FRAMES
-                    && self.tx.len() > *q
+                    && q.lines >= LANE_FRAMES
+                    && self.tx.len() > q.slots
                 {
                     return Err(Overflow);
                 }
             }
-            *q += 1;
+            q.lines += n;
+            q.slots += 1;
         }
+        let ticket = Ticket {
+            lane: lane.0.clone(),
+            lines: n,
+        };
         let left = match until {
             Some(end) => end.saturating_duration_since(Instant::now()),
             None => deadline,
         };
-        self.enqueue_within(frame, Some(Ticket(lane.0.clone())), left)
+        let bytes = crate::secrets::redact_vec(bytes);
+        self.enqueue_within(Frame::Lines(bytes, ticket), left)
     }
 
-    fn enqueue_within(
-        &self,
-        frame: Vec<u8>,
-        ticket: Option<Ticket>,
-        deadline: Duration,
-    ) -> Result<(), Overflow> {
+    fn enqueue_within(&self, frame: Frame, deadline: Duration) -> Result<(), Overflow> {
         use std::sync::atomic::Ordering::SeqCst;
-        let frame = crate::secrets::redact_vec(frame);
         self.out.queued.fetch_add(1, SeqCst);
-        match self.tx.send_timeout(Frame::Line(frame, ticket), deadline) {
+        match self.tx.send_timeout(frame, deadline) {
             Ok(()) => Ok(()),
             Err(SendTimeoutError::Timeout(_)) => {
                 self.out.queued.fetch_sub(1, SeqCst);
@@ -338,7 +426,7 @@ impl Outbox {
         use std::sync::atomic::Ordering::SeqCst;
         let frame = crate::secrets::redact_vec(frame);
         self.out.queued.fetch_add(1, SeqCst);
-        if self.tx.send(Frame::Line(frame, None)).is_err() {
+        if self.tx.send(Frame::Line(frame)).is_err() {
             self.out.queued.fetch_sub(1, SeqCst);
         }
     }
@@ -429,23 +517,32 @@ pub fn start_writer(
         .name("wuu-writer".into())
         .spawn(move || {
             let mut told = false;
+            // Writes one slot (one frame, or joined frames), flushing when the outbox
+            // is empty.
+            let write = |bytes: &[u8], joined: bool| {
+                let mut sink = out2.sink.lock();
+                if !out2.broken.load(SeqCst) {
+                    log::trace!("out: {}", String::from_utf8_lossy(bytes));
+                    let mut r = if joined {
+                        sink.write_lines(bytes)
+                    } else {
+                        sink.write_frame(bytes)
+                    };
+                    if r.is_ok() && rx.is_empty() {
+                        r = sink.flush();
+                    }
+                    if let Err(e) = r {
+                        log::warn!("output closed: {e}");
+                        out2.broken.store(true, SeqCst);
+                    }
+                }
+                out2.queued.fetch_sub(1, SeqCst);
+            };
             for frame in rx.iter() {
                 match frame {
-                    Frame::Line(bytes, ticket) => {
-                        let mut sink = out2.sink.lock();
-                        if !out2.broken.load(SeqCst) {
-                            log::trace!("out: {}", String::from_utf8_lossy(&bytes));
-                            let mut r = sink.write_frame(&bytes);
-                            if r.is_ok() && rx.is_empty() {
-                                r = sink.flush();
-                            }
-                            if let Err(e) = r {
-                                log::warn!("output closed: {e}");
-                                out2.broken.store(true, SeqCst);
-                            }
-                        }
-                        out2.queued.fetch_sub(1, SeqCst);
-                        drop(sink);
+                    Frame::Line(bytes) => write(&bytes, false),
+                    Frame::Lines(bytes, ticket) => {
+                        write(&bytes, true);
                         drop(ticket);
                     }
                     Frame::Flush(ack) => {
@@ -555,6 +652,22 @@ mod tests {
         (outbox, gate_tx, out_rx)
     }
 
+    /// A hand-off of one frame.
+    fn one(frame: &str) -> Lines {
+        let mut l = Lines::default();
+        l.next_frame().extend_from_slice(frame.as_bytes());
+        l
+    }
+
+    /// A hand-off of `frames`.
+    fn joined(frames: &[String]) -> Lines {
+        let mut l = Lines::default();
+        for f in frames {
+            l.next_frame().extend_from_slice(f.as_bytes());
+        }
+        l
+    }
+
     fn wait_queued(outbox: &Outbox, n: usize) {
         let end = Instant::now() + Duration::from_secs(5);
         while outbox.tx.len() != n && Instant::now() < end {
@@ -572,7 +685,7 @@ mod tests {
             outbox
                 .send_lane(
                     &lane,
-                    format!("a{i}").into_bytes(),
+                    &mut one(&format!("a{i}")),
                     Duration::from_millis(200),
                 )
                 .expect("a lane alone never waits");
@@ -592,16 +705,16 @@ mod tests {
         let (outbox, gate, out) = gated_writer();
         let (a, b) = (Lane::default(), Lane::default());
         let short = Duration::from_millis(100);
-        outbox.send_lane(&b, b"b0".to_vec(), short).unwrap();
+        outbox.send_lane(&b, &mut one("b0"), short).unwrap();
         wait_queued(&outbox, 0); // the writer holds b0 at the gate
-        outbox.send_lane(&b, b"b1".to_vec(), short).unwrap();
+        outbox.send_lane(&b, &mut one("b1"), short).unwrap();
         for i in 0..LANE_FRAMES {
             outbox
-                .send_lane(&a, format!("a{i}").into_bytes(), short)
+                .send_lane(&a, &mut one(&format!("a{i}")), short)
                 .unwrap();
         }
         assert_eq!(
-            outbox.send_lane(&a, b"late".to_vec(), short),
+            outbox.send_lane(&a, &mut one("late"), short),
             Err(Overflow),
             "a lane with LANE_FRAMES queued among others' frames waits"
         );
@@ -609,7 +722,7 @@ mod tests {
         // frames were written.
         let (outbox2, a2) = (outbox.clone(), a.clone());
         let producer = std::thread::spawn(move || {
-            outbox2.send_lane(&a2, b"a-next".to_vec(), Duration::from_secs(10))
+            outbox2.send_lane(&a2, &mut one("a-next"), Duration::from_secs(10))
         });
         std::thread::sleep(Duration::from_millis(50));
         assert!(!producer.is_finished(), "waits while its lane is full");
@@ -650,17 +763,89 @@ mod tests {
         let lane = Lane::default();
         for _ in 0..LANE_FRAMES {
             outbox
-                .send_lane(&lane, b"x".to_vec(), Duration::from_millis(100))
+                .send_lane(&lane, &mut one("x"), Duration::from_millis(100))
                 .unwrap();
         }
-        assert_eq!(*lane.0.queued.lock(), LANE_FRAMES);
+        assert_eq!(lane.0.queued.lock().lines, LANE_FRAMES);
         drop(outbox);
         drop(rx);
         assert_eq!(
             *lane.0.queued.lock(),
-            0,
+            LaneCount::default(),
             "dropped frames give their claims back"
         );
+    }
+
+    #[test]
+    fn joined_frames_leave_one_by_one_and_a_lane_counts_each() {
+        // A hand-off of several frames takes one slot but counts as that many frames
+        // of its lane, and reaches a frame sink (in-memory connections) as separate
+        // frames, in order, between the frames around it.
+        let (outbox, gate, out) = gated_writer();
+        let (a, b) = (Lane::default(), Lane::default());
+        let short = Duration::from_millis(100);
+        outbox.send_lane(&b, &mut one("b0"), short).unwrap();
+        wait_queued(&outbox, 0); // the writer holds b0 at the gate
+        outbox.send_lane(&b, &mut one("b1"), short).unwrap();
+        let first: Vec<String> = (0..LANE_CHUNK_LINES).map(|i| format!("a{i}")).collect();
+        let second: Vec<String> = (LANE_CHUNK_LINES..LANE_FRAMES)
+            .map(|i| format!("a{i}"))
+            .collect();
+        let mut lines = joined(&first);
+        outbox.send_lane(&a, &mut lines, short).unwrap();
+        assert!(lines.is_empty(), "a hand-off empties the set");
+        outbox.send_lane(&a, &mut joined(&second), short).unwrap();
+        assert_eq!(
+            *a.0.queued.lock(),
+            LaneCount {
+                lines: LANE_FRAMES,
+                slots: 2
+            }
+        );
+        wait_queued(&outbox, 3);
+        assert_eq!(
+            outbox.send_lane(&a, &mut one("late"), short),
+            Err(Overflow),
+            "LANE_FRAMES frames in two slots fill the lane"
+        );
+        outbox.send_lane(&b, &mut one("b2"), short).unwrap();
+        outbox.send_lane(&a, &mut Lines::default(), short).unwrap();
+        wait_queued(&outbox, 4);
+        drop(gate);
+        let got: Vec<String> = out
+            .iter()
+            .take(3 + LANE_FRAMES)
+            .map(|f| String::from_utf8(f).unwrap())
+            .collect();
+        let mut want = vec!["b0".to_owned(), "b1".to_owned()];
+        want.extend(first);
+        want.extend(second);
+        want.push("b2".into());
+        assert_eq!(got, want);
+        let end = Instant::now() + Duration::from_secs(5);
+        while *a.0.queued.lock() != LaneCount::default() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            *a.0.queued.lock(),
+            LaneCount::default(),
+            "claims given back"
+        );
+    }
+
+    #[test]
+    fn joined_frames_are_written_as_lines() {
+        let mut lines = joined(&["{\"a\":1}".into(), "{\"b\":2}".into()]);
+        assert_eq!(lines.len(), 2);
+        let mut sink = WriteSink(Recording {
+            writes: vec![],
+            max: usize::MAX,
+        });
+        sink.write_lines(lines.as_bytes()).unwrap();
+        assert_eq!(sink.0.writes.concat(), b"{\"a\":1}\n{\"b\":2}\n");
+        let (bytes, n) = lines.take();
+        assert_eq!((bytes.len(), n), (15, 2));
+        assert!(lines.is_empty() && lines.as_bytes().is_empty());
     }
 
     /// Records every write it gets; takes at most `max` bytes per call.

@@ -97,6 +97,10 @@ pub struct Driver<'a> {
     /// This turn's share of the outbox for its deltas (fair among streaming
     /// conversations, see [`crate::server::transport::Lane`]).
     lane: crate::server::transport::Lane,
+    /// Delta frames of the engine batch being projected, not yet handed to the outbox.
+    deltas: crate::server::transport::Lines,
+    /// An engine batch is being projected (deltas are gathered, [`Self::send_deltas`]).
+    batching: bool,
 }
 
 /// The delta streams of an item (`item/agentMessage/delta`, `item/reasoning/delta`,
@@ -147,6 +151,8 @@ impl<'a> Driver<'a> {
             ctl: None,
             masks: Default::default(),
             lane: Default::default(),
+            deltas: Default::default(),
+            batching: false,
         }
     }
 
@@ -159,6 +165,7 @@ impl<'a> Driver<'a> {
     }
 
     fn notify<N: ServerNotification>(&mut self, n: &N) {
+        self.send_deltas();
         if let Err(Overflow) = self.s.shared.notify(n) {
             log::error!("outbox overflow in {}; failing the turn", self.s.id);
             self.stop.get_or_insert(Stop::Overflow);
@@ -630,8 +637,23 @@ impl<'a> Driver<'a> {
     fn project(&mut self, ev: EngineEvent) {
         match ev {
             EngineEvent::Batch(evs) => {
+                // The batch's delta frames go to the outbox together; any other event
+                // first sends those before it, whatever it sends itself.
+                let outer = std::mem::replace(&mut self.batching, true);
                 for ev in evs {
+                    if !matches!(
+                        ev,
+                        EngineEvent::ContentDelta(_)
+                            | EngineEvent::ThinkingDelta(_)
+                            | EngineEvent::ToolArgsDelta { .. }
+                    ) {
+                        self.send_deltas();
+                    }
                     self.project_event(ev);
+                }
+                self.batching = outer;
+                if !outer {
+                    self.send_deltas();
                 }
             }
             EngineEvent::BeginStep { reply } => {
@@ -1110,6 +1132,8 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// Gathers one delta frame; it is handed to the outbox with the rest of its engine
+    /// batch ([`Self::send_deltas`]), at once outside a batch.
     fn notify_delta(&mut self, item_id: String, kind: DeltaKind, delta: String) {
         let (method, stream) = match &kind {
             DeltaKind::Message => (AgentMessageDelta::METHOD, None),
@@ -1122,11 +1146,19 @@ impl<'a> Driver<'a> {
             self.s.turns[self.turn_idx].row.id.as_str(),
             item_id.as_str(),
         ];
-        if let Err(Overflow) = self
-            .s
-            .shared
-            .notify_delta(&self.lane, method, ids, &delta, stream)
-        {
+        crate::server::delta_frame_into(self.deltas.next_frame(), method, ids, &delta, stream);
+        if !self.batching || self.deltas.len() >= crate::server::transport::LANE_CHUNK_LINES {
+            self.send_deltas();
+        }
+    }
+
+    /// Hands the gathered delta frames to the outbox (before any other frame of the
+    /// turn, so the order is kept).
+    fn send_deltas(&mut self) {
+        if self.deltas.is_empty() {
+            return;
+        }
+        if let Err(Overflow) = self.s.shared.send_deltas(&self.lane, &mut self.deltas) {
             log::error!("outbox overflow in {}; failing the turn", self.s.id);
             self.stop.get_or_insert(Stop::Overflow);
         }
