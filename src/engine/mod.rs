@@ -40,11 +40,13 @@ pub const BUILTIN: &str = "wuu";
 
 /// Capacity of the engine → host event channel, in sends (an [`EngineEvent::Batch`] of
 /// up to [`crate::provider::STREAM_BATCH_EVENTS`] deltas is one). A slow host (a client
-/// that stops reading) blocks the engine: backpressure, never a silent drop. 32 sends
-/// hold at most ~1,000 deltas, about what 256 single deltas held before batches plus a
-/// provider read's worth (issue 15: at 256 batches, a conversation waiting for its share
-/// of the output held up to 8,192 deltas in memory, read from its socket ahead).
-pub const EVENT_CAPACITY: usize = 32;
+/// that stops reading) blocks the engine: backpressure, never a silent drop. 4 sends
+/// hold at most 128 deltas. (Issue 15: at 32 sends an engine could read ~1,000 deltas
+/// ahead of its session; with 200 conversations released together, the provider and
+/// engine threads parsed nearly every stream into memory before the sessions and the
+/// writer got their share of the CPU, and the first deltas reached the client up to
+/// ~300 ms after the release, against ~150 ms now; the stream row's RSS fell by ~20 MiB.)
+pub const EVENT_CAPACITY: usize = 4;
 
 /// A turn as the host holds it: the stored row plus its items in order (oldest first).
 #[derive(Debug, Clone)]
