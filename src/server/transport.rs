@@ -120,9 +120,10 @@ impl Lines {
         &self.bytes
     }
 
-    /// Takes the frames out, leaving an empty set with room for as many bytes.
+    /// Takes the frames out, leaving an empty set with room for as many bytes (at most
+    /// 64 KiB: one huge frame does not leave a huge buffer behind).
     fn take(&mut self) -> (Vec<u8>, usize) {
-        let cap = self.bytes.len();
+        let cap = self.bytes.len().min(64 * 1024);
         let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(cap));
         (bytes, std::mem::take(&mut self.count))
     }
