@@ -808,13 +808,13 @@ pub fn delta_frame_into(
 #[cfg(test)]
 mod delta_frame_tests {
     use super::delta_frame_into;
+    use wuu_protocol::*;
 
     fn delta_frame(method: &str, ids: [&str; 3], delta: &str, stream: Option<&str>) -> Vec<u8> {
         let mut frame = vec![];
         delta_frame_into(&mut frame, method, ids, delta, stream);
         frame
     }
-    use wuu_protocol::*;
 
     fn serde_frame<N: ServerNotification>(n: &N) -> Vec<u8> {
         let mut frame = b"{\"method\":".to_vec();
