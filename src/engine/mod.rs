@@ -458,6 +458,20 @@ pub enum EngineEvent {
     },
 }
 
+impl EngineEvent {
+    /// Whether this is a piece of streamed text or arguments (`ContentDelta`,
+    /// `ThinkingDelta`, `ToolArgsDelta`): notifications only, gathered by the host with
+    /// the rest of their batch.
+    pub fn is_delta(&self) -> bool {
+        matches!(
+            self,
+            EngineEvent::ContentDelta(_)
+                | EngineEvent::ThinkingDelta(_)
+                | EngineEvent::ToolArgsDelta { .. }
+        )
+    }
+}
+
 /// How an engine's turn ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {

@@ -611,24 +611,17 @@ impl<'a> Driver<'a> {
             .collect()
     }
 
-    /// Projects one engine event onto the turn: items, notifications, store rows.
-    /// Projects one engine event (a batch: its events one by one), with a store
-    /// connection at hand unless the event never touches the store: deltas and
-    /// diagnostics are notifications only. (A session that
-    /// took a connection keeps it until its queue is empty, which a streaming session's
-    /// seldom is; the two diagnostics before every provider request used to take one,
-    /// so with 200 turns streaming the pool's few connections were held by the first
-    /// streams and the others waited for one before their first delta; issue 15's
-    /// stream row went from 223k–299k to 358k–384k deltas/s without it.)
+    /// Projects one engine event onto the turn (items, notifications, store rows; a
+    /// batch: its events one by one), with a store connection at hand unless the event
+    /// never touches the store: deltas and diagnostics are notifications only. (A
+    /// session that took a connection keeps it until its queue is empty, which a
+    /// streaming session's seldom is; the two diagnostics before every provider request
+    /// used to take one, so with 200 turns streaming the pool's few connections were
+    /// held by the first streams and the others waited for one before their first
+    /// delta; issue 15's stream row went from 223k–299k to 358k–384k deltas/s without
+    /// it.)
     fn project_event(&mut self, ev: EngineEvent) {
-        if !matches!(
-            ev,
-            EngineEvent::ContentDelta(_)
-                | EngineEvent::ThinkingDelta(_)
-                | EngineEvent::ToolArgsDelta { .. }
-                | EngineEvent::Diagnostic(_)
-                | EngineEvent::Batch(_)
-        ) {
+        if !(ev.is_delta() || matches!(ev, EngineEvent::Diagnostic(_) | EngineEvent::Batch(_))) {
             self.take_store();
         }
         self.project(ev)
@@ -641,12 +634,7 @@ impl<'a> Driver<'a> {
                 // first sends those before it, whatever it sends itself.
                 let outer = std::mem::replace(&mut self.batching, true);
                 for ev in evs {
-                    if !matches!(
-                        ev,
-                        EngineEvent::ContentDelta(_)
-                            | EngineEvent::ThinkingDelta(_)
-                            | EngineEvent::ToolArgsDelta { .. }
-                    ) {
+                    if !ev.is_delta() {
                         self.send_deltas();
                     }
                     self.project_event(ev);
