@@ -535,13 +535,7 @@ fn interrupt_behind_a_backlog(deltas: usize) -> (Value, Value) {
         deltas,
         &"x".repeat(1000),
     ));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.json"),
-        config_for(&fake.base_url()).to_string(),
-    )
-    .unwrap();
+    let (home, ws) = support::app::fresh_dirs(Some(&config_for(&fake.base_url())));
     let mut child = support::app::raw_app_server(home.path(), Some(ws.path()))
         .spawn()
         .unwrap();

@@ -83,13 +83,7 @@ impl Desktop {
 /// Starts the server as `AppServerClient.ensureStarted` does.
 fn desktop() -> (FakeProvider, Desktop) {
     let fake = FakeProvider::start();
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.json"),
-        config_for(&fake.base_url()).to_string(),
-    )
-    .unwrap();
+    let (home, ws) = support::app::fresh_dirs(Some(&config_for(&fake.base_url())));
     let app = App::spawn_in(
         home.path(),
         &ws.path().canonicalize().unwrap(),

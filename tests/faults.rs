@@ -265,13 +265,7 @@ fn exec(args: &[&str]) -> (i32, String, String) {
     for _ in 0..4 {
         fake.push(Script::text(&["done"]));
     }
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.json"),
-        config_for(&fake.base_url()).to_string(),
-    )
-    .unwrap();
+    let (home, ws) = support::app::fresh_dirs(Some(&config_for(&fake.base_url())));
     let out = std::process::Command::new(support::app::wuu_bin())
         .arg("exec")
         .args(args)
@@ -605,13 +599,7 @@ fn numeric_ids_are_echoed_exactly_or_refused() {
 fn closing_our_stdout_with_stdin_open_interrupts_the_turn_and_exits() {
     use std::io::{BufRead, BufReader, Write};
     let fake = FakeProvider::start();
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.json"),
-        config_for(&fake.base_url()).to_string(),
-    )
-    .unwrap();
+    let (home, ws) = support::app::fresh_dirs(Some(&config_for(&fake.base_url())));
     fake.push(Script::tool_call(
         "call_loop",
         "bash",
@@ -746,13 +734,7 @@ fn turn_admission_and_queue_under_a_held_write_lock_are_store_busy_naming_the_da
 fn exec_on_a_store_locked_past_the_busy_timeout_exits_8_with_store_busy() {
     let fake = FakeProvider::start();
     fake.push(Script::text(&["done"]));
-    let home = tempfile::tempdir().unwrap();
-    let ws = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.json"),
-        config_for(&fake.base_url()).to_string(),
-    )
-    .unwrap();
+    let (home, ws) = support::app::fresh_dirs(Some(&config_for(&fake.base_url())));
     let run = || {
         std::process::Command::new(support::app::wuu_bin())
             .args(["exec", "--json", "hello"])

@@ -669,12 +669,45 @@ mod tests {
         l
     }
 
-    fn wait_queued(outbox: &Outbox, n: usize) {
+    /// Waits (at most 5 s) until `done` holds.
+    fn wait_until(done: impl Fn() -> bool) {
         let end = Instant::now() + Duration::from_secs(5);
-        while outbox.tx.len() != n && Instant::now() < end {
+        while !done() && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    fn wait_queued(outbox: &Outbox, n: usize) {
+        wait_until(|| outbox.tx.len() == n);
         assert_eq!(outbox.tx.len(), n, "frames queued");
+    }
+
+    /// Short producer deadline of the lane tests.
+    const SHORT: Duration = Duration::from_millis(100);
+
+    /// A gated writer stuck on lane B's frame `b0`, with `b1` queued behind it: the
+    /// outbox holds another producer's frame, so lane A gets only its share.
+    fn stuck_on_b() -> (
+        Outbox,
+        Sender<()>,
+        crossbeam_channel::Receiver<Vec<u8>>,
+        Lane,
+        Lane,
+    ) {
+        let (outbox, gate, out) = gated_writer();
+        let (a, b) = (Lane::default(), Lane::default());
+        outbox.send_lane(&b, &mut one("b0"), SHORT).unwrap();
+        wait_queued(&outbox, 0); // the writer holds b0 at the gate
+        outbox.send_lane(&b, &mut one("b1"), SHORT).unwrap();
+        (outbox, gate, out, a, b)
+    }
+
+    /// The next `n` frames written, as text.
+    fn written(out: &crossbeam_channel::Receiver<Vec<u8>>, n: usize) -> Vec<String> {
+        out.iter()
+            .take(n)
+            .map(|f| String::from_utf8(f).unwrap())
+            .collect()
     }
 
     #[test]
@@ -703,19 +736,14 @@ mod tests {
     fn a_flooding_lane_waits_behind_the_others_and_order_is_kept() {
         // Issue 15: the writer is stuck on frame b0 and b1 waits; lane A may queue
         // LANE_FRAMES frames beside b1, not one more, until half of them are written.
-        let (outbox, gate, out) = gated_writer();
-        let (a, b) = (Lane::default(), Lane::default());
-        let short = Duration::from_millis(100);
-        outbox.send_lane(&b, &mut one("b0"), short).unwrap();
-        wait_queued(&outbox, 0); // the writer holds b0 at the gate
-        outbox.send_lane(&b, &mut one("b1"), short).unwrap();
+        let (outbox, gate, out, a, _b) = stuck_on_b();
         for i in 0..LANE_FRAMES {
             outbox
-                .send_lane(&a, &mut one(&format!("a{i}")), short)
+                .send_lane(&a, &mut one(&format!("a{i}")), SHORT)
                 .unwrap();
         }
         assert_eq!(
-            outbox.send_lane(&a, &mut one("late"), short),
+            outbox.send_lane(&a, &mut one("late"), SHORT),
             Err(Overflow),
             "a lane with LANE_FRAMES queued among others' frames waits"
         );
@@ -732,11 +760,7 @@ mod tests {
         }
         assert_eq!(producer.join().unwrap(), Ok(()));
         drop(gate);
-        let got: Vec<String> = out
-            .iter()
-            .take(3 + LANE_FRAMES)
-            .map(|f| String::from_utf8(f).unwrap())
-            .collect();
+        let got = written(&out, 3 + LANE_FRAMES);
         let mut want = vec!["b0".to_owned(), "b1".to_owned()];
         want.extend((0..LANE_FRAMES).map(|i| format!("a{i}")));
         want.push("a-next".into());
@@ -782,20 +806,15 @@ mod tests {
         // A hand-off of several frames takes one slot but counts as that many frames
         // of its lane, and reaches a frame sink (in-memory connections) as separate
         // frames, in order, between the frames around it.
-        let (outbox, gate, out) = gated_writer();
-        let (a, b) = (Lane::default(), Lane::default());
-        let short = Duration::from_millis(100);
-        outbox.send_lane(&b, &mut one("b0"), short).unwrap();
-        wait_queued(&outbox, 0); // the writer holds b0 at the gate
-        outbox.send_lane(&b, &mut one("b1"), short).unwrap();
+        let (outbox, gate, out, a, b) = stuck_on_b();
         let first: Vec<String> = (0..LANE_CHUNK_LINES).map(|i| format!("a{i}")).collect();
         let second: Vec<String> = (LANE_CHUNK_LINES..LANE_FRAMES)
             .map(|i| format!("a{i}"))
             .collect();
         let mut lines = joined(&first);
-        outbox.send_lane(&a, &mut lines, short).unwrap();
+        outbox.send_lane(&a, &mut lines, SHORT).unwrap();
         assert!(lines.is_empty(), "a hand-off empties the set");
-        outbox.send_lane(&a, &mut joined(&second), short).unwrap();
+        outbox.send_lane(&a, &mut joined(&second), SHORT).unwrap();
         assert_eq!(
             *a.0.queued.lock(),
             LaneCount {
@@ -805,28 +824,21 @@ mod tests {
         );
         wait_queued(&outbox, 3);
         assert_eq!(
-            outbox.send_lane(&a, &mut one("late"), short),
+            outbox.send_lane(&a, &mut one("late"), SHORT),
             Err(Overflow),
             "LANE_FRAMES frames in two slots fill the lane"
         );
-        outbox.send_lane(&b, &mut one("b2"), short).unwrap();
-        outbox.send_lane(&a, &mut Lines::default(), short).unwrap();
+        outbox.send_lane(&b, &mut one("b2"), SHORT).unwrap();
+        outbox.send_lane(&a, &mut Lines::default(), SHORT).unwrap();
         wait_queued(&outbox, 4);
         drop(gate);
-        let got: Vec<String> = out
-            .iter()
-            .take(3 + LANE_FRAMES)
-            .map(|f| String::from_utf8(f).unwrap())
-            .collect();
+        let got = written(&out, 3 + LANE_FRAMES);
         let mut want = vec!["b0".to_owned(), "b1".to_owned()];
         want.extend(first);
         want.extend(second);
         want.push("b2".into());
         assert_eq!(got, want);
-        let end = Instant::now() + Duration::from_secs(5);
-        while *a.0.queued.lock() != LaneCount::default() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until(|| *a.0.queued.lock() == LaneCount::default());
         assert_eq!(
             *a.0.queued.lock(),
             LaneCount::default(),

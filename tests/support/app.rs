@@ -122,11 +122,7 @@ impl App {
     /// Starts a server with a fresh home and workspace. `config` (if given) is written
     /// as the user config.
     pub fn start(config: Option<Value>) -> App {
-        let home = tempfile::tempdir().unwrap();
-        let ws = tempfile::tempdir().unwrap();
-        if let Some(c) = config {
-            std::fs::write(home.path().join("config.json"), c.to_string()).unwrap();
-        }
+        let (home, ws) = fresh_dirs(config.as_ref());
         let (h, w) = (home.path().to_path_buf(), ws.path().canonicalize().unwrap());
         let mut app = App::spawn_in(&h, &w, &[]);
         app._dirs = Some((home, ws));
@@ -136,11 +132,7 @@ impl App {
     /// Starts a server with a fresh home and workspace and extra environment variables
     /// (`restart` does not keep them).
     pub fn start_with_env(config: Option<Value>, env: &[(&str, &str)]) -> App {
-        let home = tempfile::tempdir().unwrap();
-        let ws = tempfile::tempdir().unwrap();
-        if let Some(c) = config {
-            std::fs::write(home.path().join("config.json"), c.to_string()).unwrap();
-        }
+        let (home, ws) = fresh_dirs(config.as_ref());
         let (h, w) = (home.path().to_path_buf(), ws.path().canonicalize().unwrap());
         let mut app = App::spawn_full(&h, &w, &[], env);
         app._dirs = Some((home, ws));
@@ -359,6 +351,17 @@ impl Drop for App {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A fresh home and workspace (temp dirs, removed when dropped); `config` (if given) is
+/// written as the home's user config.
+pub fn fresh_dirs(config: Option<&Value>) -> (tempfile::TempDir, tempfile::TempDir) {
+    let home = tempfile::tempdir().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    if let Some(c) = config {
+        std::fs::write(home.path().join("config.json"), c.to_string()).unwrap();
+    }
+    (home, ws)
 }
 
 /// A user config with one openai-compatible provider at `base_url`. Automatic titles
