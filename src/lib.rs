@@ -14,6 +14,7 @@
 //! - [`usage`]: token usage views, engine ledgers and account quota.
 //! - [`panels`]: settings, live configuration, skills, instructions, helpers.
 
+pub mod beneath;
 pub mod config;
 pub mod engine;
 pub mod exec;

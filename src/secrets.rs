@@ -222,40 +222,6 @@ pub const SENSITIVE_HEADER_WORDS: &[&str] = &[
     "signature",
 ];
 
-/// The secrets named by `cfg` (see the module docs).
-pub fn from_config(cfg: &crate::config::LoadedConfig) -> Vec<String> {
-    let mut out = Vec::new();
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"] {
-        out.extend(env(name));
-    }
-    for p in cfg.config.providers.iter().flat_map(|m| m.values()) {
-        if let Some(name) = &p.api_key_env {
-            out.extend(env(name));
-        }
-        out.extend(url_userinfo(&p.base_url));
-        for (k, v) in p.headers.iter().flatten() {
-            let k = k.to_ascii_lowercase();
-            if SENSITIVE_HEADER_WORDS.iter().any(|w| k.contains(w)) {
-                let v = v.trim();
-                out.push(v.to_string());
-                if let Some((scheme, rest)) = v.split_once(' ') {
-                    if ["bearer", "basic", "token"].contains(&scheme.to_ascii_lowercase().as_str())
-                    {
-                        out.push(rest.trim().to_string());
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Loads the secrets of `cfg` (call after every config load).
-pub fn install(cfg: &crate::config::LoadedConfig) {
-    set(from_config(cfg));
-}
-
 /// The userinfo parts of a URL (`user:pass`, `pass`, `user`), or nothing.
 pub fn url_userinfo(url: &str) -> Vec<String> {
     let Some((_, rest)) = url.split_once("://") else {

@@ -518,7 +518,7 @@ pub fn load_with(
         }
     }
     out.config = serde_json::from_value(merged).unwrap_or_default();
-    crate::secrets::install(&out);
+    install_secrets(&out);
     validate_providers(&mut out);
     out
 }
@@ -528,13 +528,13 @@ pub const MAX_LAYER_BYTES: u64 = 1024 * 1024;
 
 /// The bytes of one layer file, `Ok(None)` when it does not exist. With `workdir` (a
 /// project layer) the file is read beneath the workspace through
-/// [`crate::tools::beneath::Root`]: a symlink out of the workspace (or a magic link) is
+/// [`crate::beneath::Root`]: a symlink out of the workspace (or a magic link) is
 /// refused, never followed. The user file (`workdir = None`) may be a link anywhere.
 /// Either way only a regular file is read (opened non-blocking: a FIFO is refused, never
 /// waited on), at most [`MAX_LAYER_BYTES`]. Errors name the file and the reason, never
 /// its content.
 pub fn layer_bytes(path: &Path, workdir: Option<&Path>) -> Result<Option<Vec<u8>>, String> {
-    use crate::tools::beneath::{self, Root};
+    use crate::beneath::{self, Root};
     let read = match workdir {
         Some(w) => {
             let Some(rel) = beneath::rel_beneath(w, path) else {
@@ -694,6 +694,45 @@ fn validate_providers(out: &mut LoadedConfig) {
 /// The tail of the `invalid_config` issue message for a config without providers; exec
 /// matches it to tell "no wuu provider" (harmless for an external engine) from a broken file.
 pub const NO_PROVIDERS: &str = "no providers configured";
+
+/// The secrets `cfg` names: the provider keys in the environment variables it names
+/// (and the standard `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`), the userinfo of provider
+/// URLs, and the values of sensitive provider headers (see [`crate::secrets`]).
+pub fn secrets_of(cfg: &LoadedConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"] {
+        out.extend(env(name));
+    }
+    for p in cfg.config.providers.iter().flat_map(|m| m.values()) {
+        if let Some(name) = &p.api_key_env {
+            out.extend(env(name));
+        }
+        out.extend(crate::secrets::url_userinfo(&p.base_url));
+        for (k, v) in p.headers.iter().flatten() {
+            let k = k.to_ascii_lowercase();
+            if crate::secrets::SENSITIVE_HEADER_WORDS
+                .iter()
+                .any(|w| k.contains(w))
+            {
+                let v = v.trim();
+                out.push(v.to_string());
+                if let Some((scheme, rest)) = v.split_once(' ') {
+                    if ["bearer", "basic", "token"].contains(&scheme.to_ascii_lowercase().as_str())
+                    {
+                        out.push(rest.trim().to_string());
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Hands the secrets of `cfg` to the redactor (call after every config load).
+pub fn install_secrets(cfg: &LoadedConfig) {
+    crate::secrets::set(secrets_of(cfg));
+}
 
 #[cfg(test)]
 mod tests {

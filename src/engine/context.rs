@@ -31,7 +31,7 @@ pub const MAX_AGENTS_MD_BYTES: u64 = 256 * 1024;
 /// `AGENTS.md` files from `root` down to `cwd` (inclusive), outermost first, as
 /// `(absolute path, text)`.
 ///
-/// Each file is read through [`crate::tools::beneath::Root`] opened on `root`: symlinks
+/// Each file is read through [`crate::beneath::Root`] opened on `root`: symlinks
 /// are followed only while they stay inside the workspace (no magic links such as
 /// `/proc/self/environ` or `/proc/self/fd/0`), only regular files are read (a FIFO or a
 /// device is refused before any read could block), at most [`MAX_AGENTS_MD_BYTES`].
@@ -39,7 +39,7 @@ pub const MAX_AGENTS_MD_BYTES: u64 = 256 * 1024;
 /// content); a missing one silently. Text is decoded lossily as UTF-8 and passed through
 /// [`crate::secrets::redact`] (it goes to the provider, like command output).
 pub fn agents_files(root: &Path, cwd: &Path) -> Vec<(String, String)> {
-    use crate::tools::beneath::{rel_beneath, Root};
+    use crate::beneath::{rel_beneath, Root};
     let mut dirs = vec![];
     let mut cur = Some(cwd);
     while let Some(d) = cur {

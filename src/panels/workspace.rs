@@ -2,7 +2,7 @@
 //! `workspace/git/status|changes|diff` (shapes: `wuu_protocol::workspace`; limits and
 //! statuses as the Go server's `workspace_view.go` / `workspace_git.go`).
 //!
-//! Containment: every file access goes through [`crate::tools::beneath::Root`] opened on
+//! Containment: every file access goes through [`crate::beneath::Root`] opened on
 //! the server's workspace, in every permission mode: paths are resolved by the kernel
 //! beneath the workspace (`openat2` `RESOLVE_BENEATH`), so `..`, absolute paths and links
 //! that lead out of it fail, and a link swapped in after a check cannot redirect a read.
@@ -27,8 +27,8 @@
 //! workspace (a `.git` file `gitdir: /elsewhere`, a worktree of an outside repository)
 //! is refused.
 
+use crate::beneath::{self, Kind, Root};
 use crate::server::{Responder, Shared};
-use crate::tools::beneath::{self, Kind, Root};
 use base64::Engine as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};

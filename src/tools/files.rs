@@ -66,7 +66,7 @@ fn io_err(what: &str, shown: &str, e: &io::Error) -> Fail {
     Fail::Error(format!("cannot {what} `{shown}`: {e}{hint}"))
 }
 
-fn is_dir_error(e: &super::beneath::Error) -> bool {
+fn is_dir_error(e: &crate::beneath::Error) -> bool {
     e.kind() == io::ErrorKind::IsADirectory
 }
 

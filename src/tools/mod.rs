@@ -149,7 +149,6 @@ pub struct ToolOutcome {
 // ---------------------------------------------------------------------------------------
 
 mod args;
-pub mod beneath;
 mod files;
 mod patch;
 mod paths;

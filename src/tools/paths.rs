@@ -11,12 +11,12 @@
 //! fail with [`Error::Outside`], reported to the model as a permission refusal.
 //! In `unconfined` mode the root is `/` (nothing is out of reach).
 
-use super::beneath::{self, Error, Root};
 use super::{Fail, PermissionMode, ToolContext};
+use crate::beneath::{self, normalize, Error, Root};
 use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// What the caller wants to do with a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,25 +25,6 @@ pub(crate) enum Access {
     Read,
     /// Write (refused in `read_only`; confined unless `unconfined`).
     Write,
-}
-
-/// Removes `.` and `..` lexically. `..` at the root stays at the root.
-pub(crate) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => match out.components().next_back() {
-                Some(Component::Normal(_)) => {
-                    out.pop();
-                }
-                Some(Component::RootDir) | Some(Component::Prefix(_)) => {}
-                _ => out.push(".."),
-            },
-            other => out.push(other.as_os_str()),
-        }
-    }
-    out
 }
 
 /// Resolves an absolute, normalized path: canonicalizes its deepest existing ancestor

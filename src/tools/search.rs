@@ -2,10 +2,10 @@
 //! repositories), include hidden files, and never descend into `.git`.
 
 use super::args::{GlobArgs, GrepArgs, ListFilesArgs};
-use super::beneath::{self, Kind, Root, Visit, WalkEntry};
 use super::files::{looks_binary, read_line_capped, BINARY_SNIFF_BYTES, MAX_LINE_BYTES};
 use super::paths::{self, Access, Target};
 use super::{Cancel, Fail, ToolContext, ToolOutcome};
+use crate::beneath::{self, Kind, Root, Visit, WalkEntry};
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
@@ -379,7 +379,11 @@ pub(crate) fn glob(a: GlobArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<To
     };
     let mut found: Vec<(SystemTime, String)> = Vec::new();
     // Stay inside the workspace in confined modes.
-    let t = paths::target_of(ctx, &paths::normalize(&base), &base.to_string_lossy())?;
+    let t = paths::target_of(
+        ctx,
+        &crate::beneath::normalize(&base),
+        &base.to_string_lossy(),
+    )?;
     if t.root.stat(&t.rel).is_ok_and(|st| st.kind == Kind::Dir) {
         let mut was_cancelled = false;
         walk(&t.root, &t.rel, max_depth, &mut |e| {

@@ -21,8 +21,8 @@
 //! `${ARGUMENTS}` replaced by `arguments` and `${SKILL_DIR}` (also `${CLAUDE_SKILL_DIR}`)
 //! by the skill's folder. `detail`: `{name, source, path, bytes}`.
 
-use super::beneath::{self, Kind, Root};
 use super::ToolOutcome;
+use crate::beneath::{self, Kind, Root};
 use crate::provider::ToolSpec;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};

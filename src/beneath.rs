@@ -26,7 +26,6 @@
 //! `rel` is refused ([`Error::Outside`]); use [`rel_beneath`] to turn an absolute path
 //! into a relative one.
 
-use super::paths::normalize;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -34,6 +33,25 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+
+/// Removes `.` and `..` lexically. `..` at the root stays at the root.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.components().next_back() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir) | Some(Component::Prefix(_)) => {}
+                _ => out.push(".."),
+            },
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
 
 /// Why an operation beneath a root failed.
 #[derive(Debug)]
