@@ -18,6 +18,7 @@ pub mod beneath;
 pub mod config;
 pub mod engine;
 pub mod exec;
+pub mod outbound;
 pub mod panels;
 pub mod provider;
 pub mod secrets;

@@ -6,7 +6,9 @@
 use lexopt::prelude::*;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use wuu::server::{self, ServerOptions};
+use wuu::outbound::transport;
+use wuu::server;
+use wuu::session::ServerOptions;
 
 const USAGE: &str = "wuu — an agent host for AI coding agents
 
@@ -197,23 +199,25 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
     // a line writer, which scans every byte written for newlines and sends a frame and
     // its `\n` as two writes. Our writer already batches (its own buffer, flushed when
     // the outbox is momentarily empty) and ends each frame in the same write.
-    let sink: Box<dyn server::transport::FrameSink> =
+    let sink: Box<dyn transport::FrameSink> =
         match std::os::fd::AsFd::as_fd(&std::io::stdout()).try_clone_to_owned() {
-            Ok(fd) => Box::new(server::transport::WriteSink(
-                std::io::BufWriter::with_capacity(256 * 1024, std::fs::File::from(fd)),
-            )),
+            Ok(fd) => Box::new(transport::WriteSink(std::io::BufWriter::with_capacity(
+                256 * 1024,
+                std::fs::File::from(fd),
+            ))),
             Err(e) => {
                 log::warn!("cannot duplicate stdout ({e}); writing through std's stdout");
-                Box::new(server::transport::WriteSink(
-                    std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout()),
-                ))
+                Box::new(transport::WriteSink(std::io::BufWriter::with_capacity(
+                    256 * 1024,
+                    std::io::stdout(),
+                )))
             }
         };
     let code = server::serve(
         opts,
-        Box::new(server::transport::CappedLines::new(
+        Box::new(transport::CappedLines::new(
             std::io::BufReader::with_capacity(256 * 1024, stdin),
-            server::transport::MAX_LINE_BYTES,
+            transport::MAX_LINE_BYTES,
         )),
         sink,
         |shared| {
@@ -225,12 +229,12 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
                 .name("wuu-output-watch".into())
                 .spawn(move || loop {
                     std::thread::sleep(std::time::Duration::from_millis(50));
-                    if watched.outbox.is_broken() {
+                    if watched.host.outbox.is_broken() {
                         log::warn!("the output was closed by the client: shutting down");
                         watched.shutdown(None);
                         std::process::exit(1);
                     }
-                    if watched.is_closing() {
+                    if watched.host.is_closing() {
                         return;
                     }
                 });

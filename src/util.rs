@@ -140,6 +140,17 @@ pub fn fault(name: &str) -> bool {
         .any(|f| f == name)
 }
 
+/// Whether `id` can name a workspace (`--workspace-id`) and its state directory: 1–128 of `[A-Za-z0-9._-]`, not `.`/`..`.
+pub fn valid_workspace_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id != "."
+        && id != ".."
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// Longest accepted conversation id, in bytes.
 pub const MAX_THREAD_ID_BYTES: usize = 256;
 

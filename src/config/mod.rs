@@ -101,6 +101,7 @@ use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 pub mod edit;
+pub mod views;
 pub mod watch;
 
 /// Agent settings (`agent` object).

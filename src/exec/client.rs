@@ -21,7 +21,8 @@
 //!
 //! Only the first failure is reported (channel of capacity 1).
 
-use crate::server::{MemoryClient, ServerOptions};
+use crate::server::MemoryClient;
+use crate::session::ServerOptions;
 use crossbeam_channel::{bounded, unbounded, Receiver, SendTimeoutError, Sender};
 use serde_json::Value;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -23,7 +23,7 @@ pub mod human;
 pub mod project;
 pub mod writer;
 
-use crate::server::ServerOptions;
+use crate::session::ServerOptions;
 use cli::{Command, InvalidInput, Mode, Options};
 use client::Connection;
 use crossbeam_channel::{bounded, Receiver};

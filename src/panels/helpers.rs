@@ -9,8 +9,9 @@
 //! revision rules as `thread/rename`, followed by `thread/updated`). A replay provider
 //! (a cassette) is refused: an extra request would desynchronize its script.
 
+use crate::outbound::Responder;
 use crate::provider::{self, ChatMessage, ChatRequest, Provider, Role, StreamEvent};
-use crate::server::{Responder, Shared};
+use crate::session::Host;
 use crate::session::{SessionMsg, Snapshot};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -52,12 +53,12 @@ fn clip_chars(s: &str, n: usize) -> &str {
 }
 
 /// A copy of conversation `id` (its history loaded), from its session thread.
-fn snapshot(shared: &Arc<Shared>, id: &str) -> Result<Snapshot, Refusal> {
+fn snapshot(shared: &Arc<Host>, id: &str) -> Result<Snapshot, Refusal> {
     let id = id.trim();
     if id.is_empty() {
         return Err(invalid("thread_id is empty"));
     }
-    if id.len() > crate::server::router::MAX_ID_BYTES {
+    if id.len() > crate::util::MAX_THREAD_ID_BYTES {
         return Err(invalid("thread_id is too long"));
     }
     let (tx, rx) = crossbeam_channel::bounded(1);
@@ -73,7 +74,7 @@ fn snapshot(shared: &Arc<Shared>, id: &str) -> Result<Snapshot, Refusal> {
 }
 
 /// The provider instance of `id` (built from the configuration on first use).
-fn provider_of(shared: &Shared, id: &str) -> Result<Arc<dyn Provider>, Refusal> {
+fn provider_of(shared: &Host, id: &str) -> Result<Arc<dyn Provider>, Refusal> {
     if id.is_empty() {
         return Err((
             ErrorCode::Error,
@@ -93,7 +94,7 @@ fn provider_of(shared: &Shared, id: &str) -> Result<Arc<dyn Provider>, Refusal> 
 }
 
 /// `(provider, model)` of conversation `thread_id`, else of the workspace default.
-fn selection(shared: &Arc<Shared>, thread_id: Option<&str>) -> Result<(String, String), Refusal> {
+fn selection(shared: &Arc<Host>, thread_id: Option<&str>) -> Result<(String, String), Refusal> {
     match thread_id.map(str::trim).filter(|t| !t.is_empty()) {
         Some(id) => {
             let snap = snapshot(shared, id)?;
@@ -112,7 +113,7 @@ fn selection(shared: &Arc<Shared>, thread_id: Option<&str>) -> Result<(String, S
 
 /// One tool-less request; returns the streamed text. Errors name the provider.
 fn ask(
-    shared: &Shared,
+    shared: &Host,
     provider_id: &str,
     model: &str,
     system: &str,
@@ -207,7 +208,7 @@ pub fn clean_answer(raw: &str) -> String {
 }
 
 /// `text/polish` (helpers pool).
-pub fn polish(shared: &Arc<Shared>, p: TextPolishParams, reply: Responder) {
+pub fn polish(shared: &Arc<Host>, p: TextPolishParams, reply: Responder) {
     let run = || -> Result<TextPolishResult, Refusal> {
         let text = p.text.trim();
         if text.is_empty() {
@@ -242,7 +243,7 @@ pub fn polish(shared: &Arc<Shared>, p: TextPolishParams, reply: Responder) {
 }
 
 /// `git/commit-message` (helpers pool).
-pub fn commit_message(shared: &Arc<Shared>, p: GitCommitMessageParams, reply: Responder) {
+pub fn commit_message(shared: &Arc<Host>, p: GitCommitMessageParams, reply: Responder) {
     let run = || -> Result<GitCommitMessageResult, Refusal> {
         if p.diff.trim().is_empty() {
             return Err(invalid("diff is required"));
@@ -307,7 +308,7 @@ fn first_text(snap: &Snapshot, ty: &str, terminal: bool, last: bool) -> Option<S
 }
 
 /// `thread/regenerate-title` (helpers pool).
-pub fn regenerate_title(shared: &Arc<Shared>, p: ThreadRegenerateTitleParams, reply: Responder) {
+pub fn regenerate_title(shared: &Arc<Host>, p: ThreadRegenerateTitleParams, reply: Responder) {
     let snap = match snapshot(shared, &p.thread_id) {
         Ok(s) => s,
         Err((c, m)) => return reply.err(c, m),

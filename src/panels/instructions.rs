@@ -4,12 +4,13 @@
 //! config's `instructions` text (scope `global`, `path` = the user config file,
 //! `name` = `instructions`).
 
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use std::sync::Arc;
 use wuu_protocol::{InstructionFile, InstructionsListParams, InstructionsListResult};
 
 /// `instructions/list` (views pool).
-pub fn list(shared: &Arc<Shared>, p: InstructionsListParams, reply: Responder) {
+pub fn list(shared: &Arc<Host>, p: InstructionsListParams, reply: Responder) {
     let with_content = p.include_content.unwrap_or(true);
     let root = &shared.opts.workdir;
     let mut files: Vec<InstructionFile> = crate::engine::context::agents_files(root, root)

@@ -8,115 +8,16 @@
 //! use it (a running turn keeps the settings it started with). A project layer that sets
 //! the same field still wins, as at load time; the result shows the effective value.
 
-use crate::config::edit::{edit_file, EditError, WRITE_LOCK};
+use crate::config::views::{advanced_settings, general_settings, model_aliases};
 use crate::config::{AliasConfig, LoadedConfig};
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::live_config::{edit_user_config, invalid, object, Refusal};
+use crate::session::Host;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use wuu_protocol::*;
 
 /// A refusal: the code and the message.
-pub type Refusal = (ErrorCode, String);
-
-fn invalid(m: impl Into<String>) -> Refusal {
-    (
-        ErrorCode::InvalidParams,
-        format!("invalid params: {}", m.into()),
-    )
-}
-
-/// The advanced settings in force.
-pub fn advanced_settings(cfg: &LoadedConfig) -> AdvancedSettings {
-    let a = cfg.agent();
-    AdvancedSettings {
-        max_steps: a.max_steps.unwrap_or(200),
-        max_context_tokens: a.max_context_tokens.unwrap_or(0),
-        temperature: a.temperature.unwrap_or(0.0),
-        compact_threshold_pct: a.compact_threshold_pct,
-        compact_keep_recent_tokens: a.compact_keep_recent_tokens,
-        disable_auto_compact: a.disable_auto_compact.unwrap_or(false),
-        provider_context_window: a.provider_context_window,
-        verification_model: a.verification_model.as_ref().map(alias_wire),
-        bash_timeout_ms: a.bash_timeout_ms.unwrap_or(120_000),
-        auto_title: a.auto_title.unwrap_or(true),
-    }
-}
-
-/// The general settings in force.
-pub fn general_settings(cfg: &LoadedConfig) -> GeneralSettings {
-    GeneralSettings {
-        git_attribution_enabled: cfg.general().git_attribution_enabled.unwrap_or(true),
-        mcp_server_enabled: BTreeMap::new(),
-    }
-}
-
-fn alias_wire(a: &AliasConfig) -> ModelAlias {
-    ModelAlias {
-        provider: a.provider.clone(),
-        model: a.model.clone(),
-        effort: a.effort.clone(),
-        variant: a.variant.clone(),
-    }
-}
-
-/// The model aliases in force.
-pub fn model_aliases(cfg: &LoadedConfig) -> BTreeMap<String, ModelAlias> {
-    cfg.agent()
-        .model_aliases
-        .unwrap_or_default()
-        .iter()
-        .map(|(k, v)| (k.clone(), alias_wire(v)))
-        .collect()
-}
-
-/// Edits the user config file with `change`, reloads, and puts the result in force.
-/// Errors: `invalid_params` for an invalid change (naming the field), `error` when the
-/// file cannot be edited (not JSON, unwritable) or the server ignores the user config.
-pub fn edit_user_config(
-    shared: &Shared,
-    change: impl FnOnce(&mut Map<String, Value>, &LoadedConfig) -> Result<(), Refusal>,
-) -> Result<Arc<LoadedConfig>, Refusal> {
-    if shared.opts.ignore_user_config && shared.opts.config_file.is_none() {
-        return Err((
-            ErrorCode::Error,
-            "this server ignores the user config (--ignore-user-config): settings cannot be saved"
-                .into(),
-        ));
-    }
-    let _guard = WRITE_LOCK.lock();
-    let cfg = shared.config();
-    let path = cfg.config_path.clone();
-    let mut refusal = None;
-    let edited = edit_file(&path, |doc| {
-        change(doc, &cfg).map_err(|r| {
-            let m = r.1.clone();
-            refusal = Some(r);
-            EditError::Invalid(m)
-        })
-    });
-    match edited {
-        Ok(_) => {}
-        Err(_) if refusal.is_some() => return Err(refusal.expect("checked")),
-        Err(EditError::Invalid(m)) => return Err(invalid(m)),
-        Err(EditError::File(m)) => return Err((ErrorCode::Error, m)),
-    }
-    shared.panels.watcher.restamp(&path);
-    let new = super::reload(shared);
-    Ok(super::apply_loaded(shared, new))
-}
-
-/// The object at `key` of `doc`, created (or replaced when it is not an object).
-pub fn object<'a>(doc: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let slot = doc
-        .entry(key.to_owned())
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !slot.is_object() {
-        *slot = Value::Object(Map::new());
-    }
-    slot.as_object_mut().expect("object")
-}
-
 fn set_or_clear(o: &mut Map<String, Value>, key: &str, v: Option<Value>) {
     match v {
         Some(v) => {
@@ -154,7 +55,7 @@ fn clean_alias(name: &str, a: &ModelAlias, cfg: &LoadedConfig) -> Result<AliasCo
 }
 
 /// `config/advanced/update`.
-pub fn advanced_update(shared: &Arc<Shared>, p: ConfigAdvancedUpdateParams, reply: Responder) {
+pub fn advanced_update(shared: &Arc<Host>, p: ConfigAdvancedUpdateParams, reply: Responder) {
     match try_advanced_update(shared, p) {
         Ok(r) => reply.ok(&r),
         Err((c, m)) => reply.err(c, m),
@@ -162,7 +63,7 @@ pub fn advanced_update(shared: &Arc<Shared>, p: ConfigAdvancedUpdateParams, repl
 }
 
 fn try_advanced_update(
-    shared: &Shared,
+    shared: &Host,
     p: ConfigAdvancedUpdateParams,
 ) -> Result<ConfigAdvancedUpdateResult, Refusal> {
     if let Some(n) = p.max_steps {
@@ -255,12 +156,12 @@ fn try_advanced_update(
     Ok(ConfigAdvancedUpdateResult {
         advanced_settings: advanced_settings(&cfg),
         model_aliases: model_aliases(&cfg),
-        providers: crate::server::init::provider_summaries(&cfg),
+        providers: crate::provider::catalog::provider_summaries(&cfg),
     })
 }
 
 /// `config/general/update`.
-pub fn general_update(shared: &Arc<Shared>, p: ConfigGeneralUpdateParams, reply: Responder) {
+pub fn general_update(shared: &Arc<Host>, p: ConfigGeneralUpdateParams, reply: Responder) {
     if p.mcp_enabled_toggles
         .as_ref()
         .is_some_and(|m| !m.is_empty())
@@ -287,7 +188,7 @@ pub fn general_update(shared: &Arc<Shared>, p: ConfigGeneralUpdateParams, reply:
 }
 
 /// `config/provider/remove`.
-pub fn provider_remove(shared: &Arc<Shared>, p: ConfigProviderRemoveParams, reply: Responder) {
+pub fn provider_remove(shared: &Arc<Host>, p: ConfigProviderRemoveParams, reply: Responder) {
     match try_provider_remove(shared, p) {
         Ok(r) => reply.ok(&r),
         Err((c, m)) => reply.err(c, m),
@@ -295,7 +196,7 @@ pub fn provider_remove(shared: &Arc<Shared>, p: ConfigProviderRemoveParams, repl
 }
 
 fn try_provider_remove(
-    shared: &Shared,
+    shared: &Host,
     p: ConfigProviderRemoveParams,
 ) -> Result<ConfigProviderRemoveResult, Refusal> {
     let id = p.provider.trim().to_owned();
@@ -440,7 +341,7 @@ fn try_provider_remove(
                 .clone()
                 .unwrap_or_else(|| "standard".into()),
         },
-        providers: crate::server::init::provider_summaries(&cfg),
+        providers: crate::provider::catalog::provider_summaries(&cfg),
         advanced_settings: advanced_settings(&cfg),
     })
 }

@@ -28,7 +28,8 @@
 //! is refused.
 
 use crate::beneath::{self, Kind, Root};
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use base64::Engine as _;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -85,7 +86,7 @@ struct View {
 }
 
 impl View {
-    fn open(shared: &Shared, requested: Option<&str>) -> Result<View, Refusal> {
+    fn open(shared: &Host, requested: Option<&str>) -> Result<View, Refusal> {
         let workdir = &shared.opts.workdir;
         let requested = requested.map(str::trim).filter(|r| !r.is_empty());
         let prefix = match requested {
@@ -185,7 +186,7 @@ fn sniff(head: &[u8]) -> &'static str {
 }
 
 /// Handles one workspace view request (views pool).
-pub fn handle(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
+pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
     let result: Result<serde_json::Value, Refusal> = (|| {
         let v = |r: &dyn erased::Ser| r.value();
         match req {
@@ -219,10 +220,7 @@ mod erased {
     }
 }
 
-fn list_directory(
-    shared: &Shared,
-    p: &WorkspaceViewParams,
-) -> Result<DirectoryListResult, Refusal> {
+fn list_directory(shared: &Host, p: &WorkspaceViewParams) -> Result<DirectoryListResult, Refusal> {
     let view = View::open(shared, p.root.as_deref())?;
     let rel = relative(p.path.as_deref(), true)?;
     let entries = view.ws.read_dir(&view.rel(&rel)).map_err(io_refusal)?;
@@ -314,7 +312,7 @@ fn preview(view: &View, rel: &Path) -> Result<FileReadResult, Refusal> {
     })
 }
 
-fn read_file(shared: &Shared, p: &WorkspaceViewParams) -> Result<FileReadResult, Refusal> {
+fn read_file(shared: &Host, p: &WorkspaceViewParams) -> Result<FileReadResult, Refusal> {
     let view = View::open(shared, p.root.as_deref())?;
     let rel = relative(p.path.as_deref(), false)?;
     preview(&view, &rel)
@@ -330,7 +328,7 @@ fn version_of(m: &std::fs::Metadata) -> String {
     format!("{ns}:{}", m.len())
 }
 
-fn read_chunk(shared: &Shared, p: &WorkspaceViewParams) -> Result<FileChunkResult, Refusal> {
+fn read_chunk(shared: &Host, p: &WorkspaceViewParams) -> Result<FileChunkResult, Refusal> {
     use std::os::unix::fs::FileExt;
     let view = View::open(shared, p.root.as_deref())?;
     let rel = relative(p.path.as_deref(), false)?;
@@ -374,7 +372,7 @@ fn read_chunk(shared: &Shared, p: &WorkspaceViewParams) -> Result<FileChunkResul
     })
 }
 
-fn resolve(shared: &Shared, p: &WorkspaceViewParams) -> Result<FileResolveResult, Refusal> {
+fn resolve(shared: &Host, p: &WorkspaceViewParams) -> Result<FileResolveResult, Refusal> {
     let view = View::open(shared, p.root.as_deref())?;
     let reference = p.reference.clone().unwrap_or_default();
     let mut result = FileResolveResult {
@@ -511,7 +509,7 @@ const GIT_REDIRECT_VARS: &[&str] = &[
 ];
 
 impl Git {
-    fn new(shared: &Shared) -> Git {
+    fn new(shared: &Host) -> Git {
         use crate::tools::{sandbox, PermissionMode, ToolContext};
         let home = &shared.opts.home;
         let workdir = &shared.opts.workdir;
@@ -856,7 +854,7 @@ fn totals(files: &[GitChange]) -> GitTotals {
 }
 
 fn git_view(
-    shared: &Shared,
+    shared: &Host,
     p: &WorkspaceViewParams,
     kind: GitKind,
 ) -> Result<serde_json::Value, Refusal> {

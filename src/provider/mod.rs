@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::config::ProviderConfig;
 
 pub mod anthropic;
+pub mod catalog;
 pub(crate) mod http;
 pub mod openai_chat;
 pub mod openai_responses;

@@ -4,7 +4,8 @@
 //! listing never delays a turn; responses may arrive out of request order (clients
 //! correlate by id).
 
-use super::{Responder, Shared};
+use super::Shared;
+use crate::outbound::Responder;
 use crate::session::{self, SessionMsg};
 use crossbeam_channel::{bounded, Sender};
 use parking_lot::Mutex;
@@ -49,7 +50,7 @@ impl CatalogPool {
                             return;
                         };
                         if store.is_none() {
-                            match Store::open_home(&shared.opts.home) {
+                            match Store::open_home(&shared.host.opts.home) {
                                 Ok(s) => store = Some(s),
                                 Err(e) => {
                                     reply.err(
@@ -105,7 +106,7 @@ impl CatalogPool {
 /// The store filter of a listing request (`thread/list`, `thread/listAll`,
 /// `thread/listArchived`), or `None` for other requests.
 pub fn listing_filter(shared: &Shared, req: &ClientRequest) -> Option<ThreadFilter> {
-    let workdir = shared.opts.workdir.to_string_lossy().into_owned();
+    let workdir = shared.host.opts.workdir.to_string_lossy().into_owned();
     match req {
         ClientRequest::ThreadList(p) => Some(ThreadFilter {
             cwd: Some(p.cwd.clone().filter(|c| !c.is_empty()).unwrap_or(workdir)),
@@ -180,11 +181,14 @@ fn handle(
     req: ClientRequest,
     reply: Responder,
 ) {
-    let workdir = shared.opts.workdir.to_string_lossy().into_owned();
+    let workdir = shared.host.opts.workdir.to_string_lossy().into_owned();
     let mut list = |filter: ThreadFilter, store: &Store, reply: Responder| {
-        let list_gen = shared.list_gen.load(std::sync::atomic::Ordering::SeqCst);
+        let list_gen = shared
+            .host
+            .list_gen
+            .load(std::sync::atomic::Ordering::SeqCst);
         let version = store.data_version().ok();
-        let gen = shared.registry.generation();
+        let gen = shared.host.registry.generation();
         if let Some(v) = version {
             if let Some((_, _, _, bytes)) = cache
                 .entries
@@ -197,7 +201,7 @@ fn handle(
             }
         }
         // One registry lock per listing (not one per conversation).
-        let running = shared.registry.running_ids();
+        let running = shared.host.registry.running_ids();
         // The last answer's size is a good guess of this one's.
         let capacity = cache
             .entries
@@ -216,7 +220,7 @@ fn handle(
                 reply.ok_raw(&bytes)
             }
             Err(e) => {
-                let (code, message) = super::store_error(shared, &e);
+                let (code, message) = crate::session::host::store_error(&shared.host, &e);
                 reply.err(code, format!("listing failed: {message}"))
             }
         }
@@ -263,7 +267,7 @@ fn handle(
                     .map(|rows| {
                         rows.iter()
                             .map(|r| ThreadSearchHit {
-                                thread: session::convert::thread_summary(shared, r),
+                                thread: session::convert::thread_summary(&shared.host, r),
                                 snippet: None,
                                 message_seq: None,
                             })
@@ -273,7 +277,7 @@ fn handle(
                 store.search_threads(query, limit).map(|hits| {
                     hits.iter()
                         .map(|h| ThreadSearchHit {
-                            thread: session::convert::thread_summary(shared, &h.thread),
+                            thread: session::convert::thread_summary(&shared.host, &h.thread),
                             snippet: Some(h.snippet.clone()).filter(|s| !s.is_empty()),
                             message_seq: h.item_seq,
                         })
@@ -283,14 +287,14 @@ fn handle(
             match result {
                 Ok(results) => reply.ok(&ThreadSearchResult { results }),
                 Err(e) => {
-                    let (code, message) = super::store_error(shared, &e);
+                    let (code, message) = crate::session::host::store_error(&shared.host, &e);
                     reply.err(code, format!("search failed: {message}"))
                 }
             }
         }
         ClientRequest::ThreadResume(p) => match store.latest_thread(&workdir) {
-            Ok(Some(row)) => shared.registry.dispatch(
-                shared,
+            Ok(Some(row)) => shared.host.registry.dispatch(
+                &shared.host,
                 &row.id,
                 SessionMsg::Request {
                     req: ClientRequest::ThreadResume(p),
@@ -302,40 +306,44 @@ fn handle(
                 format!("no sessions found for workspace {workdir}"),
             ),
             Err(e) => {
-                let (code, message) = super::store_error(shared, &e);
+                let (code, message) = crate::session::host::store_error(&shared.host, &e);
                 reply.err(code, message)
             }
         },
         ClientRequest::ThreadAttachmentRead(p) => {
-            session::attachments::serve_catalog(shared, store, p, reply)
+            session::attachments::serve_catalog(&shared.host, store, p, reply)
         }
         req @ (ClientRequest::ThreadHistoryRead(_)
         | ClientRequest::ThreadActivityRead(_)
         | ClientRequest::ThreadContentRead(_)
         | ClientRequest::ThreadPreview(_)) => {
-            session::history_page::serve_catalog(shared, store, req, reply)
+            session::history_page::serve_catalog(&shared.host, store, req, reply)
         }
         ClientRequest::ConfigModelUpdate(p) => {
-            session::selection::update_defaults(shared, p, reply)
+            session::selection::update_defaults(&shared.host, p, reply)
         }
-        ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(shared, reply),
+        ClientRequest::ModelCatalogRefresh(_) => super::init::refresh_catalog(&shared.host, reply),
         req @ (ClientRequest::SessionOrganizationList(_)
         | ClientRequest::SessionFolderCreate(_)
         | ClientRequest::SessionFolderUpdate(_)
         | ClientRequest::SessionFolderReorder(_)
         | ClientRequest::SessionFolderDelete(_)) => {
-            super::folders::handle(shared, store, req, reply)
+            super::folders::handle(&shared.host, store, req, reply)
         }
         req @ (ClientRequest::WorkspaceList(_) | ClientRequest::WorkspaceStateCleanup(_)) => {
-            super::workspace::handle(shared, store, req, reply)
+            super::workspace::handle(&shared.host, store, req, reply)
         }
-        ClientRequest::UsageOverview(p) => crate::usage::serve_overview(shared, store, p, reply),
-        ClientRequest::SettingsUsage(p) => crate::usage::serve_settings(shared, store, p, reply),
+        ClientRequest::UsageOverview(p) => {
+            crate::usage::serve_overview(&shared.usage, store, p, reply)
+        }
+        ClientRequest::SettingsUsage(p) => {
+            crate::usage::serve_settings(&shared.usage, store, p, reply)
+        }
         ClientRequest::RunInterrupt(p) => {
-            crate::session::run::run_interrupt_catalog(shared, store, p, reply)
+            crate::session::run::run_interrupt_catalog(&shared.host, store, p, reply)
         }
         ClientRequest::EngineList(p) => super::engines::list(shared, p, reply),
-        ClientRequest::EngineUpdate(p) => super::engines::update(shared, p, reply),
+        ClientRequest::EngineUpdate(p) => super::engines::update(&shared.host, p, reply),
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),

@@ -11,9 +11,10 @@
 //! where account quota, `subscription_providers`, `local_usage` and `latest_request`
 //! are added (issue 14 wires its collectors there).
 
-use super::{Responder, Shared};
 use crate::engine::catalog::{self, Env};
 use crate::engine::codex;
+use crate::outbound::Responder;
+use crate::session::Host;
 use serde_json::{json, Map, Value};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,7 +27,8 @@ use wuu_protocol::*;
 /// Codex entry's rate limits through its shared host's `account/rateLimits/read`).
 /// Errors: the store cannot be opened.
 pub fn attach_quota(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
+    usage: &crate::usage::UsageState,
     p: &EngineListParams,
     result: &mut EngineListResult,
 ) -> Result<(), String> {
@@ -63,7 +65,8 @@ pub fn attach_quota(
         })
         .collect();
     let usage = crate::usage::engine_list_usage(
-        shared,
+        &shared.config(),
+        usage,
         &mut store,
         &entries,
         p.include_activity != Some(false),
@@ -87,7 +90,7 @@ fn to_json<T: serde::Serialize>(v: &T) -> Value {
 }
 
 /// The persisted `engines` object of the effective config (absent without one).
-fn settings(shared: &Shared) -> Option<Value> {
+fn settings(shared: &Host) -> Option<Value> {
     shared
         .config()
         .config
@@ -111,7 +114,7 @@ fn strip_nulls(v: Value) -> Value {
 
 /// Builds the list. `discover`: run native model discovery (`false` → `deferred`).
 pub fn build(
-    shared: &Shared,
+    shared: &Host,
     cwd: &std::path::Path,
     discover: bool,
     refresh: bool,
@@ -175,9 +178,9 @@ pub fn build(
 }
 
 /// `engine/list`.
-pub fn list(shared: &Arc<Shared>, p: EngineListParams, reply: Responder) {
+pub fn list(shared: &Arc<super::Shared>, p: EngineListParams, reply: Responder) {
     let cwd = match p.cwd.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
-        None => shared.opts.workdir.clone(),
+        None => shared.host.opts.workdir.clone(),
         Some(c) => {
             let path = PathBuf::from(c);
             if !path.is_absolute() {
@@ -206,9 +209,9 @@ pub fn list(shared: &Arc<Shared>, p: EngineListParams, reply: Responder) {
         .name("wuu-engine-list".into())
         .spawn(move || {
             let discover = p.include_models != Some(false);
-            let mut result = build(&shared, &cwd, discover, p.refresh_models == Some(true));
+            let mut result = build(&shared.host, &cwd, discover, p.refresh_models == Some(true));
             if p.include_quota == Some(true) {
-                if let Err(e) = attach_quota(&shared, &p, &mut result) {
+                if let Err(e) = attach_quota(&shared.host, &shared.usage, &p, &mut result) {
                     return reply.err(ErrorCode::Error, e);
                 }
             }
@@ -222,7 +225,7 @@ pub fn list(shared: &Arc<Shared>, p: EngineListParams, reply: Responder) {
 /// `engine/update`: changes `engines` in the user config (atomic write, whole config
 /// re-validated), keeps `default_engine` when that engine is disabled, answers the
 /// list shape with every `models_status` `deferred`.
-pub fn update(shared: &Arc<Shared>, p: EngineUpdateParams, reply: Responder) {
+pub fn update(shared: &Arc<Host>, p: EngineUpdateParams, reply: Responder) {
     if let Some(d) = p.default_engine.as_deref().map(str::trim) {
         if !d.is_empty() && !catalog::known(d) {
             return reply.err(
@@ -306,11 +309,11 @@ pub fn update(shared: &Arc<Shared>, p: EngineUpdateParams, reply: Responder) {
 /// Edits the user config file through the shared settings editor (one process-wide
 /// lock, strict validation naming the field, atomic replace, reload, watcher restamp).
 fn edit_user_config(
-    shared: &Shared,
+    shared: &Host,
     _path: &std::path::Path,
     f: impl FnOnce(&mut Value) -> Result<(), &'static str>,
 ) -> Result<(), (ErrorCode, String)> {
-    crate::panels::settings::edit_user_config(shared, |doc, _| {
+    crate::session::live_config::edit_user_config(shared, |doc, _| {
         let mut v = Value::Object(std::mem::take(doc));
         let r = f(&mut v);
         if let Value::Object(o) = v {

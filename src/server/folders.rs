@@ -5,7 +5,8 @@
 //! `folder_id` (`thread/organization/update`). Deleting a folder moves its
 //! conversations out of it (each gets a `thread/updated`), never deletes them.
 
-use super::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use crate::util::{new_id, now_ms, rfc3339};
 use std::sync::Arc;
 use wuu_protocol::*;
@@ -19,13 +20,13 @@ type Refusal = (ErrorCode, String);
 /// `invalid_params` for ids the store refused; `store_busy` (retryable, naming the
 /// database) when another connection held the write lock past the busy timeout;
 /// `internal_error` otherwise.
-fn store_err(shared: &Shared, e: StoreError) -> Refusal {
+fn store_err(shared: &Host, e: StoreError) -> Refusal {
     match e {
         StoreError::Invalid(m) => (
             ErrorCode::InvalidParams,
             format!("invalid params: ids: {m}"),
         ),
-        other => super::store_error(shared, &other),
+        other => crate::session::host::store_error(shared, &other),
     }
 }
 
@@ -39,7 +40,7 @@ fn wire(f: &FolderRow) -> SessionFolder {
     }
 }
 
-fn organization(shared: &Shared, store: &Store) -> Result<SessionOrganization, Refusal> {
+fn organization(shared: &Host, store: &Store) -> Result<SessionOrganization, Refusal> {
     Ok(SessionOrganization {
         folders: store
             .list_folders()
@@ -92,7 +93,7 @@ fn v<T: serde::Serialize>(t: &T) -> serde_json::Value {
 }
 
 fn serve(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     store: &mut Store,
     req: ClientRequest,
 ) -> Result<serde_json::Value, Refusal> {
@@ -160,7 +161,7 @@ fn serve(
 }
 
 /// Serves the folder methods on the catalog pool.
-pub fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Responder) {
+pub fn handle(shared: &Arc<Host>, store: &mut Store, req: ClientRequest, reply: Responder) {
     match serve(shared, store, req) {
         Ok(v) => reply.ok(&v),
         Err((c, m)) => reply.err(c, m),

@@ -2,8 +2,9 @@
 //! through the method table, and route (inline, new session, session mailbox, catalog
 //! pool). The reader never touches the disk or the network.
 
-use super::transport::{LineRead, LineSource, MAX_LINE_BYTES};
-use super::{init, Responder, Shared};
+use super::{init, Shared};
+use crate::outbound::transport::{LineRead, LineSource, MAX_LINE_BYTES};
+use crate::outbound::Responder;
 use crate::session::SessionMsg;
 use std::sync::Arc;
 use wuu_protocol::{
@@ -28,7 +29,7 @@ pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
                 return;
             }
             Ok(LineRead::TooLong(n)) => {
-                shared.outbox.send(
+                shared.host.outbox.send(
                     serde_json::to_vec(&Response::err(
                         None,
                         ErrorObject::new(
@@ -79,11 +80,11 @@ fn handle_line(shared: &Arc<Shared>, line: &[u8]) -> Flow {
             let frame =
                 serde_json::to_vec(&Response::err(e.id, ErrorObject::new(e.code, e.message)))
                     .expect("serialize");
-            shared.outbox.send(frame);
+            shared.host.outbox.send(frame);
             Flow::Continue
         }
         Ok(Message::Response(resp)) => {
-            crate::session::reverse::deliver(shared, resp);
+            crate::session::reverse::deliver(&shared.host, resp);
             Flow::Continue
         }
         Ok(Message::Notification(n)) => {
@@ -107,10 +108,10 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
     let decoded = match ClientRequest::decode(&req.method, req.params) {
         Ok(d) => d,
         Err(DecodeError::UnknownMethod(m)) => {
-            Responder::new(id, shared.outbox.clone(), "?")
+            Responder::new(id, shared.host.outbox.clone(), "?")
                 .err(ErrorCode::MethodNotFound, format!("unknown method {m:?}"));
             if !answer {
-                let _ = shared.notify(&ProtocolError {
+                let _ = shared.host.notify(&ProtocolError {
                     code: "method_not_found".into(),
                     message: format!("unknown method {m:?}"),
                 });
@@ -118,16 +119,16 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
             return Flow::Continue;
         }
         Err(DecodeError::InvalidParams(m)) => {
-            Responder::new(id, shared.outbox.clone(), "?").err(ErrorCode::InvalidParams, m);
+            Responder::new(id, shared.host.outbox.clone(), "?").err(ErrorCode::InvalidParams, m);
             return Flow::Continue;
         }
     };
-    let reply = Responder::new(id, shared.outbox.clone(), decoded.method());
+    let reply = Responder::new(id, shared.host.outbox.clone(), decoded.method());
     if let ClientRequest::Shutdown(_) = decoded {
         shared.shutdown(Some(reply));
         return Flow::Stop;
     }
-    if shared.is_closing() {
+    if shared.host.is_closing() {
         reply.err(ErrorCode::ServerClosed, "the server is shutting down");
         return Flow::Continue;
     }
@@ -136,8 +137,8 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
         return Flow::Continue;
     }
     match decoded.route() {
-        Route::Inline => init::handle_inline(shared, decoded, reply),
-        Route::Spawn => crate::session::spawn_new(shared, decoded, reply),
+        Route::Inline => init::handle_inline(&shared.host, decoded, reply),
+        Route::Spawn => crate::session::spawn_new(&shared.host, decoded, reply),
         Route::Session(thread_id) => {
             let thread_id = thread_id.trim().to_owned();
             if thread_id.is_empty() {
@@ -147,8 +148,8 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
                 );
             } else {
                 let reply = reply.with_thread(&thread_id);
-                shared.registry.dispatch(
-                    shared,
+                shared.host.registry.dispatch(
+                    &shared.host,
                     &thread_id,
                     SessionMsg::Request {
                         req: decoded,
@@ -159,8 +160,8 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
         }
         Route::Resolve(Some(thread_id)) if !thread_id.trim().is_empty() => {
             let thread_id = thread_id.trim().to_owned();
-            shared.registry.dispatch(
-                shared,
+            shared.host.registry.dispatch(
+                &shared.host,
                 &thread_id,
                 SessionMsg::Request {
                     req: decoded,

@@ -8,7 +8,8 @@
 //! removes a (removed) workspace's state directory and archives its conversations: the
 //! data is kept, archived, never deleted.
 
-use super::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,17 +22,6 @@ pub const WORKSPACES_DIR: &str = "workspaces";
 pub const REGISTRATION_FILE: &str = "workspace.json";
 /// Archive reason recorded on the conversations of a cleaned-up workspace.
 pub const CLEANUP_REASON: &str = "workspace removed";
-
-/// Whether `id` can name a state directory: 1–128 of `[A-Za-z0-9._-]`, not `.`/`..`.
-pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id != "."
-        && id != ".."
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Registration {
@@ -102,7 +92,7 @@ fn registrations(home: &Path) -> Vec<Registration> {
 }
 
 /// `workspace/list`.
-pub fn list(shared: &Shared) -> WorkspaceListResult {
+pub fn list(shared: &Host) -> WorkspaceListResult {
     let current = shared.opts.workdir.to_string_lossy().into_owned();
     let mut workspaces = vec![WorkspaceEntry {
         id: shared.opts.workspace_id.clone(),
@@ -133,7 +123,7 @@ type Refusal = (ErrorCode, String);
 
 /// `workspace/state/cleanup`.
 pub fn cleanup(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     store: &mut Store,
     p: WorkspaceStateCleanupParams,
 ) -> Result<WorkspaceStateCleanupResult, Refusal> {
@@ -152,7 +142,7 @@ pub fn cleanup(
         return Err(invalid("workspace_id or workspace_path is required".into()));
     }
     if let Some(id) = id {
-        if !valid_id(id) {
+        if !crate::util::valid_workspace_id(id) {
             return Err(invalid(format!(
                 "workspace_id {:?} is not a workspace id",
                 crate::util::clip(id, 40)
@@ -185,7 +175,7 @@ pub fn cleanup(
                 archived: Some(false),
                 limit: None,
             })
-            .map_err(|e| super::store_error(shared, &e))?;
+            .map_err(|e| crate::session::host::store_error(shared, &e))?;
         for row in rows
             .iter()
             .filter(|r| Path::new(&r.cwd).starts_with(root) && !r.cwd.is_empty())
@@ -200,7 +190,7 @@ pub fn cleanup(
             match store.set_archived(&row.id, true, Some(CLEANUP_REASON)) {
                 Ok(Some(_)) => data_archived = true,
                 Ok(None) => {}
-                Err(e) => return Err(super::store_error(shared, &e)),
+                Err(e) => return Err(crate::session::host::store_error(shared, &e)),
             }
         }
         if data_archived {
@@ -236,7 +226,7 @@ pub fn cleanup(
 }
 
 /// Serves `workspace/list` and `workspace/state/cleanup` on the catalog pool.
-pub fn handle(shared: &Arc<Shared>, store: &mut Store, req: ClientRequest, reply: Responder) {
+pub fn handle(shared: &Arc<Host>, store: &mut Store, req: ClientRequest, reply: Responder) {
     match req {
         ClientRequest::WorkspaceList(_) => reply.ok(&list(shared)),
         ClientRequest::WorkspaceStateCleanup(p) => match cleanup(shared, store, p) {

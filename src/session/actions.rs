@@ -15,7 +15,7 @@
 use super::convert::{thread_wire, TurnState};
 use super::Session;
 use crate::engine::{context, history};
-use crate::server::Responder;
+use crate::outbound::Responder;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use wuu_protocol::*;
@@ -104,7 +104,7 @@ impl Session {
                             ),
                         ))
                     }
-                    Err(e) => return Err(crate::server::store_error(&self.shared, &e)),
+                    Err(e) => return Err(crate::session::host::store_error(&self.shared, &e)),
                 }
             }
             self.set_extra("folder_id", folder.map(Value::String))
@@ -230,8 +230,9 @@ impl Session {
             thread_id: self.id.clone(),
             provider: self.thread.provider.clone(),
             model: self.thread.model.clone(),
-            context_window_tokens: crate::server::init::context_window(
-                &self.shared,
+            context_window_tokens: crate::provider::catalog::context_window(
+                &self.shared.config(),
+                &self.shared.model_catalog,
                 &self.thread.provider,
                 &self.thread.model,
             ),

@@ -35,7 +35,7 @@
 
 use super::reverse;
 use crate::provider::ToolSpec;
-use crate::server::Shared;
+use crate::session::Host;
 use crate::tools::ToolOutcome;
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -94,12 +94,12 @@ pub struct Browser {
 }
 
 /// Whether the client serves the six base browser methods.
-pub fn enabled(shared: &Shared) -> bool {
+pub fn enabled(shared: &Host) -> bool {
     BASE_METHODS.iter().all(|m| reverse::advertised(shared, m))
 }
 
 /// The browser tool specs for what the client advertised (empty when not [`enabled`]).
-pub fn specs(shared: &Shared) -> Vec<ToolSpec> {
+pub fn specs(shared: &Host) -> Vec<ToolSpec> {
     if !enabled(shared) {
         return vec![];
     }
@@ -186,7 +186,7 @@ fn ok(output: String, detail: Value) -> ToolOutcome {
 /// One browser tool call's identity.
 pub struct CallCtx<'a> {
     /// Server state.
-    pub shared: &'a Shared,
+    pub shared: &'a Host,
     /// The conversation.
     pub thread_id: &'a str,
     /// The turn.
@@ -379,13 +379,13 @@ impl Scope {
     }
 }
 
-fn workdir(shared: &Shared) -> String {
+fn workdir(shared: &Host) -> String {
     shared.opts.workdir.to_string_lossy().into_owned()
 }
 
 /// Sends one request and waits; on a stopped wait emits `browser/request_cancelled`.
 fn request(
-    shared: &Shared,
+    shared: &Host,
     cancel: &AtomicBool,
     scope: &Scope,
     method: &str,
@@ -730,7 +730,7 @@ fn run(ctx: &CallCtx, name: &str, args: &str) -> Result<ToolOutcome, ToolOutcome
 
 /// Turn end: releases the conversation's workspace bindings and, when negotiated, sends
 /// `browser/turn_ended` for the turn's execution from a helper thread.
-pub fn turn_ended(shared: &Arc<Shared>, thread_id: &str, turn_id: &str) {
+pub fn turn_ended(shared: &Arc<Host>, thread_id: &str, turn_id: &str) {
     let Some(exec) = shared.browser.end_turn(thread_id, turn_id) else {
         return;
     };

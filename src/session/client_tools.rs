@@ -1,6 +1,6 @@
 //! Tools served by the client through reverse requests and notifications: `ask_user`
 //! ([`super::questions`]) and the browser tools ([`super::browser`]); also `load_skill`
-//! ([`crate::panels::skills`]), which needs the server state the file tools lack.
+//! ([`super::skills`]), which needs the server state the file tools lack.
 //!
 //! Offered to the model only when the client negotiated them in `initialize`:
 //! `ask_user` unless the client declined it (see [`questions::enabled`]); the browser
@@ -10,7 +10,7 @@
 //! revokes its question or stops waiting for its reverse request.
 
 use crate::provider::ToolSpec;
-use crate::server::Shared;
+use crate::session::Host;
 use crate::tools::{ToolEvent, ToolHandle, ToolOutcome};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use super::{browser, questions};
 
 /// Tool specs to offer, given what the client negotiated in `initialize`.
-pub fn specs(shared: &Shared) -> Vec<ToolSpec> {
+pub fn specs(shared: &Host) -> Vec<ToolSpec> {
     let mut out = vec![];
     if questions::enabled(shared) {
         out.push(questions::spec());
@@ -26,13 +26,13 @@ pub fn specs(shared: &Shared) -> Vec<ToolSpec> {
     out.extend(browser::specs(shared));
     // Host-served (not client-served), but it needs the server state the file tools do
     // not have: the skill roots and the store that counts uses (issue 16).
-    out.extend(crate::panels::skills::tool_spec(shared));
+    out.extend(crate::session::skills::tool_spec(shared));
     out
 }
 
 /// Every tool the model is offered in `mode`: the built-in tools plus the client-served
 /// ones; none at all on a `--no-tools` server.
-pub fn offered(shared: &Shared, mode: crate::tools::PermissionMode) -> Vec<ToolSpec> {
+pub fn offered(shared: &Host, mode: crate::tools::PermissionMode) -> Vec<ToolSpec> {
     if shared.opts.no_tools {
         return vec![];
     }
@@ -43,7 +43,7 @@ pub fn offered(shared: &Shared, mode: crate::tools::PermissionMode) -> Vec<ToolS
 
 /// Whether a call to `name` is served here rather than by the built-in tools: the
 /// client-served tools, and every tool on a `--no-tools` server (refused by [`spawn`]).
-pub fn handles(shared: &Shared, name: &str) -> bool {
+pub fn handles(shared: &Host, name: &str) -> bool {
     shared.opts.no_tools
         || name == questions::TOOL
         || browser::is_tool(name)
@@ -53,7 +53,7 @@ pub fn handles(shared: &Shared, name: &str) -> bool {
 /// Starts a client-served tool call on a helper thread. `call_id` is the model's tool
 /// call id (carried by `user-question/requested` as `call_id`).
 pub fn spawn(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     thread_id: &str,
     turn_id: &str,
     call_id: &str,
@@ -85,7 +85,7 @@ pub fn spawn(
                 if name_owned == questions::TOOL {
                     questions::run_ask_user(&shared, &thread_id, &turn_id, &call_id, &args, &cancel)
                 } else if name_owned == crate::tools::skill::NAME {
-                    crate::panels::skills::run_tool(&shared, &thread_id, &args)
+                    crate::session::skills::run_tool(&shared, &thread_id, &args)
                 } else {
                     let ctx = browser::CallCtx {
                         shared: &shared,
@@ -115,7 +115,7 @@ pub fn spawn(
 
 /// The turn ended (completed, failed, interrupted): revokes its open questions and ends
 /// its browser execution (`browser/turn_ended`, sent from a helper thread).
-pub fn turn_ended(shared: &Arc<Shared>, thread_id: &str, turn_id: &str) {
+pub fn turn_ended(shared: &Arc<Host>, thread_id: &str, turn_id: &str) {
     shared
         .questions
         .revoke_turn(shared, thread_id, turn_id, "the turn ended");

@@ -1,6 +1,7 @@
 //! Conversions between store rows and wire shapes (spec `app-server.md` §5.1–§5.3).
 
-use crate::server::Shared;
+use crate::outbound::frames::push_json_str;
+use crate::session::Host;
 use crate::tools::PermissionMode;
 use crate::util::rfc3339;
 use wuu_protocol::{Thread, ThreadItem, Turn, TurnError};
@@ -177,7 +178,7 @@ fn extra_str(extra: &serde_json::Value, key: &str) -> Option<String> {
 }
 
 /// Listing entry: the thread with `turns: []`, status from the live registry.
-pub fn thread_summary(shared: &Shared, row: &ThreadRow) -> Thread {
+pub fn thread_summary(shared: &Host, row: &ThreadRow) -> Thread {
     thread_wire(row, &[], shared.registry.is_running(&row.id))
 }
 
@@ -264,79 +265,4 @@ pub fn write_summary(out: &mut Vec<u8>, row: &wuu_store::ThreadView<'_>, running
         field(out, b",\"damage\":", d);
     }
     out.push(b'}');
-}
-
-/// Appends `s` as a JSON string exactly as serde_json writes it. serde_json escapes only
-/// `"`, `\\` and bytes below 0x20; a string without them (the common case, checked eight
-/// bytes at a time) is copied as is, any other goes through serde_json itself.
-pub fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    if needs_json_escape(s.as_bytes()) {
-        // Serializing a string into a Vec cannot fail.
-        serde_json::to_writer(&mut *out, s).expect("serialize string");
-    } else {
-        out.reserve(s.len() + 2);
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    }
-}
-
-/// Whether `b` holds a byte serde_json escapes (`"`, `\\`, or below 0x20). Never
-/// answers false for such a string (a rare false positive only takes the slow path).
-fn needs_json_escape(b: &[u8]) -> bool {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    // Nonzero iff some byte of `x` is below `n` (exact for n <= 0x80).
-    let below = |x: u64, n: u8| x.wrapping_sub(ONES * u64::from(n)) & !x & HIGH;
-    let mut chunks = b.chunks_exact(8);
-    for c in &mut chunks {
-        let Ok(word) = <[u8; 8]>::try_from(c) else {
-            return true;
-        };
-        let x = u64::from_le_bytes(word);
-        if below(x, 0x20)
-            | below(x ^ (ONES * u64::from(b'"')), 1)
-            | below(x ^ (ONES * u64::from(b'\\')), 1)
-            != 0
-        {
-            return true;
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .any(|&c| c < 0x20 || c == b'"' || c == b'\\')
-}
-
-#[cfg(test)]
-mod json_str_tests {
-    use super::push_json_str;
-
-    fn check(s: &str) {
-        let mut out = b"x".to_vec();
-        push_json_str(&mut out, s);
-        assert_eq!(&out[1..], serde_json::to_vec(s).unwrap(), "{s:?}");
-    }
-
-    #[test]
-    fn push_json_str_matches_serde_json() {
-        // Every character below 0x80 alone, at every position of a 17-byte string (both
-        // sides of the 8-byte words), and a spread of multi-byte characters.
-        for c in (0u8..0x80)
-            .map(char::from)
-            .chain("é€你🎉\u{7f}\u{80}\u{2028}\u{feff}".chars())
-        {
-            check(&c.to_string());
-            for at in 0..17 {
-                let mut s: String = "abcdefghijklmnopq".chars().take(at).collect();
-                s.push(c);
-                s.push_str(&"rstuvwxyz0123456"[..16 - at.min(16)]);
-                check(&s);
-            }
-        }
-        check("");
-        check("plain text of some length, no escapes at all here, just words");
-        check("ends with a quote\"");
-        check("\\\\\\\"\"\n\n\t");
-    }
 }

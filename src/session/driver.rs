@@ -14,8 +14,8 @@ use crate::engine::{
     history, Control, EngineEvent, EventSink, Limits, Outcome, SteerInput, Steering, StepStart,
     TurnRequest, UserInput, EVENT_CAPACITY,
 };
+use crate::outbound::transport::Overflow;
 use crate::provider::Usage;
-use crate::server::transport::Overflow;
 use crate::session::{Session, SessionMsg};
 use crate::util::{now_ms, rfc3339};
 use crossbeam_channel::select;
@@ -95,10 +95,10 @@ pub struct Driver<'a> {
     /// delta, by item id and stream; sent before the item is complete.
     masks: crate::secrets::DeltaStreams<(String, DeltaKind)>,
     /// This turn's share of the outbox for its deltas (fair among streaming
-    /// conversations, see [`crate::server::transport::Lane`]).
-    lane: crate::server::transport::Lane,
+    /// conversations, see [`crate::outbound::transport::Lane`]).
+    lane: crate::outbound::transport::Lane,
     /// Delta frames of the engine batch being projected, not yet handed to the outbox.
-    deltas: crate::server::transport::Lines,
+    deltas: crate::outbound::transport::Lines,
     /// An engine batch is being projected (deltas are gathered, [`Self::send_deltas`]).
     batching: bool,
 }
@@ -286,7 +286,13 @@ impl<'a> Driver<'a> {
             context_tokens: self.last_context_tokens,
             context_window_tokens: {
                 let row = &self.s.turns[self.turn_idx].row;
-                crate::server::init::context_window(&self.s.shared, &row.provider, &row.model)
+                let host = &self.s.shared;
+                crate::provider::catalog::context_window(
+                    &host.config(),
+                    &host.model_catalog,
+                    &row.provider,
+                    &row.model,
+                )
             },
         };
         self.notify(&n);
@@ -1134,8 +1140,14 @@ impl<'a> Driver<'a> {
             self.s.turns[self.turn_idx].row.id.as_str(),
             item_id.as_str(),
         ];
-        crate::server::delta_frame_into(self.deltas.next_frame(), method, ids, &delta, stream);
-        if !self.batching || self.deltas.len() >= crate::server::transport::LANE_CHUNK_LINES {
+        crate::outbound::frames::delta_frame_into(
+            self.deltas.next_frame(),
+            method,
+            ids,
+            &delta,
+            stream,
+        );
+        if !self.batching || self.deltas.len() >= crate::outbound::transport::LANE_CHUNK_LINES {
             self.send_deltas();
         }
     }

@@ -11,7 +11,7 @@ use super::Session;
 use crate::engine::builtin::Builtin;
 use crate::engine::{Engine, FailingEngine, HostTools, BUILTIN};
 use crate::provider::ToolSpec;
-use crate::server::Shared;
+use crate::session::Host;
 use crate::tools::{PermissionMode, ToolHandle};
 use std::sync::Arc;
 use wuu_protocol::TurnError;
@@ -22,7 +22,7 @@ pub const ENGINE_REF: &str = "engine_ref";
 
 /// The client-served tools of one conversation (`ask_user`, browser tools).
 pub struct ClientTools {
-    shared: Arc<Shared>,
+    shared: Arc<Host>,
     thread_id: String,
 }
 

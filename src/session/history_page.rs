@@ -35,7 +35,8 @@
 
 use super::convert::{item_wire, thread_wire, turn_wire, TurnState};
 use super::Session;
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use parking_lot::Mutex;
@@ -244,7 +245,7 @@ impl<'a> Source<'a> {
             // An item carrying images: its images go by reference, which may leave it
             // small enough to send whole (the cut copy would have cut the image data).
             let media = serde_json::from_slice::<ThreadItem>(&bytes)
-                .map(|i| super::attachments::has_media(&i))
+                .map(|i| crate::outbound::deferred::has_media(&i))
                 .unwrap_or(false);
             if media {
                 full = self.full_item(turn_id, &head.id)?;
@@ -252,7 +253,7 @@ impl<'a> Source<'a> {
             cut = Some((sha, bytes));
         }
         if let Some(mut item) = full {
-            super::attachments::project_item(&mut item, &self.thread_id, turn_id);
+            crate::outbound::deferred::project_item(&mut item, &self.thread_id, turn_id);
             let bytes = serde_json::to_vec(&item).unwrap_or_default();
             if bytes.len() <= INLINE_ITEM_BYTES {
                 return Ok(Some((item, bytes.len())));
@@ -821,7 +822,7 @@ impl Session {
 /// Serves `thread/history/read`, `thread/activity/read`, `thread/content/read` for a
 /// persisted conversation from the catalog pool's store connection (never reviving or
 /// blocking its session). Ephemeral conversations are forwarded to their session.
-pub fn serve_catalog(shared: &Arc<Shared>, store: &Store, req: ClientRequest, reply: Responder) {
+pub fn serve_catalog(shared: &Arc<Host>, store: &Store, req: ClientRequest, reply: Responder) {
     let thread_id = match &req {
         ClientRequest::ThreadHistoryRead(p) => p.thread_id.trim().to_owned(),
         ClientRequest::ThreadActivityRead(p) => p.thread_id.trim().to_owned(),

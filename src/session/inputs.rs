@@ -14,7 +14,7 @@
 //! themselves (what pending inputs become after a restart or an interrupt).
 
 use super::Session;
-use crate::server::Responder;
+use crate::outbound::Responder;
 use crate::session::turn::{self as engine, TurnInput};
 use crate::util::{new_id, now_ms, preview};
 use serde_json::{json, Value};

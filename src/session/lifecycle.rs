@@ -4,8 +4,9 @@
 
 use super::convert::{item_wire, thread_wire, TurnState};
 use super::{Session, SessionMsg, Snapshot};
-use crate::server::connections::PooledStore;
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::connections::PooledStore;
+use crate::session::Host;
 use crate::tools::PermissionMode;
 use crate::util::{new_id, now_ms};
 use std::path::Path;
@@ -23,7 +24,7 @@ type Created = (Option<PooledStore>, ThreadRow, Vec<TurnState>);
 /// Loads a persisted conversation and its history with a fresh connection.
 /// `Ok(None)` when it does not exist.
 pub fn load(
-    shared: &Shared,
+    shared: &Host,
     id: &str,
 ) -> Result<Option<(PooledStore, ThreadRow, Vec<TurnState>)>, String> {
     let Some((mut store, thread)) = load_thread(shared, id).map_err(|e| format!("store: {e}"))?
@@ -37,7 +38,7 @@ pub fn load(
 /// Loads a persisted conversation's row (not its history) with a fresh connection.
 /// `Ok(None)` when it does not exist.
 pub fn load_thread(
-    shared: &Shared,
+    shared: &Host,
     id: &str,
 ) -> Result<Option<(PooledStore, ThreadRow)>, wuu_store::StoreError> {
     if id.starts_with("ephemeral-") {
@@ -53,7 +54,7 @@ pub fn load_thread(
 /// Loads a conversation's whole history. A turn left running by a dead process is
 /// settled first (no turn is reported running without a live lease); items left in
 /// progress inside settled turns are shown settled.
-pub fn load_turns(shared: &Shared, store: &mut Store, id: &str) -> Result<Vec<TurnState>, String> {
+pub fn load_turns(shared: &Host, store: &mut Store, id: &str) -> Result<Vec<TurnState>, String> {
     let mut history = store.load_history(id).map_err(|e| format!("store: {e}"))?;
     if history.iter().any(|t| t.turn.status == "in_progress") {
         // Taking the lease settles a dead owner's turn as interrupted; a live owner
@@ -102,7 +103,7 @@ fn clean(s: &Option<String>) -> Option<String> {
 }
 
 /// `thread/start`: validates the selection, then persists (unless ephemeral).
-pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Refusal> {
+pub fn create(shared: &Arc<Host>, p: ThreadStartParams) -> Result<Created, Refusal> {
     let cfg = shared.config();
     let engine = clean(&p.engine)
         .or_else(|| {
@@ -139,7 +140,7 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
     if let Some(w) = clean(&p.workspace_id) {
         // Same rule as `--workspace-id` and `workspace/state/cleanup`: the id names a
         // directory under `$WUU_HOME`, so `../x`, NUL bytes and long ids are refused.
-        if !crate::server::workspace::valid_id(&w) {
+        if !crate::util::valid_workspace_id(&w) {
             return Err(invalid(format!(
                 "workspace_id: {:?} is not a workspace id (use 1-128 letters, digits, '.', '_' or '-')",
                 crate::util::clip(&w, 40)
@@ -256,22 +257,22 @@ pub fn create(shared: &Arc<Shared>, p: ThreadStartParams) -> Result<Created, Ref
     let mut store = open(shared)?;
     store
         .insert_thread(&thread)
-        .map_err(|e| crate::server::store_refusal(shared, &e))?;
+        .map_err(|e| crate::session::host::store_refusal(shared, &e))?;
     shared.threads_changed();
     Ok((Some(store), thread, vec![]))
 }
 
-fn open(shared: &Shared) -> Result<PooledStore, Refusal> {
+fn open(shared: &Host) -> Result<PooledStore, Refusal> {
     shared
         .connections
         .take()
-        .map_err(|e| crate::server::store_refusal(shared, &e))
+        .map_err(|e| crate::session::host::store_refusal(shared, &e))
 }
 
 /// `thread/fork`: copies the source's selection and history up to the cut into a new
 /// conversation. Copied in-progress turns settle as interrupted. A fork of an ephemeral
 /// conversation is ephemeral.
-pub fn fork(shared: &Arc<Shared>, p: ThreadForkParams) -> Result<Created, Refusal> {
+pub fn fork(shared: &Arc<Host>, p: ThreadForkParams) -> Result<Created, Refusal> {
     if let Some(m) = clean(&p.mode) {
         if m != "local" {
             return Err((ErrorCode::Error, format!("unsupported fork mode {m:?}")));
@@ -371,11 +372,11 @@ pub fn fork(shared: &Arc<Shared>, p: ThreadForkParams) -> Result<Created, Refusa
             }
             Ok(())
         })
-        .map_err(|e| crate::server::store_error(shared, &e))?;
+        .map_err(|e| crate::session::host::store_error(shared, &e))?;
     // Re-read so item seqs are the new conversation's own.
     let turns = store
         .load_history(&new_id_)
-        .map_err(|e| crate::server::store_error(shared, &e))?
+        .map_err(|e| crate::session::host::store_error(shared, &e))?
         .into_iter()
         .map(|t| TurnState {
             items: t.items.iter().map(item_wire).collect(),
@@ -425,7 +426,7 @@ impl Session {
         }
         let r = match self.store.as_mut() {
             None => Ok(T::default()),
-            Some(s) => f(s).map_err(|e| crate::server::store_error(&self.shared, &e)),
+            Some(s) => f(s).map_err(|e| crate::session::host::store_error(&self.shared, &e)),
         };
         self.shared.threads_changed();
         r
@@ -534,7 +535,7 @@ impl Session {
                         let _ = store.release_lease(&id, &owner);
                     }
                     Err(e) => {
-                        let (c, m) = crate::server::store_error(&self.shared, &e);
+                        let (c, m) = crate::session::host::store_error(&self.shared, &e);
                         return reply.err(c, m);
                     }
                 }
@@ -580,7 +581,7 @@ impl Session {
             }
             Ok(_) => {}
             Err(e) => {
-                let (c, m) = crate::server::store_error(&self.shared, &e);
+                let (c, m) = crate::session::host::store_error(&self.shared, &e);
                 return reply.err(c, m);
             }
         }
@@ -604,7 +605,7 @@ impl Session {
                 )
             }
             Err(e) => {
-                let (c, m) = crate::server::store_error(&self.shared, &e);
+                let (c, m) = crate::session::host::store_error(&self.shared, &e);
                 reply.err(c, m)
             }
         }

@@ -11,24 +11,31 @@ pub mod actions;
 pub mod attachments;
 pub mod browser;
 pub mod client_tools;
+pub mod connections;
 pub mod convert;
 pub mod driver;
 pub mod engines;
 pub mod history_page;
+pub mod host;
 pub mod inputs;
 pub mod lifecycle;
+pub mod live_config;
 pub mod questions;
+pub mod registry;
 pub mod reverse;
 pub mod run;
 pub mod selection;
+pub mod skills;
 pub mod title;
 pub mod turn;
 
-use crate::server::connections::PooledStore;
-use crate::server::registry::{Mail, SessionEntry};
-use crate::server::{Responder, Shared};
+pub use host::{Host, ServerOptions};
+
+use crate::outbound::Responder;
+use connections::PooledStore;
 use convert::TurnState;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use registry::{Mail, SessionEntry};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use wuu_protocol::{ClientRequest, ErrorCode};
@@ -85,13 +92,13 @@ pub struct Snapshot {
 /// The state a session thread owns.
 pub struct Session {
     /// Server state.
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Host>,
     /// Conversation id.
     pub id: String,
     /// Mailbox.
     pub rx: Receiver<Mail>,
     /// The store connection while this session works on a message (taken from
-    /// [`crate::server::connections`] before it and given back after it: idle sessions
+    /// [`crate::session::connections`] before it and given back after it: idle sessions
     /// hold none; a turn also gives it back while it waits for its engine and takes one
     /// again before anything but a text delta, see `driver`); always `None` for
     /// ephemeral conversations. Code that may run while it is given back goes through
@@ -143,7 +150,7 @@ impl Session {
                 self.store = Some(store);
                 Ok(())
             }
-            Err(e) => Err(crate::server::store_refusal(&self.shared, &e)),
+            Err(e) => Err(crate::session::host::store_refusal(&self.shared, &e)),
         }
     }
 
@@ -160,8 +167,8 @@ impl Session {
         let park_after = self.shared.opts.park_after;
         while !self.exit {
             // Many live conversations: idle ones park sooner (threads stay bounded).
-            let wait = if self.shared.registry.len() > crate::server::registry::SOFT_SESSION_CAP {
-                park_after.min(crate::server::registry::EARLY_PARK_AFTER)
+            let wait = if self.shared.registry.len() > crate::session::registry::SOFT_SESSION_CAP {
+                park_after.min(crate::session::registry::EARLY_PARK_AFTER)
             } else {
                 park_after
             };
@@ -217,7 +224,7 @@ impl Session {
 
     /// After a turn: the session now waits (maybe for a long time) for its next
     /// message, so the allocator's free pages what only the turn needed go back
-    /// (rate-limited, see [`crate::server::registry::Registry::trim_after_turn`]); the
+    /// (rate-limited, see [`crate::session::registry::Registry::trim_after_turn`]); the
     /// connection goes back to the pool when the message is done.
     pub fn release_turn_memory(&mut self) {
         self.shared.registry.trim_after_turn();
@@ -274,7 +281,7 @@ impl Session {
     pub fn handle(&mut self, msg: SessionMsg) {
         if !matches!(msg, SessionMsg::Shutdown { .. }) {
             if let Err((code, message)) = self.acquire_store() {
-                return crate::server::registry::refuse(msg, code, &message);
+                return crate::session::registry::refuse(msg, code, &message);
             }
         }
         // Requests that never need the whole history loaded.
@@ -366,7 +373,7 @@ fn entry_for(tx: Sender<Mail>, running: Arc<AtomicBool>) -> SessionEntry {
 /// gone meanwhile, answers `thread_not_found` to what it was sent and ends. Errors: the
 /// OS refused a thread (the caller answers the mailbox).
 pub fn spawn_existing(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     thread_id: &str,
     rx: Receiver<Mail>,
     running: Arc<AtomicBool>,
@@ -376,7 +383,7 @@ pub fn spawn_existing(
     std::thread::Builder::new()
         .name(format!("wuu-session-{}", crate::util::name_tail(&id, 12)))
         .spawn(move || {
-            let _guard = crate::server::registry::PanicGuard {
+            let _guard = crate::session::registry::PanicGuard {
                 shared: &shared,
                 id: &id,
                 rx: &rx,
@@ -401,7 +408,7 @@ pub fn spawn_existing(
                 .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
                 Err(e) => {
-                    let (code, message) = crate::server::store_refusal(&shared, &e);
+                    let (code, message) = crate::session::host::store_refusal(&shared, &e);
                     refuse_all(&shared, &id, &rx, code, Some(message))
                 }
             }
@@ -411,7 +418,7 @@ pub fn spawn_existing(
 }
 
 fn refuse_all(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     id: &str,
     rx: &Receiver<Mail>,
     code: ErrorCode,
@@ -420,17 +427,17 @@ fn refuse_all(
     shared.registry.remove_if(id, || true);
     let message =
         detail.unwrap_or_else(|| format!("thread {:?} not found", crate::util::clip(id, 80)));
-    crate::server::registry::drain_refusing(rx, code, &message);
+    crate::session::registry::drain_refusing(rx, code, &message);
 }
 
 /// Spawns a new session thread for `thread/start` or `thread/fork`; the thread creates
 /// the conversation, registers it, answers, and then serves it.
-pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
+pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
     let shared = shared.clone();
     let spawned = std::thread::Builder::new()
         .name("wuu-session-new".into())
         .spawn(move || {
-            let (tx, rx) = crate::server::registry::mailbox();
+            let (tx, rx) = crate::session::registry::mailbox();
             let running = Arc::new(AtomicBool::new(false));
             let created = match req {
                 ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
@@ -445,7 +452,7 @@ pub fn spawn_new(shared: &Arc<Shared>, req: ClientRequest, reply: Responder) {
                 Ok((store, thread, turns)) => {
                     let id = thread.id.clone();
                     shared.registry.insert(&id, entry_for(tx, running.clone()));
-                    let _guard = crate::server::registry::PanicGuard {
+                    let _guard = crate::session::registry::PanicGuard {
                         shared: &shared,
                         id: &id,
                         rx: &rx,

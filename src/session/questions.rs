@@ -10,7 +10,7 @@
 //! "questions are unavailable in non-interactive runs …".
 //!
 //! # Life of a question
-//! `ask_user` registers the request in [`Questions`] (owned by [`Shared`]), emits
+//! `ask_user` registers the request in [`Questions`] (owned by [`Host`]), emits
 //! `user-question/requested` and waits on its helper thread. The request settles exactly
 //! once, emitting `user-question/resolved {outcome}`:
 //! - `answered` — `user-question/respond` with valid answers; the answer returns to the
@@ -27,7 +27,8 @@
 //! settled ("… was revoked …; late answers are refused"). Questions marked `secret` /
 //! `is_secret` are refused (secret input is not supported).
 
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use crate::tools::ToolOutcome;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
@@ -107,7 +108,7 @@ pub struct Questions {
 /// clients read `user-question/requested` without declaring anything), unless the
 /// client declined them (`capabilities.opt_out_notifications: ["user-question"]`) or the
 /// server is `wuu exec`'s (nobody answers there).
-pub fn enabled(shared: &Shared) -> bool {
+pub fn enabled(shared: &Host) -> bool {
     shared.opts.questions
         && !shared
             .capabilities
@@ -118,7 +119,7 @@ pub fn enabled(shared: &Shared) -> bool {
 }
 
 /// The offer lifetime: `agent.question_offer_ttl_ms`, default [`DEFAULT_OFFER_TTL`].
-pub fn offer_ttl(shared: &Shared) -> Duration {
+pub fn offer_ttl(shared: &Host) -> Duration {
     shared
         .config()
         .agent()
@@ -130,7 +131,7 @@ pub fn offer_ttl(shared: &Shared) -> Duration {
 impl Questions {
     /// Registers a request, emits `user-question/requested`, returns where the
     /// resolution arrives.
-    fn open(&self, shared: &Shared, request: UserQuestionRequest) -> Receiver<Resolution> {
+    fn open(&self, shared: &Host, request: UserQuestionRequest) -> Receiver<Resolution> {
         let (tx, rx) = bounded(1);
         let deadline = (request.mode == "offer").then(|| Instant::now() + offer_ttl(shared));
         let n = UserQuestionRequested {
@@ -151,7 +152,7 @@ impl Questions {
     /// Settles every open request matching `pred`; returns how many.
     fn settle(
         &self,
-        shared: &Shared,
+        shared: &Host,
         pred: impl Fn(&Open) -> bool,
         outcome: Outcome,
         answer: Option<QuestionAnswerSet>,
@@ -241,7 +242,7 @@ impl Questions {
     /// or no answer at all.
     pub fn respond(
         &self,
-        shared: &Shared,
+        shared: &Host,
         p: UserQuestionRespondParams,
     ) -> Result<UserQuestionResolveResult, Refusal> {
         let id = p.request_id.trim().to_owned();
@@ -280,7 +281,7 @@ impl Questions {
     /// `user-question/cancel` (`skip: true` skips an offer).
     pub fn cancel(
         &self,
-        shared: &Shared,
+        shared: &Host,
         p: UserQuestionCancelParams,
     ) -> Result<UserQuestionResolveResult, Refusal> {
         let id = p.request_id.trim().to_owned();
@@ -336,7 +337,7 @@ impl Questions {
     }
 
     /// Expires `request_id` if its deadline passed; true if it did.
-    fn expire_due(&self, shared: &Shared, request_id: &str) -> bool {
+    fn expire_due(&self, shared: &Host, request_id: &str) -> bool {
         let now = Instant::now();
         self.settle(
             shared,
@@ -348,7 +349,7 @@ impl Questions {
     }
 
     /// Revokes one request.
-    fn revoke(&self, shared: &Shared, request_id: &str, reason: &str) {
+    fn revoke(&self, shared: &Host, request_id: &str, reason: &str) {
         self.settle(
             shared,
             |o| o.request.request_id == request_id,
@@ -359,7 +360,7 @@ impl Questions {
     }
 
     /// Revokes the open questions of a turn (it ended).
-    pub fn revoke_turn(&self, shared: &Shared, thread_id: &str, turn_id: &str, reason: &str) {
+    pub fn revoke_turn(&self, shared: &Host, thread_id: &str, turn_id: &str, reason: &str) {
         self.settle(
             shared,
             |o| o.request.thread_id == thread_id && o.request.turn_id == turn_id,
@@ -370,7 +371,7 @@ impl Questions {
     }
 
     /// Revokes every open question (disconnect, shutdown).
-    pub fn revoke_all(&self, shared: &Shared, reason: &str) {
+    pub fn revoke_all(&self, shared: &Host, reason: &str) {
         self.settle(
             shared,
             |_| true,
@@ -434,7 +435,7 @@ fn invalid(m: impl Into<String>) -> Refusal {
 }
 
 /// Handles `user-question/*` (routed inline: in-memory operations).
-pub fn handle(shared: &Shared, req: ClientRequest, reply: Responder) {
+pub fn handle(shared: &Host, req: ClientRequest, reply: Responder) {
     let r = match req {
         ClientRequest::UserQuestionList(p) => {
             let t = p
@@ -657,7 +658,7 @@ fn build_request(
 /// Runs one `ask_user` call on the calling (helper) thread until the question settles
 /// or `cancel` is set (then the question is revoked).
 pub fn run_ask_user(
-    shared: &Shared,
+    shared: &Host,
     thread_id: &str,
     turn_id: &str,
     call_id: &str,
@@ -714,7 +715,7 @@ pub fn run_ask_user(
 /// `user-question/requested` and waits on the calling (helper) thread until it settles
 /// or `cancel` is set (then it is revoked with `revoke_reason`).
 pub fn ask_for_engine(
-    shared: &Shared,
+    shared: &Host,
     mut request: UserQuestionRequest,
     cancel: &AtomicBool,
     revoke_reason: &str,

@@ -8,7 +8,7 @@
 //! ([`Pending::close_all`]), whichever comes first. A client that never answers
 //! therefore blocks only that one call. Replies for unknown or expired ids are dropped.
 
-use crate::server::Shared;
+use crate::session::Host;
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -86,7 +86,7 @@ impl Pending {
     /// after shutdown began.
     pub fn send(
         &self,
-        shared: &Shared,
+        shared: &Host,
         method: &str,
         params: serde_json::Value,
     ) -> Result<(String, Receiver<Response>), CallError> {
@@ -115,7 +115,7 @@ impl Pending {
     /// is forgotten (a late reply is dropped). The method must be advertised.
     pub fn call(
         &self,
-        shared: &Shared,
+        shared: &Host,
         method: &str,
         params: serde_json::Value,
         timeout: Duration,
@@ -172,7 +172,7 @@ impl Pending {
 }
 
 /// Whether the client listed `method` in `capabilities.reverse_rpc.methods`.
-pub fn advertised(shared: &Shared, method: &str) -> bool {
+pub fn advertised(shared: &Host, method: &str) -> bool {
     shared
         .capabilities
         .read()
@@ -182,7 +182,7 @@ pub fn advertised(shared: &Shared, method: &str) -> bool {
 }
 
 /// The per-call timeout: `agent.reverse_request_timeout_ms`, default [`DEFAULT_TIMEOUT`].
-pub fn timeout(shared: &Shared) -> Duration {
+pub fn timeout(shared: &Host) -> Duration {
     shared
         .config()
         .agent()
@@ -192,7 +192,7 @@ pub fn timeout(shared: &Shared) -> Duration {
 }
 
 /// Routes a client's reply to the waiting caller; unknown ids are logged and dropped.
-pub fn deliver(shared: &Arc<Shared>, resp: Response) {
+pub fn deliver(shared: &Arc<Host>, resp: Response) {
     let key = match &resp.id {
         Some(RequestId::String(s)) => s.clone(),
         Some(RequestId::Number(n)) => n.to_string(),
@@ -215,7 +215,8 @@ pub fn deliver(shared: &Arc<Shared>, resp: Response) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::{MemoryClient, ServerOptions};
+    use crate::server::MemoryClient;
+    use crate::session::ServerOptions;
     use serde_json::json;
     use wuu_protocol::ReverseRpcCapabilities;
 
@@ -226,7 +227,7 @@ mod tests {
         let mut opts = ServerOptions::new(ws.path().to_path_buf());
         opts.home = home.path().to_path_buf();
         let c = MemoryClient::start(opts).unwrap();
-        let shared = c.shared.clone();
+        let shared = c.shared.host.clone();
         shared.capabilities.write().reverse_rpc = Some(ReverseRpcCapabilities {
             methods: vec!["browser/cdp".into()],
         });

@@ -6,7 +6,8 @@
 use super::driver::{Driver, TurnEnd, TurnOptions};
 use super::turn::{admit, current_turn, input_from, process_deferred, TurnInput};
 
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use crate::session::{Session, SessionMsg};
 use crate::util::{new_id, now_ms, rfc3339};
 use serde_json::{json, Value};
@@ -419,7 +420,7 @@ fn drive(
 
 /// Finds a run by id: a live or finished ephemeral run in memory, else the store.
 fn stored_run(
-    shared: &Shared,
+    shared: &Host,
     store: Option<&Store>,
     run_id: &str,
 ) -> Result<Option<(Run, String)>, String> {
@@ -440,7 +441,7 @@ fn stored_run(
 /// process; answers terminal runs as they are; `run_not_attached` for a live run owned
 /// by another process; `run_not_found` otherwise.
 pub fn run_interrupt_catalog(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     store: &Store,
     p: RunInterruptParams,
     reply: Responder,

@@ -14,7 +14,8 @@
 //!   their selection.
 
 use super::Session;
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
+use crate::session::Host;
 use crate::tools::PermissionMode;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
@@ -59,23 +60,24 @@ fn check_mode(m: &Option<String>) -> Result<Option<String>, Refusal> {
 }
 
 fn result_for(
-    shared: &Shared,
+    shared: &Host,
     provider: String,
     model: String,
     effort: String,
     variant: String,
     mode: String,
 ) -> ConfigModelUpdateResult {
-    let init = crate::server::init::initialize_result(shared);
+    let cfg = shared.config();
     ConfigModelUpdateResult {
         provider,
         model,
         effort: Some(effort).filter(|e| !e.is_empty()),
         variant: Some(variant).filter(|v| !v.is_empty()),
-        max_parallel: init.max_parallel,
+        max_parallel: cfg.agent().max_parallel.unwrap_or(4),
         permissions: Permissions { mode },
-        providers: init.providers,
-        advanced_settings: init.advanced_settings,
+        providers: crate::provider::catalog::provider_summaries(&cfg),
+        advanced_settings: serde_json::to_value(crate::config::views::advanced_settings(&cfg))
+            .expect("serialize settings"),
     }
 }
 
@@ -186,7 +188,7 @@ impl Session {
 
 /// `config/model/update` without `thread_id` (answered by the catalog pool): edits the
 /// user config file and reloads the configuration.
-pub fn update_defaults(shared: &Arc<Shared>, p: ConfigModelUpdateParams, reply: Responder) {
+pub fn update_defaults(shared: &Arc<Host>, p: ConfigModelUpdateParams, reply: Responder) {
     match try_update_defaults(shared, p) {
         Ok(r) => reply.ok(&r),
         Err((c, m)) => reply.err(c, m),
@@ -194,7 +196,7 @@ pub fn update_defaults(shared: &Arc<Shared>, p: ConfigModelUpdateParams, reply: 
 }
 
 fn try_update_defaults(
-    shared: &Arc<Shared>,
+    shared: &Arc<Host>,
     p: ConfigModelUpdateParams,
 ) -> Result<ConfigModelUpdateResult, Refusal> {
     if let Some(key) = &p.api_key {
@@ -246,7 +248,7 @@ fn try_update_defaults(
             )));
         }
     }
-    let new = crate::panels::settings::edit_user_config(shared, |doc, _| {
+    let new = crate::session::live_config::edit_user_config(shared, |doc, _| {
         let exists = doc
             .get("providers")
             .and_then(|p| p.get(&provider))
@@ -263,8 +265,8 @@ fn try_update_defaults(
             )));
         }
         if connection {
-            let providers = crate::panels::settings::object(doc, "providers");
-            let obj = crate::panels::settings::object(providers, &provider);
+            let providers = crate::session::live_config::object(doc, "providers");
+            let obj = crate::session::live_config::object(providers, &provider);
             if !exists {
                 if clean(&p.provider_type).is_none() {
                     return Err(invalid("type is required to create a provider"));
@@ -340,7 +342,7 @@ fn try_update_defaults(
         }
         if !keep {
             doc.insert("default_provider".into(), json!(provider));
-            let agent = crate::panels::settings::object(doc, "agent");
+            let agent = crate::session::live_config::object(doc, "agent");
             if let Some(m) = &model {
                 agent.insert("model".into(), json!(m));
             }

@@ -6,8 +6,9 @@
 use super::convert::{turn_wire, TurnState};
 use super::driver;
 use super::{Session, SessionMsg};
+use crate::outbound::Responder;
 use crate::provider::Provider;
-use crate::server::{Responder, Shared};
+use crate::session::Host;
 use crate::tools::PermissionMode;
 use crate::util::{new_id, now_ms, preview};
 use base64::Engine as _;
@@ -18,7 +19,7 @@ use wuu_protocol::*;
 use wuu_store::{ItemRow, LeaseOutcome, TurnRow};
 
 /// The provider instance `id` (built once per process and cached).
-pub fn provider_for(shared: &Shared, id: &str) -> Result<Arc<dyn Provider>, String> {
+pub fn provider_for(shared: &Host, id: &str) -> Result<Arc<dyn Provider>, String> {
     if let Some(p) = shared.providers.lock().get(id) {
         return Ok(p.clone());
     }
@@ -124,7 +125,7 @@ pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<V
 /// behind it interrupts the turn it starts, which settles as `interrupted` with its
 /// input stored. Refusing it instead made the answer to a script's last `turn/start`
 /// before end of input depend on a race. Continuations the host starts by itself
-/// (queued inputs, schema corrections) check [`crate::server::Shared::is_closing`]
+/// (queued inputs, schema corrections) check [`crate::session::Host::is_closing`]
 /// first.
 pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusal> {
     if s.running.load(Ordering::SeqCst) {
@@ -244,7 +245,7 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
     s.shared.threads_changed();
     let admitted = committed.map_err(|e| match e {
         wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
-        e => crate::server::store_error(&s.shared, &e),
+        e => crate::session::host::store_error(&s.shared, &e),
     });
     match admitted {
         Ok(Admission::Busy(o)) => {

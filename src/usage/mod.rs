@@ -21,7 +21,7 @@ pub mod ledger;
 pub mod quota;
 
 use crate::config::{Config, ProviderConfig};
-use crate::server::{Responder, Shared};
+use crate::outbound::Responder;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -134,27 +134,27 @@ fn parse_zone(p: &UsageParams, reply: Responder) -> Option<(jiff::tz::TimeZone, 
 }
 
 /// `usage/overview`: reads only usage records.
-pub fn serve_overview(shared: &Arc<Shared>, store: &Store, p: UsageParams, reply: Responder) {
+pub fn serve_overview(state: &UsageState, store: &Store, p: UsageParams, reply: Responder) {
     let Some((tz, reply)) = parse_zone(&p, reply) else {
         return;
     };
-    match shared.usage.store_scan(store) {
+    match state.store_scan(store) {
         Ok(scan) => reply.ok(&history::overview(&scan.rows, &tz)),
         Err(e) => reply.err(ErrorCode::InternalError, format!("collect usage: {e}")),
     }
 }
 
 /// `settings/usage`: usage records plus the engines' local ledgers.
-pub fn serve_settings(shared: &Arc<Shared>, store: &Store, p: UsageParams, reply: Responder) {
+pub fn serve_settings(state: &UsageState, store: &Store, p: UsageParams, reply: Responder) {
     let Some((tz, reply)) = parse_zone(&p, reply) else {
         return;
     };
-    let scan = match shared.usage.store_scan(store) {
+    let scan = match state.store_scan(store) {
         Ok(s) => s,
         Err(e) => return reply.err(ErrorCode::InternalError, format!("collect usage: {e}")),
     };
     let roots = ledger::LedgerRoots::from_env();
-    let ledgers = shared.usage.ledger_scan(&roots);
+    let ledgers = state.ledger_scan(&roots);
     let mut result = history::settings(
         &history::SettingsInputs {
             rows: &scan.rows,
@@ -198,16 +198,16 @@ pub struct EngineEntry<'a> {
 /// limits through its host (`None`: the Codex quota is `unsupported`). Never runs
 /// inference and changes no selection.
 pub fn engine_list_usage(
-    shared: &Shared,
+    cfg: &crate::config::LoadedConfig,
+    state: &UsageState,
     store: &mut Store,
     engines: &[EngineEntry<'_>],
     include_activity: bool,
     codex: Option<quota::SharedReader>,
 ) -> EngineListUsage {
-    let cfg = shared.config();
     list_usage(
         &cfg.config,
-        &shared.usage,
+        state,
         store,
         engines,
         include_activity,

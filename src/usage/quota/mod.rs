@@ -303,7 +303,7 @@ pub fn collect(
         .collect()
 }
 
-/// Shared handle for callers that keep a [`RateLimitReader`].
+/// Host handle for callers that keep a [`RateLimitReader`].
 pub type SharedReader = Arc<dyn RateLimitReader>;
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! if the session parked meanwhile, the message comes back and is re-dispatched to a
 //! revived session.
 
-use super::Shared;
+use super::Host;
 use crate::session::{self, SessionMsg};
 use crossbeam_channel::Receiver;
 use crossbeam_channel::{Sender, TrySendError};
@@ -97,7 +97,7 @@ impl Registry {
     }
 
     /// An empty registry and its reviver thread (which ends when `shared` is gone).
-    pub fn start(shared: Weak<Shared>) -> Registry {
+    pub fn start(shared: Weak<Host>) -> Registry {
         let (revive, rx) = crossbeam_channel::bounded::<Revival>(REVIVE_QUEUE);
         let spawned = std::thread::Builder::new()
             .name("wuu-revive".into())
@@ -184,7 +184,7 @@ impl Registry {
     /// waits in a new mailbox while the reviver checks the store: an existing
     /// conversation gets its session thread, a missing one answers `thread_not_found`
     /// (no thread is spawned for it).
-    pub fn dispatch(&self, _shared: &Arc<Shared>, thread_id: &str, msg: SessionMsg) {
+    pub fn dispatch(&self, _shared: &Arc<Host>, thread_id: &str, msg: SessionMsg) {
         let mut msg: Mail = Box::new(msg);
         loop {
             let mut revival = None;
@@ -338,7 +338,7 @@ pub fn refuse(msg: SessionMsg, code: ErrorCode, message: &str) {
 /// The reviver: checks each waiting conversation against the store and spawns its
 /// session thread, or refuses its mailbox (`thread_not_found`; `store_busy` or
 /// `internal_error` when the store cannot answer).
-fn revive_loop(shared: Weak<Shared>, rx: Receiver<Revival>) {
+fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
     let mut store: Option<wuu_store::Store> = None;
     for (id, mailbox, running) in rx.iter() {
         let Some(shared) = shared.upgrade() else {
@@ -361,9 +361,9 @@ fn revive_loop(shared: Weak<Shared>, rx: Receiver<Revival>) {
                 Ok(s) => {
                     let r = s.thread_exists(&id);
                     store = Some(s);
-                    r.map_err(|e| super::store_refusal(&shared, &e))
+                    r.map_err(|e| super::host::store_refusal(&shared, &e))
                 }
-                Err(e) => Err(super::store_refusal(&shared, &e)),
+                Err(e) => Err(super::host::store_refusal(&shared, &e)),
             }
         };
         match exists {
@@ -400,7 +400,7 @@ fn revive_loop(shared: Weak<Shared>, rx: Receiver<Revival>) {
 /// conversation revives it from the store; the server keeps serving.
 pub struct PanicGuard<'a> {
     /// Server state.
-    pub shared: &'a Arc<Shared>,
+    pub shared: &'a Arc<Host>,
     /// The conversation.
     pub id: &'a str,
     /// Its mailbox.
