@@ -3,16 +3,9 @@
 //! JSONL event stream (`wuu exec --json`).
 //!
 //! Runtime rule: OS threads and bounded crossbeam channels, no async runtime
-//! (DESIGN.md). Module map:
-//! - [`server`]: transport (reader/writer threads, outbox), router, handlers.
-//! - [`session`]: one thread per live conversation: inputs, turns, runs.
-//! - [`engine`]: the built-in agent loop.
-//! - [`provider`]: model providers over blocking `ureq`.
-//! - [`tools`]: the built-in tools.
-//! - [`exec`]: `wuu exec`, an in-process client projecting onto JSONL.
-//! - [`config`]: configuration layers.
-//! - [`usage`]: token usage views, engine ledgers and account quota.
-//! - [`panels`]: settings, live configuration, skills, instructions, helpers.
+//! (DESIGN.md). The layers, top to bottom (an arrow only points down; ARCHITECTURE.md):
+//! [`exec`]; [`server`]; [`panels`] and [`usage`]; [`session`]; [`engine`]; [`tools`];
+//! [`provider`]; [`outbound`]; [`config`]; [`secrets`] and [`beneath`]; [`util`].
 
 pub mod beneath;
 pub mod config;
