@@ -112,6 +112,25 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
 }
 
+/// The prefix of an ephemeral conversation's id: such a conversation lives in memory
+/// only and never touches the store (spec `app-server.md`, `thread/start {ephemeral}`).
+pub const EPHEMERAL_PREFIX: &str = "ephemeral-";
+
+/// Whether `thread_id` names an ephemeral conversation ([`EPHEMERAL_PREFIX`]).
+pub fn is_ephemeral(thread_id: &str) -> bool {
+    thread_id.starts_with(EPHEMERAL_PREFIX)
+}
+
+/// A new conversation id: `ephemeral-<uuid v7>` for an ephemeral conversation,
+/// `thr_<uuid v7>` for a stored one.
+pub fn new_thread_id(ephemeral: bool) -> String {
+    if ephemeral {
+        format!("{EPHEMERAL_PREFIX}{}", uuid::Uuid::now_v7().simple())
+    } else {
+        new_id("thr")
+    }
+}
+
 /// `s` cut to at most `max` characters (with `…` when cut), for echoing client input
 /// in error messages without echoing megabytes.
 pub fn clip(s: &str, max: usize) -> String {

@@ -58,9 +58,7 @@ fn snapshot(shared: &Arc<Host>, id: &str) -> Result<Snapshot, Refusal> {
     if id.is_empty() {
         return Err(invalid("thread_id is empty"));
     }
-    if id.len() > crate::util::MAX_THREAD_ID_BYTES {
-        return Err(invalid("thread_id is too long"));
-    }
+    crate::util::check_thread_id("thread_id", id).map_err(|m| (ErrorCode::InvalidParams, m))?;
     let (tx, rx) = crossbeam_channel::bounded(1);
     shared
         .registry

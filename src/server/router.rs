@@ -12,9 +12,6 @@ use wuu_protocol::{
     Route,
 };
 
-/// Longest accepted conversation id, in bytes.
-pub const MAX_ID_BYTES: usize = crate::util::MAX_THREAD_ID_BYTES;
-
 /// Reads and routes lines until end of input or `shutdown`.
 pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
     let mut buf = Vec::with_capacity(8 * 1024);

@@ -148,7 +148,7 @@ pub fn thread_wire(row: &ThreadRow, turns: &[TurnState], running: bool) -> Threa
         cwd: row.cwd.clone(),
         workspace_kind: Some("project".into()),
         status: if running { "in_progress" } else { "idle" }.into(),
-        ephemeral: row.id.starts_with("ephemeral-"),
+        ephemeral: crate::util::is_ephemeral(&row.id),
         archived: row.archived,
         archive_reason: row.archive_reason.clone(),
         pinned: row.extra.get("pinned").and_then(serde_json::Value::as_bool) == Some(true),
@@ -234,7 +234,7 @@ pub fn write_summary(out: &mut Vec<u8>, row: &wuu_store::ThreadView<'_>, running
     } else {
         b"\"idle\""
     });
-    if row.id.starts_with("ephemeral-") {
+    if crate::util::is_ephemeral(row.id) {
         out.extend_from_slice(b",\"ephemeral\":true");
     }
     if row.archived {

@@ -841,7 +841,7 @@ pub fn serve_catalog(shared: &Arc<Host>, store: &Store, req: ClientRequest, repl
             "invalid params: thread_id is required",
         );
     }
-    if thread_id.starts_with("ephemeral-") {
+    if crate::util::is_ephemeral(&thread_id) {
         return shared.registry.dispatch(
             shared,
             &thread_id,

@@ -8,7 +8,7 @@ use crate::outbound::Responder;
 use crate::session::connections::PooledStore;
 use crate::session::Host;
 use crate::tools::PermissionMode;
-use crate::util::{new_id, now_ms};
+use crate::util::now_ms;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -41,7 +41,7 @@ pub fn load_thread(
     shared: &Host,
     id: &str,
 ) -> Result<Option<(PooledStore, ThreadRow)>, wuu_store::StoreError> {
-    if id.starts_with("ephemeral-") {
+    if crate::util::is_ephemeral(id) {
         return Ok(None);
     }
     let store = shared.connections.take()?;
@@ -223,11 +223,7 @@ pub fn create(shared: &Arc<Host>, p: ThreadStartParams) -> Result<Created, Refus
     let ephemeral = p.ephemeral.unwrap_or(false);
     let now = now_ms();
     let thread = ThreadRow {
-        id: if ephemeral {
-            format!("ephemeral-{}", uuid::Uuid::now_v7().simple())
-        } else {
-            new_id("thr")
-        },
+        id: crate::util::new_thread_id(ephemeral),
         cwd: cwd.to_string_lossy().into_owned(),
         title: None,
         title_revision: 0,
@@ -328,13 +324,9 @@ pub fn fork(shared: &Arc<Host>, p: ThreadForkParams) -> Result<Created, Refusal>
             cut_turn.unwrap_or_default()
         )));
     }
-    let ephemeral = src.id.starts_with("ephemeral-");
+    let ephemeral = crate::util::is_ephemeral(&src.id);
     let now = now_ms();
-    let new_id_ = if ephemeral {
-        format!("ephemeral-{}", uuid::Uuid::now_v7().simple())
-    } else {
-        new_id("thr")
-    };
+    let new_id_ = crate::util::new_thread_id(ephemeral);
     let thread = ThreadRow {
         id: new_id_.clone(),
         archived: false,

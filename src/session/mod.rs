@@ -130,7 +130,7 @@ pub struct Session {
 impl Session {
     /// Whether this conversation lives in memory only.
     pub fn ephemeral(&self) -> bool {
-        self.id.starts_with("ephemeral-")
+        crate::util::is_ephemeral(&self.id)
     }
 
     /// Gives the store connection back to the shared pool (the session is about to

@@ -349,7 +349,7 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
             );
             continue;
         };
-        let exists = if id.starts_with("ephemeral-") {
+        let exists = if crate::util::is_ephemeral(&id) {
             // Ephemeral conversations live in memory only: not live means gone.
             Ok(false)
         } else {
@@ -422,7 +422,7 @@ impl Drop for PanicGuard<'_> {
         if self.running.load(Ordering::SeqCst) {
             self.shared.registry.set_running(&self.running, false);
         }
-        if !id.starts_with("ephemeral-") {
+        if !crate::util::is_ephemeral(id) {
             match wuu_store::Store::open_home(&self.shared.opts.home) {
                 Ok(mut store) => {
                     match store.settle_abandoned(id, &self.shared.owner, PANIC_MESSAGE) {
