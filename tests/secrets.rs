@@ -585,3 +585,87 @@ fn a_custom_auth_header_value_is_masked() {
     let req = &lab.fake.requests()[0];
     assert_eq!(req.header("x-custom-auth"), Some(secret));
 }
+
+/// Waits for the response to `id` for at most `limit` (None when it does not come);
+/// other frames stay in the backlog.
+fn response_within(app: &mut support::app::App, id: &str, limit: Duration) -> Option<Value> {
+    let deadline = Instant::now() + limit;
+    let mut others = Vec::new();
+    let found = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break None;
+        }
+        match app.next_within(left) {
+            Some(v) if v.get("method").is_none() && v["id"] == json!(id) => break Some(v),
+            Some(v) => others.push(v),
+            None => break None,
+        }
+    };
+    app.backlog.extend(others);
+    found
+}
+
+#[test]
+fn a_long_key_after_non_ascii_keys_neither_stalls_the_server_nor_leaks() {
+    let mut app = support::app::App::start(Some(support::app::config_for("http://127.0.0.1:9")));
+    // Twelve pseudo-random non-ASCII characters per key.
+    let mut seed: u32 = 0x2545_F491;
+    let mut keys: Vec<String> = (0..5)
+        .map(|_| {
+            (0..12)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    char::from_u32(0x80 + seed % (0xD7FF - 0x80)).unwrap()
+                })
+                .collect()
+        })
+        .collect();
+    // A run of one byte: a DFA build is quadratic in it (seconds for 4 KiB).
+    keys.push("A".repeat(12 * 1024));
+    for key in &keys[..5] {
+        let e = app.call_err("config/model/update", json!({"api_key": key}));
+        assert!(e["message"].as_str().unwrap().contains("api_key"), "{e}");
+    }
+    // The long key's matcher is built on a catalog worker while `config/read` is
+    // answered by the reader, whose copy of the secret set is stale by now.
+    let long = app.send("config/model/update", json!({"api_key": keys[5]}));
+    std::thread::sleep(Duration::from_millis(300));
+    let id = app.send("config/read", json!({}));
+    let r = response_within(&mut app, &id, Duration::from_secs(8))
+        .expect("config/read must answer within 8 s of the secret changes (the server stalled)");
+    assert!(r.get("result").is_some(), "{r}");
+    let r = app.response(&long);
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("api_key"),
+        "{r}"
+    );
+    let text = format!("one {} two {} three\n", keys[2], keys[5]);
+    std::fs::write(app.workdir.join("keys.txt"), &text).unwrap();
+    let f = app.call("workspace/file/read", json!({"path": "keys.txt"}));
+    let shown = f["text"].as_str().unwrap();
+    assert!(
+        shown.starts_with("one [REDACTED] two [REDACTED]"),
+        "{shown:.300}"
+    );
+    assert!(shown.ends_with("[REDACTED] three\n"), "{shown:.300}");
+    assert!(
+        !shown.contains("AAAAAAAA") && !shown.contains(&keys[2]),
+        "{shown:.300}"
+    );
+    // A key longer than the documented bound is refused clearly (and not kept).
+    let e = app.call_err(
+        "config/model/update",
+        json!({"api_key": "B".repeat(16 * 1024 + 1)}),
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 16384 bytes"),
+        "{e}"
+    );
+    app.call("config/read", json!({}));
+}
