@@ -351,6 +351,19 @@ pub fn redact(text: &str) -> Cow<'_, str> {
     })
 }
 
+/// Whether `bytes` contain a secret (or a JSON escaping of one, or a piece of a long
+/// one): for answers that carry bytes the redactor cannot mask in place (base64 file
+/// contents), which are then refused.
+pub fn contains_secret(bytes: &[u8]) -> bool {
+    with_set(|set| set.matcher.as_ref().is_some_and(|m| m.is_match(bytes)))
+}
+
+/// Length of the longest pattern (bytes; 0 with no secrets): a window of the input
+/// extended by this much minus one on each side sees every secret that overlaps it.
+pub fn longest_pattern() -> usize {
+    with_set(|set| set.longest)
+}
+
 /// [`redact`] over bytes (frames, raw output).
 pub fn redact_bytes(bytes: &[u8]) -> Cow<'_, [u8]> {
     with_set(|set| match &set.matcher {
