@@ -1,0 +1,188 @@
+//! End-to-end tests of requests that must not stall the server: a full worker queue is
+//! refused `overloaded` while control requests pass, a stuck catalog worker does not
+//! take the listings with it, searches use the text index, and the usage ledgers are
+//! read without blocking (a FIFO in place of a ledger, an oversized ledger file).
+
+mod support;
+
+use serde_json::{json, Value};
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::app::{config_for, App};
+
+/// Generous bound for "answered, not stalled".
+const PROMPT: Duration = Duration::from_secs(5);
+
+fn thread_id(v: &Value) -> String {
+    v["thread"]["id"].as_str().unwrap().to_owned()
+}
+
+/// A model service on loopback that accepts connections (its listen backlog holds them)
+/// and never answers; dropping it resets every connection it holds.
+fn silent_service() -> (TcpListener, String) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", l.local_addr().unwrap());
+    (l, url)
+}
+
+/// A user home with no engine ledgers, as the environment of a server.
+fn ledger_env(user_home: &Path) -> Vec<(&'static str, String)> {
+    let h = user_home.to_string_lossy().into_owned();
+    vec![
+        ("HOME", h.clone()),
+        ("CODEX_HOME", format!("{h}/.codex")),
+        ("CLAUDE_CONFIG_DIR", format!("{h}/.claude")),
+        ("XDG_DATA_HOME", format!("{h}/.local/share")),
+    ]
+}
+
+fn start_with(config: Option<Value>, env: &[(&'static str, String)]) -> App {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    App::start_with_env(config, &env)
+}
+
+/// Waits for the response to `id` for at most `limit` (other frames stay in the backlog).
+fn response_within(app: &mut App, id: &str, limit: Duration) -> Option<Value> {
+    let deadline = Instant::now() + limit;
+    let is_it = |v: &Value| v.get("method").is_none() && v["id"] == json!(id);
+    if let Some(pos) = app.backlog.iter().position(is_it) {
+        return app.backlog.remove(pos);
+    }
+    // `next_within` serves the backlog first: set it aside while reading.
+    let mut skipped: std::collections::VecDeque<Value> = std::mem::take(&mut app.backlog);
+    let found = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break None;
+        }
+        match app.next_within(left) {
+            Some(v) if is_it(&v) => break Some(v),
+            Some(v) => skipped.push_back(v),
+            None => break None,
+        }
+    };
+    app.backlog = skipped;
+    found
+}
+
+#[test]
+fn a_full_catalog_queue_answers_overloaded_at_once_and_control_requests_pass() {
+    let user = tempfile::tempdir().unwrap();
+    let (service, url) = silent_service();
+    let mut app = start_with(Some(config_for(&url)), &ledger_env(user.path()));
+    let th = thread_id(&app.call("thread/start", json!({})));
+    // Every refresh asks the silent service: the two catalog workers hang on the first
+    // two, the queue takes 256, the rest must be refused at once, not wait for room.
+    let refreshes: Vec<String> = (0..300)
+        .map(|_| app.send("config/model-catalog/refresh", json!({})))
+        .collect();
+    let started = Instant::now();
+    let config = app.send("config/read", json!({}));
+    let interrupt = app.send("turn/interrupt", json!({"thread_id": th}));
+    let r = response_within(&mut app, &config, PROMPT).unwrap_or_else(|| {
+        panic!(
+            "config/read stalled; {} frames read, last {:?}",
+            app.seen.len(),
+            app.seen.last()
+        )
+    });
+    assert!(r.get("result").is_some(), "{r}");
+    let r = response_within(&mut app, &interrupt, PROMPT).expect("turn/interrupt stalled");
+    assert_eq!(r["error"]["code"], "no_active_turn", "{r}");
+    assert!(started.elapsed() < PROMPT);
+    // The excess got `overloaded` with its own id, already.
+    let mut overloaded = 0;
+    for id in &refreshes[260..] {
+        let r = response_within(&mut app, id, PROMPT).expect("an excess refresh stalled");
+        if r["error"]["code"] == "overloaded" {
+            assert!(
+                r["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("catalog pool"),
+                "{r}"
+            );
+            overloaded += 1;
+        }
+    }
+    assert_eq!(overloaded, 40, "every excess refresh is overloaded");
+    // The service goes away: everything accepted is answered, nothing is lost.
+    drop(service);
+    for id in &refreshes[..260] {
+        let r = response_within(&mut app, id, Duration::from_secs(60)).expect("lost");
+        assert!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
+    }
+    let id = app.send("shutdown", json!({}));
+    assert!(response_within(&mut app, &id, PROMPT).is_some());
+}
+
+#[test]
+fn a_stuck_catalog_worker_does_not_take_the_listings_with_it() {
+    let user = tempfile::tempdir().unwrap();
+    let (service, url) = silent_service();
+    let mut app = start_with(Some(config_for(&url)), &ledger_env(user.path()));
+    app.call("thread/start", json!({}));
+    // Both catalog workers hang on the silent service.
+    let stuck: Vec<String> = (0..2)
+        .map(|_| app.send("config/model-catalog/refresh", json!({})))
+        .collect();
+    std::thread::sleep(Duration::from_millis(2500));
+    for method in ["thread/list", "thread/listArchived", "thread/listAll"] {
+        let id = app.send(method, json!({}));
+        let r = response_within(&mut app, &id, PROMPT)
+            .unwrap_or_else(|| panic!("{method} stalled behind the stuck workers"));
+        assert!(r["result"]["threads"].is_array(), "{r}");
+    }
+    drop(service);
+    for id in &stuck {
+        assert!(response_within(&mut app, id, Duration::from_secs(60)).is_some());
+    }
+    let id = app.send("shutdown", json!({}));
+    assert!(response_within(&mut app, &id, PROMPT).is_some());
+}
+
+#[test]
+fn a_full_conversation_mailbox_answers_overloaded_and_other_conversations_pass() {
+    let user = tempfile::tempdir().unwrap();
+    let mut app = start_with(None, &ledger_env(user.path()));
+    let busy = thread_id(&app.call("thread/start", json!({})));
+    let other = thread_id(&app.call("thread/start", json!({})));
+    app.call(
+        "thread/rename",
+        json!({"thread_id": busy, "title": "first"}),
+    );
+    // Another connection holds the write lock: the session of `busy` waits on its
+    // first rename (up to the busy timeout) while the client keeps sending.
+    let c = rusqlite::Connection::open(app.home.join("wuu.db")).unwrap();
+    c.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let renames: Vec<String> = (0..300)
+        .map(|i| {
+            app.send(
+                "thread/rename",
+                json!({"thread_id": busy, "title": format!("n{i}")}),
+            )
+        })
+        .collect();
+    let config = app.send("config/read", json!({}));
+    let interrupt = app.send("turn/interrupt", json!({"thread_id": other}));
+    let r = response_within(&mut app, &config, PROMPT).expect("config/read stalled");
+    assert!(r.get("result").is_some(), "{r}");
+    let r = response_within(&mut app, &interrupt, PROMPT).expect("turn/interrupt stalled");
+    assert_eq!(r["error"]["code"], "no_active_turn", "{r}");
+    // The excess is refused at once, with its own id.
+    for id in &renames[260..] {
+        let r = response_within(&mut app, id, PROMPT).expect("an excess rename stalled");
+        assert_eq!(r["error"]["code"], "overloaded", "{r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains("mailbox"));
+    }
+    c.execute_batch("ROLLBACK").unwrap();
+    drop(c);
+    // Everything accepted is answered once the lock is gone.
+    for id in &renames[..260] {
+        let r = response_within(&mut app, id, Duration::from_secs(30)).expect("lost");
+        assert!(r.get("result").is_some() || r.get("error").is_some(), "{r}");
+    }
+    let id = app.send("shutdown", json!({}));
+    assert!(response_within(&mut app, &id, PROMPT).is_some());
+}
