@@ -186,3 +186,67 @@ fn a_full_conversation_mailbox_answers_overloaded_and_other_conversations_pass()
     let id = app.send("shutdown", json!({}));
     assert!(response_within(&mut app, &id, PROMPT).is_some());
 }
+
+#[test]
+fn search_on_an_older_store_builds_the_text_index_and_finds_old_messages() {
+    let user = tempfile::tempdir().unwrap();
+    let (home, ws) = support::app::fresh_dirs(None);
+    let cwd = ws.path().canonicalize().unwrap();
+    {
+        let mut store = wuu_store::Store::open_home(home.path()).unwrap();
+        for t in 0..80i64 {
+            let id = format!("thr_{t:03}");
+            let mut row = wuu_store::ThreadRow::new(&id, cwd.to_string_lossy(), 1_000 + t);
+            row.updated_at_ms = 1_000 + t;
+            store.insert_thread(&row).unwrap();
+            store
+                .insert_turn(&wuu_store::TurnRow::new(&id, "u1", "user", 1_000 + t))
+                .unwrap();
+            for (k, ty) in ["user_message", "agent_message"].iter().enumerate() {
+                let text = if t == 3 && k == 1 {
+                    "the NEEDLE is in the haystack".to_owned()
+                } else {
+                    format!("ordinary text {t} {k}")
+                };
+                store
+                    .upsert_item(&wuu_store::ItemRow {
+                        thread_id: id.clone(),
+                        turn_id: "u1".into(),
+                        id: format!("i{k}"),
+                        item_type: (*ty).into(),
+                        status: Some("completed".into()),
+                        seq: 0,
+                        body: json!({"id": format!("i{k}"), "type": ty, "text": text}),
+                    })
+                    .unwrap();
+            }
+        }
+    }
+    // Make it a store of schema version 6, written before the text index existed.
+    let c = rusqlite::Connection::open(home.path().join("wuu.db")).unwrap();
+    c.execute_batch(
+        "DROP TRIGGER IF EXISTS items_text_insert; DROP TRIGGER IF EXISTS items_text_delete;
+         DROP TRIGGER IF EXISTS items_text_update; DROP TABLE IF EXISTS item_text;
+         PRAGMA user_version = 6;",
+    )
+    .unwrap();
+    drop(c);
+    let env: Vec<(&str, String)> = ledger_env(user.path());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut app = App::spawn_in_env(home.path(), &cwd, &env);
+    let id = app.send("thread/search", json!({"query": "needle IS in the"}));
+    let r = response_within(&mut app, &id, PROMPT).expect("search stalled");
+    let results = r["result"]["results"].as_array().unwrap().clone();
+    assert_eq!(results.len(), 1, "{r}");
+    assert_eq!(results[0]["thread"]["id"], "thr_003");
+    assert_eq!(results[0]["message_seq"], 2);
+    let id = app.send("thread/search", json!({"query": "no such text"}));
+    let r = response_within(&mut app, &id, PROMPT).expect("search stalled");
+    assert_eq!(r["result"]["results"], json!([]), "{r}");
+    // The index holds the text of every message written before it existed.
+    let c = rusqlite::Connection::open(home.path().join("wuu.db")).unwrap();
+    let indexed: i64 = c
+        .query_row("SELECT count(*) FROM item_text", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(indexed, 160);
+}
