@@ -250,3 +250,79 @@ fn search_on_an_older_store_builds_the_text_index_and_finds_old_messages() {
         .unwrap();
     assert_eq!(indexed, 160);
 }
+
+fn mkfifo(p: &Path) {
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        0,
+    )
+    .unwrap();
+}
+
+/// The `engine_breakdowns` entry of `engine` in a `settings/usage` result.
+fn breakdown(s: &Value, engine: &str) -> Option<Value> {
+    s["engine_breakdowns"]
+        .as_array()?
+        .iter()
+        .find(|e| e["engine_id"] == engine)
+        .cloned()
+}
+
+#[test]
+fn a_fifo_in_place_of_the_opencode_ledger_stalls_nothing() {
+    let user = tempfile::tempdir().unwrap();
+    let env = ledger_env(user.path());
+    mkfifo(&user.path().join(".local/share/opencode/opencode.db"));
+    let mut app = start_with(None, &env);
+    app.call("thread/start", json!({}));
+    // Twice at once: both catalog workers would hang on the FIFO.
+    let a = app.send("settings/usage", json!({}));
+    let b = app.send("settings/usage", json!({}));
+    for id in [a, b] {
+        let r = response_within(&mut app, &id, PROMPT).expect("settings/usage stalled");
+        let s = &r["result"];
+        assert!(s.is_object(), "{r}");
+        assert!(
+            breakdown(s, "opencode").is_none_or(|o| o.get("outside").is_none()),
+            "an unreadable ledger has no outside: {s}"
+        );
+    }
+    let id = app.send("thread/list", json!({}));
+    let r = response_within(&mut app, &id, PROMPT).expect("thread/list stalled");
+    assert_eq!(r["result"]["threads"].as_array().unwrap().len(), 1, "{r}");
+    let id = app.send("shutdown", json!({}));
+    assert!(
+        response_within(&mut app, &id, PROMPT).is_some(),
+        "shutdown stalled"
+    );
+    assert_eq!(app.wait_exit(PROMPT), Some(0));
+}
+
+#[test]
+fn an_opencode_message_file_over_the_limit_is_skipped_and_the_rest_counted() {
+    let user = tempfile::tempdir().unwrap();
+    let env = ledger_env(user.path());
+    let dir = user
+        .path()
+        .join(".local/share/opencode/storage/message/ses_x");
+    std::fs::create_dir_all(&dir).unwrap();
+    let msg = |tokens: u64, pad: usize| {
+        json!({"id": "m", "sessionID": "ses_x", "role": "assistant",
+               "time": {"created": 1_700_000_000_000i64}, "pad": "x".repeat(pad),
+               "tokens": {"input": tokens, "output": 0, "reasoning": 0,
+                          "cache": {"read": 0, "write": 0}}})
+        .to_string()
+    };
+    std::fs::write(dir.join("msg_small.json"), msg(7, 10)).unwrap();
+    // Just over the documented 16 MiB limit of one message file.
+    std::fs::write(dir.join("msg_huge.json"), msg(1000, 16 << 20)).unwrap();
+    let mut app = start_with(None, &env);
+    let id = app.send("settings/usage", json!({}));
+    let r = response_within(&mut app, &id, PROMPT).expect("settings/usage stalled");
+    let o = breakdown(&r["result"], "opencode").expect("opencode entry");
+    assert_eq!(o["outside"]["input_tokens"], 7, "{o}");
+}
