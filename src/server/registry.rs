@@ -43,8 +43,9 @@ pub fn mailbox() -> (Sender<Mail>, Receiver<Mail>) {
 }
 
 /// Conversations waiting for the reviver's existence check; more are refused
-/// (`overloaded`).
-pub const REVIVE_QUEUE: usize = 64;
+/// (`overloaded`). Each holds an empty mailbox (~4 KiB), so a client that opens many
+/// parked conversations at once is served without retries.
+pub const REVIVE_QUEUE: usize = 1024;
 
 /// Idle persisted sessions the registry keeps before idle sessions park early (after
 /// [`EARLY_PARK_AFTER`] instead of `park_after`): live session threads stay bounded
