@@ -192,8 +192,8 @@ pub struct Shared {
     pub connections: connections::Connections,
     /// Catalog pool.
     pub catalog: catalog::CatalogPool,
-    /// The search lane: `thread/search` runs here, one at a time, so searches (which scan
-    /// every conversation's messages) never hold up listings on the catalog pool.
+    /// The search lane: `thread/search` runs here (one worker, a second while one
+    /// overruns), so searches never hold up listings on the catalog pool.
     pub search: catalog::CatalogPool,
     /// This process's lease identity.
     pub owner: LeaseOwner,
@@ -559,8 +559,8 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         outbox,
         registry: registry::Registry::start(weak.clone()),
         connections: connections::Connections::new(opts.home.clone()),
-        catalog: catalog::CatalogPool::start(2, weak.clone()),
-        search: catalog::CatalogPool::start_named("wuu-search", 1, weak.clone()),
+        catalog: catalog::CatalogPool::start(weak.clone()),
+        search: catalog::CatalogPool::start_named("wuu-search", "search lane", 1, 2, weak.clone()),
         owner,
         closing: AtomicBool::new(false),
         capabilities: RwLock::new(ClientCapabilities::default()),
