@@ -1,0 +1,313 @@
+//! End-to-end tests of what reaches stdout, stderr and the trace files: every line stays
+//! whole under line splitters that break on more than `\n` (U+2028, U+2029, U+0085),
+//! trace logging keeps protocol frames off bare stderr lines, `wuu exec` options in any
+//! position, output-schema errors with their JSON pointer, the stored output schema of
+//! a run, and a tool call cut off by the output limit. The real binary against the fake
+//! provider (`tests/support/fake_provider.rs`), each test with its own `WUU_HOME`.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::app::{config_for, fresh_dirs, raw_app_server, wuu_bin};
+use support::fake_provider::{FakeProvider, Script};
+
+/// Text with every character a line splitter other than JSON's may break on.
+const TRICKY: &str = "one\u{2028}two\u{2029}three\u{85}four";
+
+/// A title with the separators (titles refuse control characters such as U+0085).
+const TITLE: &str = "title one\u{2028}two\u{2029}three";
+
+/// Splits like Python's `str.splitlines` (which JavaScript's line terminators are a
+/// subset of): on `\n`, `\r`, `\x0b`, `\x0c`, `\x1c`–`\x1e`, U+0085, U+2028 and U+2029.
+fn python_lines(text: &str) -> Vec<&str> {
+    text.split(|c: char| {
+        matches!(
+            c,
+            '\n' | '\r'
+                | '\u{0b}'
+                | '\u{0c}'
+                | '\u{1c}'
+                | '\u{1d}'
+                | '\u{1e}'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
+        )
+    })
+    .filter(|l| !l.trim().is_empty())
+    .collect()
+}
+
+/// Asserts that every line of `text`, split the Python way, is a whole JSON object;
+/// returns them.
+fn whole_objects(what: &str, text: &str) -> Vec<Value> {
+    python_lines(text)
+        .into_iter()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("{what}: a line cut by splitlines ({e}): {l:?}"));
+            assert!(v.is_object(), "{what}: not an object: {l}");
+            v
+        })
+        .collect()
+}
+
+/// A raw app-server over its own home and workspace: stdin to write, stdout lines (as
+/// text, split on `\n` only) arriving on a channel.
+struct Raw {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: std::sync::mpsc::Receiver<String>,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+}
+
+impl Raw {
+    fn start(config: &Value, rust_log: Option<&str>, stderr: Stdio) -> Raw {
+        let (home, ws) = fresh_dirs(Some(config));
+        let mut cmd = raw_app_server(home.path(), Some(ws.path()));
+        if let Some(l) = rust_log {
+            cmd.env("RUST_LOG", l);
+        }
+        let mut child = cmd.stderr(stderr).spawn().expect("spawn wuu");
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut r = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {
+                        if tx.send(line).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Raw {
+            stdin: child.stdin.take(),
+            child,
+            lines,
+            _dirs: (home, ws),
+        }
+    }
+
+    fn home(&self) -> &Path {
+        self._dirs.0.path()
+    }
+
+    fn send(&mut self, id: &str, method: &str, params: Value) {
+        let line = json!({"id": id, "method": method, "params": params}).to_string() + "\n";
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Reads stdout until a line containing `marker`; returns everything read.
+    fn read_until(&mut self, marker: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut all = String::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {marker} within 30 s; got:\n{all}"));
+            all.push_str(&line);
+            if line.contains(marker) {
+                return all;
+            }
+        }
+    }
+
+    /// Closes stdin and waits (at most 20 s) for the exit: the server ends at end of
+    /// input.
+    fn finish(mut self) {
+        self.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The id in `{"id": …, "result": {"thread": {"id": …}}}` among `frames`.
+fn thread_of(frames: &[Value], id: &str) -> String {
+    frames
+        .iter()
+        .find(|f| f["id"] == id)
+        .and_then(|f| f["result"]["thread"]["id"].as_str())
+        .unwrap_or_else(|| panic!("no thread in the answer to {id}: {frames:?}"))
+        .to_owned()
+}
+
+#[test]
+fn app_server_frames_and_traces_stay_whole_under_python_line_splitting() {
+    let fake = FakeProvider::start();
+    // A tool call whose arguments carry the characters (they reach the trace file),
+    // then an answer streamed in deltas that carry them.
+    let args = json!({"path": format!("missing-{TRICKY}")}).to_string();
+    fake.push(Script::tool_call("c1", "list_files", &args));
+    let halves = ["one\u{2028}tw", "o\u{2029}three\u{85}four"];
+    fake.push(Script::text(&halves));
+    let mut raw = Raw::start(&config_for(&fake.base_url()), None, Stdio::null());
+    raw.send("s", "thread/start", json!({}));
+    let mut out = raw.read_until("\"id\":\"s\"");
+    let thread = thread_of(&whole_objects("app-server stdout", &out), "s");
+    raw.send(
+        "r",
+        "thread/rename",
+        json!({"thread_id": thread, "title": TITLE}),
+    );
+    out += &raw.read_until("\"id\":\"r\"");
+    raw.send(
+        "t",
+        "turn/start",
+        json!({"thread_id": thread, "prompt": format!("say {TRICKY}")}),
+    );
+    out += &raw.read_until("turn/completed");
+    let home = raw.home().to_path_buf();
+    let frames = whole_objects("app-server stdout", &out);
+    // Decoding gives the characters back.
+    let deltas: String = frames
+        .iter()
+        .filter(|f| f["method"] == "item/agentMessage/delta")
+        .map(|f| f["params"]["delta"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(deltas, TRICKY, "{out}");
+    let renamed = frames.iter().find(|f| f["id"] == "r").unwrap();
+    assert_eq!(renamed["result"]["thread"]["title"], TITLE, "{renamed}");
+    assert!(
+        !out.contains('\u{2028}') && !out.contains('\u{2029}') && !out.contains('\u{85}'),
+        "raw separators on stdout: {out}"
+    );
+    let trace = std::fs::read_to_string(home.join("traces").join(format!("{thread}.jsonl")))
+        .expect("the trace file");
+    let records = whole_objects("trace", &trace);
+    let tool = records
+        .iter()
+        .find(|r| r["type"] == "tool")
+        .unwrap_or_else(|| panic!("no tool record in the trace: {trace}"));
+    assert!(
+        tool["arguments"].as_str().unwrap().contains(TRICKY),
+        "{tool}"
+    );
+    raw.finish();
+}
+
+/// `wuu exec` over its own home (with a config for `fake`) and workspace.
+struct Exec {
+    home: tempfile::TempDir,
+    ws: tempfile::TempDir,
+    fake: FakeProvider,
+}
+
+/// What one `wuu exec` printed.
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Exec {
+    fn new() -> Exec {
+        let fake = FakeProvider::start();
+        let (home, ws) = fresh_dirs(Some(&config_for(&fake.base_url())));
+        Exec { home, ws, fake }
+    }
+
+    /// Runs `wuu exec ARGS` (at most 60 s).
+    fn run(&self, args: &[&str]) -> Ran {
+        let mut child = Command::new(wuu_bin())
+            .arg("exec")
+            .args(args)
+            .env("WUU_HOME", self.home.path())
+            .env("HOME", self.home.path())
+            .env_remove("RUST_LOG")
+            .current_dir(self.ws.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn wuu exec");
+        let mut out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let t_out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let t_err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let code = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("wuu exec {args:?} hung");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Ran {
+            code,
+            stdout: t_out.join().unwrap(),
+            stderr: t_err.join().unwrap(),
+        }
+    }
+
+    /// Runs with `--json` somewhere in `args`; every line must be a whole JSON event.
+    fn run_json(&self, args: &[&str]) -> (Ran, Vec<Value>) {
+        let ran = self.run(args);
+        let events = whole_objects("exec stdout", &ran.stdout);
+        assert!(
+            events.last().is_some_and(|e| e["type"] == "result"),
+            "{args:?}: no result line (code {}): {}\n{}",
+            ran.code,
+            ran.stdout,
+            ran.stderr
+        );
+        (ran, events)
+    }
+}
+
+#[test]
+fn exec_json_lines_stay_whole_under_python_line_splitting() {
+    let exec = Exec::new();
+    exec.fake
+        .push(Script::text(&["one\u{2028}tw", "o\u{2029}three\u{85}four"]));
+    let prompt = format!("say {TRICKY}");
+    let (ran, events) = exec.run_json(&["--json", &prompt]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let deltas: String = events
+        .iter()
+        .filter(|e| e["type"] == "agent_message_delta")
+        .map(|e| e["delta"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(deltas, TRICKY, "{}", ran.stdout);
+    assert_eq!(events.last().unwrap()["final_message"], TRICKY);
+    assert!(
+        !ran.stdout.contains('\u{2028}') && !ran.stdout.contains('\u{2029}'),
+        "{}",
+        ran.stdout
+    );
+}
