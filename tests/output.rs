@@ -210,6 +210,51 @@ fn app_server_frames_and_traces_stay_whole_under_python_line_splitting() {
     raw.finish();
 }
 
+#[test]
+fn trace_logging_puts_every_frame_on_its_own_log_record() {
+    // With RUST_LOG=trace the writer logs what it writes; a block of joined delta
+    // frames used to be one record, its later frames bare lines on stderr.
+    let fake = FakeProvider::start();
+    let deltas: Vec<String> = (0..200).map(|i| format!("d{i} ")).collect();
+    let refs: Vec<&str> = deltas.iter().map(String::as_str).collect();
+    fake.push(Script::text(&refs));
+    let mut raw = Raw::start(
+        &config_for(&fake.base_url()),
+        Some("wuu=trace"),
+        Stdio::piped(),
+    );
+    let mut stderr = raw.child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    raw.send("s", "thread/start", json!({}));
+    let out = raw.read_until("\"id\":\"s\"");
+    let thread = thread_of(&whole_objects("stdout", &out), "s");
+    raw.send(
+        "t",
+        "turn/start",
+        json!({"thread_id": thread, "prompt": "go"}),
+    );
+    raw.read_until("turn/completed");
+    raw.finish();
+    let err = err.join().unwrap();
+    let mut logged = 0;
+    for line in err.lines() {
+        let body = line.trim_start();
+        assert!(
+            !(body.starts_with('{') && body.contains("\"method\"")),
+            "a protocol frame on stderr without a log header: {line:.300}"
+        );
+        if line.contains("out: {") && line.contains("item/agentMessage/delta") {
+            assert!(line.starts_with('['), "{line:.300}");
+            logged += 1;
+        }
+    }
+    assert!(logged >= 100, "{logged} delta frames logged:\n{err:.3000}");
+}
+
 /// `wuu exec` over its own home (with a config for `fake`) and workspace.
 struct Exec {
     home: tempfile::TempDir,

@@ -531,7 +531,13 @@ pub fn start_writer(
             let write = |bytes: &[u8], joined: bool| {
                 let mut sink = out2.sink.lock();
                 if !out2.broken.load(SeqCst) {
-                    log::trace!("out: {}", String::from_utf8_lossy(bytes));
+                    // One record per frame: a joined hand-off logged whole would put
+                    // its later frames on stderr as bare protocol lines.
+                    if log::log_enabled!(log::Level::Trace) {
+                        for frame in bytes.split(|&b| b == b'\n') {
+                            log::trace!("out: {}", String::from_utf8_lossy(frame));
+                        }
+                    }
                     let mut r = if joined {
                         sink.write_lines(bytes)
                     } else {
