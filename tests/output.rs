@@ -356,3 +356,45 @@ fn exec_json_lines_stay_whole_under_python_line_splitting() {
         ran.stdout
     );
 }
+
+#[test]
+fn exec_options_are_accepted_after_the_id_and_the_prompt() {
+    let exec = Exec::new();
+    // `wuu exec PROMPT --json`.
+    exec.fake.push(Script::text(&["noted"]));
+    let (ran, events) = exec.run_json(&["remember kiwi", "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let thread = events.last().unwrap()["thread_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = exec.fake.requests()[0].body.to_string();
+    assert!(first.contains("remember kiwi") && !first.contains("--json"));
+    // `wuu exec resume ID --json PROMPT` and an option after the prompt.
+    exec.fake.push(Script::text(&["kiwi"]));
+    let (ran, events) = exec.run_json(&[
+        "resume",
+        &thread,
+        "--json",
+        "what was the word?",
+        "--max-turns",
+        "3",
+    ]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(events[1]["type"], "thread_resumed", "{}", ran.stdout);
+    assert_eq!(events.last().unwrap()["thread_id"], thread);
+    assert_eq!(events.last().unwrap()["final_message"], "kiwi");
+    let second = exec.fake.requests()[1].body.to_string();
+    assert!(second.contains("what was the word?") && !second.contains("max-turns"));
+    // `--` still makes the rest prompt text.
+    exec.fake.push(Script::text(&["ok"]));
+    let (ran, _) = exec.run_json(&["--json", "--", "explain", "--json"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let third = exec.fake.requests()[2].body.to_string();
+    assert!(third.contains("explain --json"), "{third:.2000}");
+    // An unknown option after the prompt is an error that says how to pass it.
+    let ran = exec.run(&["list files", "-la"]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    assert!(ran.stderr.contains("`--`"), "{}", ran.stderr);
+    assert!(ran.stdout.is_empty());
+}
