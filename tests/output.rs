@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
-use support::app::{config_for, fresh_dirs, raw_app_server, wuu_bin};
+use support::app::{config_for, fresh_dirs, raw_app_server, wuu_bin, App};
 use support::fake_provider::{FakeProvider, Script};
 
 /// Text with every character a line splitter other than JSON's may break on.
@@ -397,4 +397,50 @@ fn exec_options_are_accepted_after_the_id_and_the_prompt() {
     assert_eq!(ran.code, 2, "{}", ran.stderr);
     assert!(ran.stderr.contains("`--`"), "{}", ran.stderr);
     assert!(ran.stdout.is_empty());
+}
+
+/// An output schema whose `summary` has a misspelt type.
+fn misspelt_schema() -> Value {
+    json!({"type": "object", "properties": {"summary": {"type": "strng"}}, "required": ["summary"]})
+}
+
+#[test]
+fn an_invalid_output_schema_names_the_pointer_and_the_rule() {
+    let exec = Exec::new();
+    std::fs::write(
+        exec.ws.path().join("schema.json"),
+        misspelt_schema().to_string(),
+    )
+    .unwrap();
+    let ran = exec.run(&["--json", "--output-schema", "schema.json", "summarize"]);
+    assert_eq!(ran.code, 2, "{}", ran.stderr);
+    for want in [
+        "/properties/summary/type",
+        "\"strng\"",
+        "JSON Schema type",
+        "anyOf",
+    ] {
+        assert!(ran.stderr.contains(want), "{want:?} in {}", ran.stderr);
+    }
+    assert!(exec.fake.requests().is_empty(), "no model request was made");
+    // The same through run/start.
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    let th = app.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let e = app.call_err(
+        "run/start",
+        json!({"thread_id": th, "prompt": "summarize", "output_schema": misspelt_schema()}),
+    );
+    assert_eq!(e["code"], "invalid_params", "{e}");
+    let m = e["message"].as_str().unwrap();
+    assert!(
+        m.contains(
+            "output_schema: at /properties/summary/type: \"strng\" is not a JSON Schema type"
+        ),
+        "{m}"
+    );
+    assert!(m.contains("anyOf"), "{m}");
 }
