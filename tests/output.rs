@@ -444,3 +444,39 @@ fn an_invalid_output_schema_names_the_pointer_and_the_rule() {
     );
     assert!(m.contains("anyOf"), "{m}");
 }
+
+#[test]
+fn a_run_keeps_its_output_schema() {
+    let fake = FakeProvider::start();
+    fake.push(Script::text(&[r#"{"summary": "short"}"#]));
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    let th = app.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let schema = json!({"type": "object", "properties": {"summary": {"type": "string"}},
+        "required": ["summary"], "additionalProperties": false});
+    let started = app.call(
+        "run/start",
+        json!({"thread_id": th, "prompt": "summarize", "output_schema": schema}),
+    );
+    assert_eq!(
+        started["run"]["request"]["output_schema"], schema,
+        "{started}"
+    );
+    assert_eq!(started["run"]["request"]["structured_output"], true);
+    let run_id = started["run"]["id"].as_str().unwrap().to_owned();
+    let done = app.wait_for("the terminal run/updated", |v| {
+        v["method"] == "run/updated"
+            && v["params"]["run"]["id"] == run_id.as_str()
+            && v["params"]["run"]["status"] != "running"
+    });
+    assert_eq!(done["params"]["run"]["status"], "completed", "{done}");
+    assert_eq!(done["params"]["run"]["request"]["output_schema"], schema);
+    // Read back from the store by a new process: run/interrupt answers a settled run
+    // as it is stored.
+    app.restart();
+    let read = app.call("run/interrupt", json!({"run_id": run_id}));
+    assert_eq!(read["run"]["status"], "completed", "{read}");
+    assert_eq!(read["run"]["request"]["output_schema"], schema, "{read}");
+}

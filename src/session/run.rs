@@ -189,20 +189,26 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
     let timeout_ms = p.timeout_ms.or(intent.timeout_ms).filter(|t| *t > 0);
     let now = now_ms();
     let deadline_ms = timeout_ms.map(|t| now + t as i64);
+    let mut request = json!({
+        "mode": "start",
+        "requested": intent.requested,
+        "has_prompt": !input.prompt.trim().is_empty(),
+        "image_count": input.images.len(),
+        "file_count": input.files.len(),
+        "structured_output": p.output_schema.is_some(),
+        "max_turns": max_turns,
+        "timeout_ms": timeout_ms,
+    });
+    // The schema itself is kept with the run, so a stored or announced run shows what
+    // its answer was validated against.
+    if let Some(schema) = &p.output_schema {
+        request["output_schema"] = schema.clone();
+    }
     let mut run = Run {
         id: new_id("run"),
         thread_id: s.id.clone(),
         status: "running".into(),
-        request: json!({
-            "mode": "start",
-            "requested": intent.requested,
-            "has_prompt": !input.prompt.trim().is_empty(),
-            "image_count": input.images.len(),
-            "file_count": input.files.len(),
-            "structured_output": p.output_schema.is_some(),
-            "max_turns": max_turns,
-            "timeout_ms": timeout_ms,
-        }),
+        request,
         runtime: json!({
             "provider": s.thread.provider,
             "model": s.thread.model,
