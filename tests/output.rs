@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::app::{config_for, fresh_dirs, raw_app_server, wuu_bin, App};
-use support::fake_provider::{FakeProvider, Script};
+use support::fake_provider::{Ending, FakeProvider, Part, Script};
 
 /// Text with every character a line splitter other than JSON's may break on.
 const TRICKY: &str = "one\u{2028}two\u{2029}three\u{85}four";
@@ -479,4 +479,81 @@ fn a_run_keeps_its_output_schema() {
     let read = app.call("run/interrupt", json!({"run_id": run_id}));
     assert_eq!(read["run"]["status"], "completed", "{read}");
     assert_eq!(read["run"]["request"]["output_schema"], schema, "{read}");
+}
+
+/// An answer (Chat wire format, `finish_reason: "length"`) with one complete tool call
+/// and one the output limit cut off inside its arguments.
+fn one_complete_one_cut_off() -> Script {
+    Script::stream(vec![
+        Part::ToolCall {
+            id: "call_whole".into(),
+            name: "list_files".into(),
+            args: vec!["{\"path\":".into(), "\".\"}".into()],
+        },
+        Part::ToolCall {
+            id: "call_cut".into(),
+            name: "write_file".into(),
+            args: vec!["{\"path\":\"big.txt\",".into(), "\"content\":\"aaaa".into()],
+        },
+    ])
+    .ending(Ending::Length)
+}
+
+#[test]
+fn a_tool_call_cut_off_beside_a_complete_one_is_reported_to_the_model() {
+    let fake = FakeProvider::start();
+    fake.push(one_complete_one_cut_off());
+    fake.push(Script::text(&["listed; will write again"]));
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    let th = app.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    app.call(
+        "turn/start",
+        json!({"thread_id": th, "prompt": "list and write"}),
+    );
+    let done = app.notification("turn/completed");
+    assert_eq!(done["params"]["turn"]["status"], "completed", "{done}");
+    assert_eq!(done["params"]["truncated"], true, "{done}");
+    // The complete call ran; the cut one was withdrawn and never ran.
+    let items = done["params"]["turn"]["items"].to_string();
+    assert!(items.contains("call_whole"), "{items}");
+    assert!(!items.contains("call_cut"), "{items}");
+    assert!(!app.workdir.join("big.txt").exists());
+    // The next request tells the model which call was cut off and not run.
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    let next = reqs[1].body.to_string();
+    assert!(next.contains("call_whole"), "{next:.3000}");
+    assert!(
+        next.contains("`write_file` (call id call_cut) was cut off by the output limit"),
+        "{next:.3000}"
+    );
+    assert!(next.contains("NOT run"), "{next:.3000}");
+}
+
+#[test]
+fn exec_removes_only_the_tool_calls_it_announced() {
+    let exec = Exec::new();
+    exec.fake.push(one_complete_one_cut_off());
+    exec.fake.push(Script::text(&["listed"]));
+    let (ran, events) = exec.run_json(&["--json", "list and write"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let started: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool_started")
+        .map(|e| &e["item_id"])
+        .collect();
+    assert_eq!(started.len(), 1, "{}", ran.stdout);
+    for e in events.iter().filter(|e| e["type"] == "tool_removed") {
+        assert!(
+            started.contains(&&e["item_id"]),
+            "tool_removed for a call never started: {e}\n{}",
+            ran.stdout
+        );
+    }
+    let result = events.last().unwrap();
+    assert_eq!(result["final_message"], "listed");
+    assert_eq!(result["final_message_partial"], false, "{result}");
 }
