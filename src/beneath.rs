@@ -270,7 +270,7 @@ impl Fence {
         Error::Io(io::Error::new(
             io::ErrorKind::PermissionDenied,
             Fenced(format!(
-                "it is {} ({}), which file tools never touch",
+                "it is {} ({}), which file tools and workspace views never touch",
                 self.what,
                 self.path.display()
             )),
@@ -381,8 +381,8 @@ impl Root {
 
     /// This root with `path` (a directory and everything beneath it, or a file) fenced
     /// off: every operation that reaches it, through any name, symbolic link or hard
-    /// link, fails with `Io(PermissionDenied, "it is WHAT (PATH), which file tools never
-    /// touch")` (checked on each opened descriptor: its kernel path and its inode), and
+    /// link, fails with `Io(PermissionDenied, "it is WHAT (PATH), which file tools and
+    /// workspace views never touch")` (checked on each opened descriptor: its kernel path and its inode), and
     /// [`Root::walk`] and [`Root::read_dir`] leave it out. Used for the wuu home and the
     /// user config file when they lie inside the workspace. A `path` that does not exist
     /// fences nothing. May be called more than once.
@@ -397,6 +397,28 @@ impl Root {
             }
         }
         self
+    }
+
+    /// This root with the host's own files fenced off ([`Root::fenced`]) as the file
+    /// tools and the workspace views see them: `home` (the wuu home: its database,
+    /// traces, and the user config that sets the permission mode) when it lies inside
+    /// the root (a workspace of `~` with the default `~/.wuu`), and each of `hidden` (the
+    /// user config file, `--config FILE`) that lies inside it.
+    pub fn fenced_host(self, home: &Path, hidden: &[PathBuf]) -> Root {
+        let Ok(root) = std::fs::canonicalize(&self.path) else {
+            return self;
+        };
+        let inside = |p: &Path| std::fs::canonicalize(p).is_ok_and(|h| h.starts_with(&root));
+        let mut out = self;
+        if inside(home) {
+            out = out.fenced(home, "inside the wuu home");
+        }
+        for h in hidden {
+            if inside(h) {
+                out = out.fenced(h, "the user config file");
+            }
+        }
+        out
     }
 
     /// The file system root `/` with no resolution limits (`unconfined` mode): the same

@@ -299,9 +299,10 @@ fn debug(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
     }
     client.send("1", &method, params)?;
     let resp = client.wait_response("1", |n| log::info!("notification: {n}"))?;
+    let text = serde_json::to_vec_pretty(&resp).map_err(|e| e.to_string())?;
     println!(
         "{}",
-        serde_json::to_string_pretty(&resp).map_err(|e| e.to_string())?
+        String::from_utf8_lossy(&wuu::util::escape_line_separators(text))
     );
     client.close();
     Ok(if resp.get("error").is_some() { 1 } else { 0 })

@@ -15,7 +15,17 @@
 //!
 //! Values shorter than [`MIN_SECRET_LEN`] bytes are not redacted (they would match
 //! ordinary text); a warning says so once. Every occurrence of a secret, and of its JSON
-//! string escaping when that differs, is replaced with [`MASK`].
+//! string escaping when that differs, is replaced with [`MASK`]. A secret longer than
+//! [`MAX_PIECE_LEN`] bytes is matched as consecutive pieces of at most that length (cut
+//! at character boundaries, each at least half of it), so an occurrence of it becomes one
+//! [`MASK`] per piece: no pattern is longer than that (times the growth of JSON
+//! escaping), whatever a client or a configuration sends.
+//!
+//! Changing the set never makes a redaction wait on a matcher build: [`set`] builds the
+//! new matcher (an Aho-Corasick contiguous NFA, whose build is linear in the patterns'
+//! total length; a DFA's is quadratic in a run of one byte) outside the set's lock and
+//! then swaps it in; redactions take that lock only to clone the reference, and only
+//! once per thread after each change.
 //!
 //! [`redact`] is applied where text leaves the host or reaches the disk, and nowhere
 //! else: the protocol outbox (every app-server and in-process frame), the `exec` output
@@ -24,8 +34,8 @@
 //! events, results, spill files; the model sees it redacted too). [`StreamRedactor`]
 //! handles secrets split across chunks of a stream.
 
-use aho_corasick::AhoCorasick;
-use parking_lot::RwLock;
+use aho_corasick::{AhoCorasick, AhoCorasickKind};
+use parking_lot::{Mutex, RwLock};
 use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,6 +46,14 @@ pub const MASK: &str = "[REDACTED]";
 
 /// Shortest value treated as a secret (bytes).
 pub const MIN_SECRET_LEN: usize = 8;
+
+/// Longest piece of a secret matched as one pattern (bytes; see the module docs).
+pub const MAX_PIECE_LEN: usize = 256;
+
+/// Longest key a client may send to be masked (`config/model/update` `api_key`, bytes):
+/// a longer one is refused before it is added, since the set only grows (a secret is
+/// never forgotten) and a real key or token is far shorter.
+pub const MAX_SECRET_LEN: usize = 16 * 1024;
 
 #[derive(Default)]
 struct Set {
@@ -75,7 +93,12 @@ impl Set {
 
 static SECRETS: LazyLock<RwLock<Arc<Set>>> = LazyLock::new(Default::default);
 
-/// Bumped (under the write lock) whenever [`SECRETS`] is replaced; starts at 1.
+/// Held by [`set`] while it builds the next set: one build at a time, so two threads
+/// adding at once (a config reload and a key a client sent) never lose each other's
+/// secrets. Redactions never take it.
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// Bumped after each replacement of [`SECRETS`]; starts at 1.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
 thread_local! {
@@ -126,14 +149,39 @@ fn json_escaped(v: &str) -> String {
         .to_owned()
 }
 
+/// `v` cut into consecutive pieces of at most [`MAX_PIECE_LEN`] bytes at character
+/// boundaries, of nearly equal length (so none is short enough to match ordinary text);
+/// `v` itself when it is not longer.
+fn pieces(v: &str) -> Vec<&str> {
+    if v.len() <= MAX_PIECE_LEN {
+        return vec![v];
+    }
+    let k = v.len().div_ceil(MAX_PIECE_LEN);
+    let mut out = Vec::with_capacity(k);
+    let mut start = 0;
+    for i in 1..=k {
+        let mut end = v.len() * i / k;
+        while end > start && !v.is_char_boundary(end) {
+            end -= 1;
+        }
+        if let Some(piece) = v.get(start..end).filter(|p| !p.is_empty()) {
+            out.push(piece);
+            start = end;
+        }
+    }
+    out
+}
+
 fn rebuild(values: Vec<String>) -> Set {
     let mut pats: Vec<String> = Vec::new();
-    for v in &values {
-        pats.push(v.clone());
+    // JSON escaping works character by character, so the escaping of a secret is the
+    // concatenation of its pieces' escapings.
+    for piece in values.iter().flat_map(|v| pieces(v)) {
+        pats.push(piece.to_owned());
         // A secret with `"`, `\` or control characters looks different at each level of
-        // escaping (issue 15 trial: `rt-"quote\back…` in a tool call's arguments reached
-        // clients, traces and the store escaped twice).
-        let mut level = v.clone();
+        // escaping (a tool call's arguments reach clients, traces and the store escaped
+        // twice).
+        let mut level = piece.to_owned();
         for _ in 0..ESCAPE_LEVELS {
             let escaped = json_escaped(&level);
             if escaped == level || escaped.is_empty() {
@@ -149,10 +197,7 @@ fn rebuild(values: Vec<String>) -> Set {
     let matcher = if pats.is_empty() {
         None
     } else {
-        aho_corasick::AhoCorasick::builder()
-            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
-            .build(&pats)
-            .ok()
+        build_matcher(&pats)
     };
     let longest = pats.iter().map(String::len).max().unwrap_or(0);
     let mut first = vec![false; 256];
@@ -184,21 +229,43 @@ fn accept(v: &str) -> Option<String> {
     Some(v.to_string())
 }
 
+/// The matcher of `pats`: a contiguous NFA (linear build; see the module docs), a
+/// noncontiguous one if that fails (it has a size limit). None only if both fail
+/// (logged as an error: nothing would be masked).
+fn build_matcher(pats: &[String]) -> Option<AhoCorasick> {
+    let build = |kind| {
+        AhoCorasick::builder()
+            .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+            .kind(Some(kind))
+            .build(pats)
+    };
+    build(AhoCorasickKind::ContiguousNFA)
+        .or_else(|_| build(AhoCorasickKind::NoncontiguousNFA))
+        .map_err(|e| log::error!("cannot build the secret matcher ({e}); secrets are not masked"))
+        .ok()
+}
+
 /// Replaces the set with `values` plus those added by [`add`] before (a config reload
-/// never forgets a secret that was already seen). Installs the store filter.
+/// never forgets a secret that was already seen). Installs the store filter. Nothing is
+/// rebuilt when every value is known already; otherwise the new set is built while
+/// redactions go on with the old one, and swapped in before this returns.
 pub fn set(values: impl IntoIterator<Item = String>) {
     let _ = wuu_store::set_text_filter(store_filter);
     let fresh: Vec<String> = values.into_iter().filter_map(|v| accept(&v)).collect();
-    // Read, extend and replace under one write lock: two threads adding at once (a
-    // config reload and a key a client sent) must not lose each other's secrets.
-    let mut current = SECRETS.write();
+    let _build = BUILD.lock();
+    let current = SECRETS.read().clone();
     let mut all: Vec<String> = current.values.clone();
+    let before = all.len();
     for v in fresh {
         if !all.contains(&v) {
             all.push(v);
         }
     }
-    *current = Arc::new(rebuild(all));
+    if all.len() == before {
+        return;
+    }
+    let next = Arc::new(rebuild(all));
+    *SECRETS.write() = next;
     GENERATION.fetch_add(1, Ordering::Release);
 }
 
@@ -248,6 +315,19 @@ pub fn redact(text: &str) -> Cow<'_, str> {
         }
         _ => Cow::Borrowed(text),
     })
+}
+
+/// Whether `bytes` contain a secret (or a JSON escaping of one, or a piece of a long
+/// one): for answers that carry bytes the redactor cannot mask in place (base64 file
+/// contents), which are then refused.
+pub fn contains_secret(bytes: &[u8]) -> bool {
+    with_set(|set| set.matcher.as_ref().is_some_and(|m| m.is_match(bytes)))
+}
+
+/// Length of the longest pattern (bytes; 0 with no secrets): a window of the input
+/// extended by this much minus one on each side sees every secret that overlaps it.
+pub fn longest_pattern() -> usize {
+    with_set(|set| set.longest)
 }
 
 /// [`redact`] over bytes (frames, raw output).
@@ -581,6 +661,42 @@ mod tests {
                 assert_eq!(redact(&s), "[REDACTED]", "{s} was lost");
             }
         }
+    }
+
+    #[test]
+    fn a_long_secret_is_masked_whole_as_pieces_at_every_escape_level() {
+        let long: String = "Lq\"ü-".repeat(300); // 1 800 chars, 2 100 bytes
+        add(&long);
+        let p = pieces(&long);
+        assert!(p.len() > 1 && p.concat() == long);
+        assert!(p
+            .iter()
+            .all(|x| x.len() <= MAX_PIECE_LEN && x.len() >= MAX_PIECE_LEN / 2));
+        let args = serde_json::json!({"k": format!("<{long}>")}).to_string();
+        let item = serde_json::json!({"arguments": args}).to_string();
+        for text in [format!("a {long} b"), args, item] {
+            let out = redact(&text);
+            assert!(!out.contains("Lq"), "{out}");
+            assert!(out.contains(MASK));
+            let mut stream = StreamRedactor::default();
+            let mut streamed = Vec::new();
+            for chunk in text.as_bytes().chunks(97) {
+                streamed.extend(stream.push(chunk));
+            }
+            streamed.extend(stream.finish());
+            assert_eq!(String::from_utf8(streamed).unwrap(), out);
+        }
+        // A run of one byte (the costliest input for a DFA build) and non-ASCII keys.
+        for i in 0..5 {
+            add(&format!("ключ-{i}-ñøñ-ascii"));
+        }
+        let run = "A".repeat(12 * 1024);
+        let started = std::time::Instant::now();
+        add(&run);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let out = redact_string(format!("x{run}y"));
+        assert!(!out.contains("AAAAAAAA"), "{out}");
+        assert_eq!(redact("ключ-3-ñøñ-ascii"), MASK);
     }
 
     #[test]

@@ -228,6 +228,13 @@ mod tests {
         assert!(super::check_thread_id("thread_id", "a\u{0}").is_err());
         assert!(super::check_thread_id("thread_id", &"x".repeat(257)).is_err());
         assert!(super::check_thread_id("thread_id", "thr_é€").is_ok());
+        let esc = |s: &str| String::from_utf8(super::escape_line_separators(s.into())).unwrap();
+        assert_eq!(
+            esc("{\"a\":\"x\u{2028}y\u{2029}\u{2028}—\"}"),
+            "{\"a\":\"x\\u2028y\\u2029\\u2028—\"}"
+        );
+        assert_eq!(esc("plain â€ °\u{85}"), "plain â€ °\\u0085");
+        assert_eq!(esc("\u{2029}"), "\\u2029");
     }
 
     /// The timestamp text as it was before the hand formatter (jiff's `Display`).
@@ -327,6 +334,52 @@ pub fn redact(text: &str) -> String {
         }
     }
     out.into_owned()
+}
+
+/// Escapes the characters that line splitters other than JSON's own treat as line breaks
+/// in a serialized JSON line: U+2028 (LINE SEPARATOR) and U+2029 (PARAGRAPH SEPARATOR)
+/// become `\u2028` / `\u2029`, U+0085 (NEXT LINE) becomes `\u0085`. serde_json writes
+/// them raw, which is valid JSON, but Python's `str.splitlines` (all three) and
+/// JavaScript text handling (the first two) would cut the line in two. None of them
+/// can occur outside a JSON string, where the escape means the same character. The line
+/// is returned unchanged (no copy) when it holds none of them; the search is one
+/// `memchr2` pass for their lead bytes.
+pub fn escape_line_separators(line: Vec<u8>) -> Vec<u8> {
+    let Some(first) = next_line_separator(&line, 0) else {
+        return line;
+    };
+    let mut out = Vec::with_capacity(line.len() + 8);
+    let mut from = 0;
+    let mut at = Some(first);
+    while let Some((i, len)) = at {
+        out.extend_from_slice(line.get(from..i).unwrap_or_default());
+        out.extend_from_slice(match line.get(i + len - 1) {
+            Some(0xA8) => b"\\u2028",
+            Some(0xA9) => b"\\u2029",
+            _ => b"\\u0085",
+        });
+        from = i + len;
+        at = next_line_separator(&line, from);
+    }
+    out.extend_from_slice(line.get(from..).unwrap_or_default());
+    out
+}
+
+/// Offset and length of the next U+2028 / U+2029 (UTF-8 `E2 80 A8` / `E2 80 A9`) or
+/// U+0085 (`C2 85`) at or after `from`.
+fn next_line_separator(bytes: &[u8], mut from: usize) -> Option<(usize, usize)> {
+    loop {
+        let i = from + memchr::memchr2(0xE2, 0xC2, bytes.get(from..)?)?;
+        let next = bytes.get(i + 1).copied();
+        if bytes.get(i) == Some(&0xC2) {
+            if next == Some(0x85) {
+                return Some((i, 2));
+            }
+        } else if next == Some(0x80) && matches!(bytes.get(i + 2), Some(0xA8 | 0xA9)) {
+            return Some((i, 3));
+        }
+        from = i + 1;
+    }
 }
 
 /// Hex SHA-256 of `bytes`, shortened to 16 characters (diagnostic hashes).

@@ -224,6 +224,57 @@ fn workspace_list_and_cleanup() {
 }
 
 #[test]
+fn cleanup_never_archives_the_served_workspace_by_another_spelling() {
+    let fake = FakeProvider::start();
+    let mut app = App::start(Some(config_for(&fake.base_url())));
+    let ws = app.workdir.clone();
+    std::fs::create_dir_all(ws.join("sub")).unwrap();
+    let tid = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let link = elsewhere.path().join("link-to-ws");
+    std::os::unix::fs::symlink(&ws, &link).unwrap();
+    let w = ws.to_str().unwrap();
+    let name = ws.file_name().unwrap().to_str().unwrap();
+    for path in [
+        format!("{w}/"),
+        format!("{w}//"),
+        format!("{w}/."),
+        format!("{w}/sub/.."),
+        format!("{w}/../{name}"),
+        link.to_string_lossy().into_owned(),
+        format!("{}/", link.to_string_lossy()),
+        // A directory that contains the served workspace.
+        ws.parent().unwrap().to_string_lossy().into_owned(),
+        "/".to_owned(),
+    ] {
+        let e = app.call_err("workspace/state/cleanup", json!({"workspace_path": path}));
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("this server serves"),
+            "{path}: {e}"
+        );
+    }
+    let e = app.call_err(
+        "workspace/state/cleanup",
+        json!({"workspace_path": "relative/ws"}),
+    );
+    assert_eq!(e["code"], "invalid_params", "{e}");
+    assert_eq!(
+        app.call("thread/listArchived", json!({}))["threads"],
+        json!([])
+    );
+    assert_eq!(app.call("thread/list", json!({}))["threads"][0]["id"], tid);
+    // A removed workspace (it no longer exists) is still cleaned up, slash or not.
+    let r = app.call(
+        "workspace/state/cleanup",
+        json!({"workspace_path": format!("{}/gone/", elsewhere.path().display())}),
+    );
+    assert_eq!(r["data_archived"], false, "{r}");
+}
+
+#[test]
 fn the_phone_connects_without_a_workspace_id() {
     let mut app = App::start(None);
     let list = app.call("workspace/list", json!({"remote_delivery": 1}));

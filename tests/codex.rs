@@ -11,7 +11,7 @@ mod support;
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::app::App;
 use support::fake_provider::{FakeProvider, Script};
 
@@ -322,9 +322,12 @@ impl Fake {
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(&home).unwrap();
         std::fs::create_dir_all(&ws).unwrap();
+        // The fake's variables reach it only as named in `agent.shell_env.keep`.
         std::fs::write(
             home.join("config.json"),
-            json!({"agent": {"auto_title": false}}).to_string(),
+            json!({"agent": {"auto_title": false,
+                "shell_env": {"keep": ["FAKE_CODEX_MODE", "FAKE_CODEX_LOG"]}}})
+            .to_string(),
         )
         .unwrap();
         let ws = ws.canonicalize().unwrap();
@@ -855,4 +858,203 @@ fn codex_exec_new_conversation_on_the_default_engine_needs_no_wuu_provider() {
     init(&mut app);
     let r = app.call("thread/resume", json!({"session_id": thread_id}));
     assert_eq!(r["thread"]["engine_id"], "codex", "{r}");
+}
+
+// ---- the Codex child's lifetime and environment ----
+
+impl Fake {
+    /// Live processes whose environment names this fake's log (the launcher, the fake
+    /// and what it started; not the running server): pid and command line.
+    fn processes(&self) -> Vec<(i32, String)> {
+        let needle = format!("FAKE_CODEX_LOG={}", self.log.display());
+        let server = self.app.child.id() as i32;
+        let mut out = vec![];
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+                continue;
+            };
+            if pid == server {
+                continue;
+            }
+            let env = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            if !env.split(|b| *b == 0).any(|v| v == needle.as_bytes()) {
+                continue;
+            }
+            let zombie = std::fs::read_to_string(e.path().join("stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit_once(')')
+                        .map(|(_, r)| r.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(false);
+            if !zombie {
+                let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                out.push((pid, String::from_utf8_lossy(&cmd).replace('\0', " ")));
+            }
+        }
+        out
+    }
+
+    /// Waits until the stubborn fake and its `sleep` run.
+    fn wait_running(&self) -> Vec<(i32, String)> {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            let p = self.processes();
+            if p.iter().any(|(_, c)| c.starts_with("sleep")) && p.len() >= 2 {
+                return p;
+            }
+            assert!(Instant::now() < end, "the fake did not start: {p:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait_gone(&self, limit: Duration) -> Vec<(i32, String)> {
+        let end = Instant::now() + limit;
+        loop {
+            let p = self.processes();
+            if p.is_empty() || Instant::now() > end {
+                return p;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts a Codex turn and waits for its end (the host then keeps running).
+    fn one_turn(&mut self) {
+        let thread_id = start_codex_thread(&mut self.app);
+        self.turn(&thread_id, "hi");
+        wait_turn_end(&mut self.app, &thread_id);
+    }
+}
+
+fn kill(sig: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status();
+}
+
+#[test]
+fn a_stubborn_codex_host_dies_with_a_killed_app_server() {
+    let mut f = Fake::start("stubborn");
+    f.one_turn();
+    f.wait_running();
+    kill("-9", f.app.child.id());
+    let _ = f.app.child.wait();
+    let left = f.wait_gone(Duration::from_secs(5));
+    assert!(
+        left.is_empty(),
+        "the Codex host outlived app-server: {left:?}"
+    );
+}
+
+#[test]
+fn a_stubborn_codex_host_dies_with_a_killed_wuu_exec() {
+    let f = Fake::start("stubborn");
+    std::fs::write(
+        f.home.join("config.json"),
+        json!({"agent": {"auto_title": false,
+            "shell_env": {"keep": ["FAKE_CODEX_MODE", "FAKE_CODEX_LOG"]}},
+            "engines": {"default_engine": "codex"}})
+        .to_string(),
+    )
+    .unwrap();
+    let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
+        .args(["exec", "--json", "--cd"])
+        .arg(&f.ws)
+        .arg("hi")
+        .envs(f.env.iter().map(|(k, v)| (k, v)))
+        .env("WUU_HOME", &f.home)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    f.wait_running();
+    exec.kill().unwrap();
+    let _ = exec.wait();
+    let left = f.wait_gone(Duration::from_secs(5));
+    assert!(
+        left.is_empty(),
+        "the Codex host outlived wuu exec: {left:?}"
+    );
+}
+
+#[test]
+fn a_restart_sweeps_a_codex_host_a_dead_server_left() {
+    let mut f = Fake::start("stubborn");
+    f.one_turn();
+    let running = f.wait_running();
+    let launcher = running
+        .iter()
+        .find(|(_, c)| c.contains("__sandbox"))
+        .unwrap_or_else(|| panic!("no launcher: {running:?}"))
+        .0;
+    // The launcher and the server die together: nothing is left to end the host.
+    kill("-STOP", f.app.child.id());
+    kill("-9", launcher as u32);
+    kill("-9", f.app.child.id());
+    let _ = f.app.child.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    let orphans = f.processes();
+    assert!(
+        orphans.iter().any(|(_, c)| c.starts_with("sleep")),
+        "nothing outlived both (the case the sweep is for): {orphans:?}"
+    );
+    // A new server on the same store kills them at startup.
+    f.restart();
+    let left = f.wait_gone(Duration::from_secs(10));
+    assert!(left.is_empty(), "the startup sweep left: {left:?}");
+}
+
+#[test]
+fn the_codex_child_gets_a_built_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let codex_home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&codex_home).unwrap();
+    std::fs::write(
+        codex_home.join("config.toml"),
+        "[model_providers.fake]\nname = \"fake\"\nenv_key = \"FAKE_PROVIDER_KEY\"\n",
+    )
+    .unwrap();
+    let secrets = [
+        ("OPENAI_API_KEY", "sk-wuu-provider-key-0001"),
+        ("ANTHROPIC_API_KEY", "sk-other-key-0002"),
+        ("AWS_SECRET_ACCESS_KEY", "aws-secret-0003"),
+        ("GITHUB_TOKEN", "ghp-token-0004"),
+        ("SSH_AUTH_SOCK", "/tmp/agent-socket-0005"),
+        ("SOME_UNRELATED_VAR", "unrelated-0006"),
+    ];
+    let mut f = {
+        let f = Fake::start("normal");
+        let mut env = f.env.clone();
+        for (k, v) in secrets {
+            env.push((k.into(), v.into()));
+        }
+        env.push(("CODEX_HOME".into(), codex_home.to_string_lossy().into()));
+        env.push(("FAKE_PROVIDER_KEY".into(), "codex-own-key-0007".into()));
+        env.push(("LC_ALL".into(), "C.UTF-8".into()));
+        Fake { env, ..f }
+    };
+    f.restart();
+    f.one_turn();
+    let dump = std::fs::read_to_string(format!("{}.env", f.log.display())).unwrap();
+    for (k, v) in secrets {
+        assert!(!dump.contains(v), "{k} reached the Codex child:\n{dump}");
+    }
+    for want in [
+        format!("CODEX_HOME={}", codex_home.display()),
+        "FAKE_PROVIDER_KEY=codex-own-key-0007".into(),
+        "LC_ALL=C.UTF-8".into(),
+        format!("HOME={}", f.home.display()),
+        format!("FAKE_CODEX_LOG={}", f.log.display()),
+        "WUU_COMMAND_TOKEN=".into(),
+        "PATH=".into(),
+    ] {
+        assert!(
+            dump.lines().any(|l| l.starts_with(&want)),
+            "{want} missing:\n{dump}"
+        );
+    }
 }

@@ -139,10 +139,18 @@ fn unknown_conversations_never_get_a_session_thread() {
         batch.push(b'\n');
     }
     app.write_raw(&batch);
+    // The reviver's queue takes the first 1024; past it, a full queue is refused at
+    // once (`overloaded`) rather than holding the reader.
+    let mut not_found = 0;
     for i in 0..n {
         let r = app.response(&format!("u{i}"));
-        assert_eq!(r["error"]["code"], "thread_not_found", "{r}");
+        match r["error"]["code"].as_str() {
+            Some("thread_not_found") => not_found += 1,
+            Some("overloaded") => {}
+            _ => panic!("{r}"),
+        }
     }
+    assert!(not_found >= 1024, "{not_found}");
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let (peak_total, peak_sessions) = sampler.join().unwrap();
     assert_eq!(
@@ -352,10 +360,17 @@ fn search_queries_are_bounded_and_searches_never_hold_up_listings() {
         searches_before < n / 2,
         "the listing waited behind {searches_before} of {n} searches"
     );
+    // The search lane's queue takes 256; the excess is refused at once (`overloaded`).
+    let mut answered = 0;
     for i in 0..n {
         let r = app.response(&format!("s{i}"));
+        if r["error"]["code"] == "overloaded" {
+            continue;
+        }
         assert!(r["result"]["results"].as_array().unwrap().is_empty(), "{r}");
+        answered += 1;
     }
+    assert!(answered >= 256, "{answered}");
 }
 
 #[test]

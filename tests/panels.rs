@@ -959,3 +959,52 @@ fn git_diff_shows_a_link_out_of_the_workspace_as_its_target_text() {
         outside.path().join("secret.txt").to_string_lossy().as_ref()
     );
 }
+
+#[test]
+fn a_project_layer_cannot_reroute_conversations_through_model_aliases() {
+    let fake = FakeProvider::start();
+    let mut c = two_providers(&fake.base_url());
+    c["providers"]["spare"] =
+        json!({"type": "openai-compatible", "base_url": fake.base_url(), "model": "spare-model"});
+    let mut app = App::start(Some(c));
+    app.call("initialize", json!({}));
+    // What the model could write with `write_file .wuu.json`, picked up live.
+    std::fs::write(
+        app.workdir.join(".wuu.json"),
+        r#"{"agent":{"max_steps":5,
+            "model_aliases":{"fake-model":{"provider":"spare","model":"hijack"}},
+            "verification_model":{"provider":"spare","model":"hijack"}}}"#,
+    )
+    .unwrap();
+    let n = app.notification("config/changed");
+    assert_eq!(n["params"]["advanced_settings"]["max_steps"], 5, "{n}");
+    let init = app.call("initialize", json!({}));
+    let ignored: Vec<&str> = init["issues"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["code"] == "protected_field_ignored")
+        .map(|i| i["message"].as_str().unwrap())
+        .collect();
+    for field in ["agent.model_aliases", "agent.verification_model"] {
+        assert!(
+            ignored
+                .iter()
+                .any(|m| m.contains(field) && m.contains(".wuu.json")),
+            "{field} must be reported: {init}"
+        );
+    }
+    let read = app.call("config/read", json!({}));
+    assert!(!read.to_string().contains("hijack"), "{read}");
+    let t = app.call("thread/start", json!({}))["thread"].clone();
+    assert_eq!(
+        (t["model_provider"].as_str(), t["model"].as_str()),
+        (Some("fake"), Some("fake-model")),
+        "{t}"
+    );
+    let tid = t["id"].as_str().unwrap().to_owned();
+    fake.push(Script::text(&["ok"]));
+    app.call("turn/start", json!({"thread_id": tid, "prompt": "go"}));
+    app.notification("turn/completed");
+    assert_eq!(fake.requests()[0].body["model"], "fake-model");
+}

@@ -1,9 +1,10 @@
-//! End-to-end tests: commands die with their host (issue 11, "Processes").
+//! End-to-end tests: commands die with their host, and with their end.
 //!
-//! `bash` runs `sleep 1000 & sleep 1000 & wait`; the host (`wuu exec` or `wuu
-//! app-server`) is killed with SIGKILL; no process of the command may survive. A
-//! command's processes are found by their environment: `TMPDIR` is the conversation's
-//! private temp dir under this test's own `WUU_HOME`.
+//! `bash` runs background jobs that stay in the command's process group and jobs that
+//! leave it (`setsid`, a double fork); the command ends, is interrupted, or the host
+//! (`wuu exec` or `wuu app-server`) is ended with SIGTERM or SIGKILL; no process of the
+//! command may survive. A command's processes are found by their environment: `TMPDIR`
+//! is the conversation's private temp dir under this test's own `WUU_HOME`.
 
 mod support;
 
@@ -15,13 +16,20 @@ use std::time::{Duration, Instant};
 use support::fake_provider::{FakeProvider, Script};
 
 const BIN: &str = env!("CARGO_BIN_EXE_wuu");
-const CMD: &str = "sleep 1000 & sleep 1000 & wait";
+/// Two sleeps in the command's group, two that left it (and the session) for good.
+const CMD: &str = "(setsid sleep 1000 &); setsid sleep 1000 & sleep 1000 & sleep 1000 & wait";
+/// The sleeps of [`CMD`].
+const SLEEPS: usize = 4;
 
 struct Lab {
     _dir: tempfile::TempDir,
     home: PathBuf,
     ws: PathBuf,
     fake: FakeProvider,
+    /// `--permission-mode` of `wuu exec`.
+    mode: &'static str,
+    /// Extra environment of the host.
+    env: Vec<(&'static str, &'static str)>,
 }
 
 impl Lab {
@@ -46,7 +54,14 @@ impl Lab {
             home,
             ws,
             fake,
+            mode: "standard",
+            env: vec![],
         }
+    }
+
+    /// A lab whose commands run in permission mode `mode`.
+    fn in_mode(mode: &'static str) -> Lab {
+        Lab { mode, ..Lab::new() }
     }
 
     fn exec(&self) -> Child {
@@ -55,9 +70,12 @@ impl Lab {
             .arg("--json")
             .arg("--cd")
             .arg(&self.ws)
+            .arg("--permission-mode")
+            .arg(self.mode)
             .arg("run it")
             .env("WUU_HOME", &self.home)
             .env("HOME", &self.home)
+            .envs(self.env.iter().copied())
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -79,6 +97,7 @@ impl Lab {
             .arg(&self.ws)
             .env("WUU_HOME", &self.home)
             .env("HOME", &self.home)
+            .envs(self.env.iter().copied())
             .env_remove("RUST_LOG")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -124,13 +143,13 @@ impl Lab {
         out
     }
 
-    /// Waits until the command runs: the launcher, bash and both sleeps.
+    /// Waits until the command runs: the launcher, bash and every sleep.
     fn wait_running(&self) -> Vec<(i32, String)> {
         let end = Instant::now() + Duration::from_secs(20);
         loop {
             let pids = self.command_pids();
             let sleeps = pids.iter().filter(|(_, c)| c.starts_with("sleep")).count();
-            if sleeps == 2 && pids.iter().any(|(_, c)| c.contains("__sandbox")) {
+            if sleeps == SLEEPS && pids.iter().any(|(_, c)| c.contains("__sandbox")) {
                 return pids;
             }
             assert!(Instant::now() < end, "the command did not start: {pids:?}");
@@ -164,20 +183,52 @@ fn push_command(fake: &FakeProvider) {
     fake.push(Script::text(&["done"]));
 }
 
+/// The labs the host-death tests run in: a PID namespace (standard), the subreaper
+/// (unconfined; standard without a PID namespace).
+fn labs() -> Vec<Lab> {
+    let mut no_pid_ns = Lab::new();
+    no_pid_ns.env.push(("WUU_SANDBOX_NO_PID_NS", "1"));
+    vec![Lab::new(), Lab::in_mode("unconfined"), no_pid_ns]
+}
+
 #[test]
 fn sigkill_of_exec_leaves_no_survivors() {
-    for _ in 0..3 {
-        let lab = Lab::new();
+    for lab in labs().into_iter().chain(labs()) {
         push_command(&lab.fake);
         let mut host = lab.exec();
         let before = lab.wait_running();
-        assert!(before.len() >= 4, "{before:?}");
+        assert!(before.len() >= 6, "{before:?}");
         host.kill().unwrap();
         host.wait().unwrap();
         let left = lab.wait_gone(Duration::from_secs(5));
         assert!(
             left.is_empty(),
-            "survivors after SIGKILL of wuu exec: {left:?}"
+            "survivors after SIGKILL of wuu exec ({}, {:?}): {left:?}",
+            lab.mode,
+            lab.env
+        );
+    }
+}
+
+#[test]
+fn escaped_sessions_end_with_the_command() {
+    for lab in labs() {
+        lab.fake.push(Script::tool_call(
+            "call_1",
+            "bash",
+            &json!({ "command": "(setsid sleep 1000 &); setsid sleep 1000 & sleep 0.5; echo started" })
+                .to_string(),
+        ));
+        lab.fake.push(Script::text(&["done"]));
+        let st = lab.exec().wait().unwrap();
+        assert!(st.success());
+        // The command ended before the turn did: nothing of it may be left.
+        let left = lab.wait_gone(Duration::from_secs(1));
+        assert!(
+            left.is_empty(),
+            "survivors of an ended command ({}, {:?}): {left:?}",
+            lab.mode,
+            lab.env
         );
     }
 }
@@ -201,8 +252,9 @@ fn wait_for(
     }
 }
 
-/// Starts the command in an app-server conversation.
-fn start_in_app_server(lab: &Lab) -> (Child, std::process::ChildStdin) {
+/// Starts the command in an app-server conversation; the server, its stdin and the
+/// thread id.
+fn start_in_app_server(lab: &Lab) -> (Child, std::process::ChildStdin, String) {
     push_command(&lab.fake);
     let (child, mut stdin, mut out) = lab.app_server();
     send(
@@ -228,14 +280,14 @@ fn start_in_app_server(lab: &Lab) -> (Child, std::process::ChildStdin) {
             sink.clear();
         }
     });
-    (child, stdin)
+    (child, stdin, thread)
 }
 
 #[test]
 fn sigkill_of_app_server_leaves_no_survivors() {
     for _ in 0..3 {
         let lab = Lab::new();
-        let (mut host, _stdin) = start_in_app_server(&lab);
+        let (mut host, _stdin, _) = start_in_app_server(&lab);
         lab.wait_running();
         host.kill().unwrap();
         host.wait().unwrap();
@@ -248,8 +300,74 @@ fn sigkill_of_app_server_leaves_no_survivors() {
 }
 
 #[test]
-fn a_restart_sweeps_groups_a_dead_host_left() {
+fn interrupt_ends_escaped_sessions() {
     let lab = Lab::new();
+    let (mut host, mut stdin, thread) = start_in_app_server(&lab);
+    lab.wait_running();
+    send(
+        &mut stdin,
+        json!({"id":"4","method":"turn/interrupt","params":{"thread_id": thread}}),
+    );
+    let left = lab.wait_gone(Duration::from_secs(3));
+    drop(stdin);
+    let _ = host.kill();
+    let _ = host.wait();
+    assert!(
+        left.is_empty(),
+        "survivors of an interrupted turn: {left:?}"
+    );
+}
+
+#[test]
+fn sigterm_of_app_server_leaves_no_survivors() {
+    let lab = Lab::new();
+    let (host, _stdin, _) = start_in_app_server(&lab);
+    lab.wait_running();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(host.id().to_string())
+        .status();
+    let left = lab.wait_gone(Duration::from_secs(5));
+    let mut host = host;
+    let _ = host.kill();
+    let _ = host.wait();
+    assert!(
+        left.is_empty(),
+        "survivors after SIGTERM of app-server: {left:?}"
+    );
+}
+
+#[test]
+fn sigkill_of_the_launcher_ends_its_pid_namespace() {
+    let lab = Lab::new();
+    push_command(&lab.fake);
+    let mut host = lab.exec();
+    let running = lab.wait_running();
+    let launcher = running
+        .iter()
+        .find(|(_, c)| c.contains("__sandbox"))
+        .unwrap()
+        .0;
+    let _ = Command::new("kill")
+        .arg("-STOP")
+        .arg(host.id().to_string())
+        .status();
+    kill9(launcher);
+    let left = lab.wait_gone(Duration::from_secs(3));
+    host.kill().unwrap();
+    host.wait().unwrap();
+    assert!(
+        left.is_empty(),
+        "the namespace outlived its launcher: {left:?}"
+    );
+}
+
+#[test]
+fn a_restart_sweeps_what_a_dead_host_left() {
+    // Without a PID namespace (the subreaper), a launcher killed together with its host
+    // leaves the command's processes, in its group and out of it, to the next start.
+    let mut lab = Lab::new();
+    lab.env.push(("WUU_SANDBOX_NO_PID_NS", "1"));
     push_command(&lab.fake);
     let mut host = lab.exec();
     let running = lab.wait_running();
@@ -269,11 +387,16 @@ fn a_restart_sweeps_groups_a_dead_host_left() {
     host.wait().unwrap();
     std::thread::sleep(Duration::from_millis(500));
     let orphans = lab.command_pids();
-    assert!(
-        orphans.iter().any(|(_, c)| c.starts_with("sleep")),
-        "the group outlived both (the case the sweep is for): {orphans:?}"
+    let sleeps = orphans
+        .iter()
+        .filter(|(_, c)| c.starts_with("sleep"))
+        .count();
+    assert_eq!(
+        sleeps, SLEEPS,
+        "the command outlived both (the case the sweep is for): {orphans:?}"
     );
-    // A new host on the same store kills them at startup.
+    // A new host on the same store kills them at startup, escaped sessions included.
+    lab.env.clear();
     let (mut again, stdin, _out) = lab.app_server();
     let left = lab.wait_gone(Duration::from_secs(10));
     drop(stdin);

@@ -321,12 +321,16 @@ fn group_and_session(stat: &str) -> (i64, i64) {
 #[test]
 fn commands_run_in_a_session_of_their_own_without_a_terminal() {
     let lab = Lab::new(false);
-    let r = lab.run(
+    // Without a PID namespace, where the launcher and the host are visible.
+    let r = lab.run_with(
         "standard",
         &[
             "echo self=$(cat /proc/$$/stat); echo launcher=$PPID; echo host=$(awk '{print $4}' /proc/$PPID/stat)",
             "exec 3<>/dev/tty && echo TTY-OPEN || echo no-tty",
         ],
+        |c| {
+            c.env("WUU_SANDBOX_NO_PID_NS", "1");
+        },
     );
     let out = &r.results[0];
     let field = |name: &str| {
@@ -344,6 +348,26 @@ fn commands_run_in_a_session_of_their_own_without_a_terminal() {
     assert_ne!(session, test_session(), "{out}");
     assert!(r.results[1].contains("no-tty"), "{}", r.results[1]);
     assert!(!r.results[1].contains("TTY-OPEN"), "{}", r.results[1]);
+}
+
+#[test]
+fn commands_run_in_a_pid_namespace_of_their_own() {
+    let lab = Lab::new(false);
+    let r = lab.run(
+        "standard",
+        &["echo self=$$ parent=$PPID; echo procs=$(ls -d /proc/[0-9]* | wc -l); echo mount=$(awk '$2 == \"/proc\" {print $4}' /proc/self/mounts | tail -n 1)"],
+    );
+    let out = &r.results[0];
+    // The shell is the second process of its namespace, after the launcher's init; the
+    // namespace's own /proc (read-only) shows only its processes, not the host's.
+    assert!(out.contains("self=2 parent=1"), "{out}");
+    let procs: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("procs="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(procs <= 6, "{out}");
+    assert!(out.contains("mount=ro,"), "{out}");
 }
 
 fn test_session() -> i64 {
@@ -446,9 +470,13 @@ fn commands_cannot_signal_the_host() {
         return;
     }
     let lab = Lab::new(false);
-    let r = lab.run(
+    // Without a PID namespace (with one, the host is not even visible).
+    let r = lab.run_with(
         "standard",
         &["host=$(awk '{print $4}' /proc/$PPID/stat); if kill -0 $host; then echo HOST-SIGNALLED; else echo host-unreachable; fi"],
+        |c| {
+            c.env("WUU_SANDBOX_NO_PID_NS", "1");
+        },
     );
     assert!(
         r.results[0].contains("host-unreachable"),

@@ -585,3 +585,189 @@ fn a_custom_auth_header_value_is_masked() {
     let req = &lab.fake.requests()[0];
     assert_eq!(req.header("x-custom-auth"), Some(secret));
 }
+
+/// Waits for the response to `id` for at most `limit` (None when it does not come);
+/// other frames stay in the backlog.
+fn response_within(app: &mut support::app::App, id: &str, limit: Duration) -> Option<Value> {
+    let deadline = Instant::now() + limit;
+    let mut others = Vec::new();
+    let found = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break None;
+        }
+        match app.next_within(left) {
+            Some(v) if v.get("method").is_none() && v["id"] == json!(id) => break Some(v),
+            Some(v) => others.push(v),
+            None => break None,
+        }
+    };
+    app.backlog.extend(others);
+    found
+}
+
+#[test]
+fn a_long_key_after_non_ascii_keys_neither_stalls_the_server_nor_leaks() {
+    let mut app = support::app::App::start(Some(support::app::config_for("http://127.0.0.1:9")));
+    // Twelve pseudo-random non-ASCII characters per key.
+    let mut seed: u32 = 0x2545_F491;
+    let mut keys: Vec<String> = (0..5)
+        .map(|_| {
+            (0..12)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 17;
+                    seed ^= seed << 5;
+                    char::from_u32(0x80 + seed % (0xD7FF - 0x80)).unwrap()
+                })
+                .collect()
+        })
+        .collect();
+    // A run of one byte: a DFA build is quadratic in it (seconds for 4 KiB).
+    keys.push("A".repeat(12 * 1024));
+    for key in &keys[..5] {
+        let e = app.call_err("config/model/update", json!({"api_key": key}));
+        assert!(e["message"].as_str().unwrap().contains("api_key"), "{e}");
+    }
+    // The long key's matcher is built on a catalog worker while `config/read` is
+    // answered by the reader, whose copy of the secret set is stale by now.
+    let long = app.send("config/model/update", json!({"api_key": keys[5]}));
+    std::thread::sleep(Duration::from_millis(300));
+    let id = app.send("config/read", json!({}));
+    let r = response_within(&mut app, &id, Duration::from_secs(8))
+        .expect("config/read must answer within 8 s of the secret changes (the server stalled)");
+    assert!(r.get("result").is_some(), "{r}");
+    let r = app.response(&long);
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("api_key"),
+        "{r}"
+    );
+    let text = format!("one {} two {} three\n", keys[2], keys[5]);
+    std::fs::write(app.workdir.join("keys.txt"), &text).unwrap();
+    let f = app.call("workspace/file/read", json!({"path": "keys.txt"}));
+    let shown = f["text"].as_str().unwrap();
+    assert!(
+        shown.starts_with("one [REDACTED] two [REDACTED]"),
+        "{shown:.300}"
+    );
+    assert!(shown.ends_with("[REDACTED] three\n"), "{shown:.300}");
+    assert!(
+        !shown.contains("AAAAAAAA") && !shown.contains(&keys[2]),
+        "{shown:.300}"
+    );
+    // A key longer than the documented bound is refused clearly (and not kept).
+    let e = app.call_err(
+        "config/model/update",
+        json!({"api_key": "B".repeat(16 * 1024 + 1)}),
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("longer than 16384 bytes"),
+        "{e}"
+    );
+    app.call("config/read", json!({}));
+}
+
+#[test]
+fn workspace_views_serve_no_secret_in_bytes_and_never_the_wuu_home() {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    // The `--workdir ~` layout: the wuu home (with the user config) inside the workspace.
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap().join("ws");
+    let home = ws.join(".wuu");
+    std::fs::create_dir_all(&home).unwrap();
+    let header = "hdr-SECRET-9f8e7d6c5b4a";
+    let cfg = json!({
+        "agent": {"auto_title": false},
+        "default_provider": "fake",
+        "providers": {"fake": {"type": "openai-compatible", "base_url": "http://127.0.0.1:9",
+            "model": "m", "api_key_env": "LEAK_API_KEY", "headers": {"X-Custom-Auth": header}}},
+    });
+    std::fs::write(home.join("config.json"), cfg.to_string()).unwrap();
+    std::fs::write(ws.join(".env"), format!("KEY={KEY}\nAUTH={header}\n")).unwrap();
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend_from_slice(format!("tEXt {KEY} IEND").as_bytes());
+    std::fs::write(ws.join("key.png"), &png).unwrap();
+    // The key straddles the first chunk's end (256 KiB).
+    let mut big = vec![b'.'; 300_000];
+    big[256 * 1024 - 5..256 * 1024 - 5 + KEY.len()].copy_from_slice(KEY.as_bytes());
+    std::fs::write(ws.join("big.bin"), &big).unwrap();
+    std::fs::write(ws.join("plain.bin"), b"\x00\x01 nothing to hide").unwrap();
+    std::os::unix::fs::symlink(".wuu/config.json", ws.join("cfg-link.json")).unwrap();
+    std::fs::hard_link(home.join("config.json"), ws.join("cfg-hard.json")).unwrap();
+    let ws_s = ws.to_string_lossy().into_owned();
+    let mut app = support::app::App::spawn_in_env(
+        &home,
+        &ws,
+        &[("LEAK_API_KEY", KEY), ("HOME", ws_s.as_str())],
+    );
+
+    let f = app.call("workspace/file/read", json!({"path": ".env"}));
+    assert_eq!(f["text"], "KEY=[REDACTED]\nAUTH=[REDACTED]\n", "{f}");
+    for (path, offset) in [(".env", 0), ("big.bin", 0)] {
+        let e = app.call_err(
+            "workspace/file/chunk",
+            json!({"path": path, "offset": offset, "version": ""}),
+        );
+        assert!(
+            e["message"]
+                .as_str()
+                .unwrap()
+                .contains("contains a configured secret"),
+            "{path}: {e}"
+        );
+    }
+    let img = app.call("workspace/file/read", json!({"path": "key.png"}));
+    assert!(img.get("renderable_url").is_none(), "{img}");
+    assert!(
+        img["renderable_withheld"]
+            .as_str()
+            .unwrap()
+            .contains("configured secret"),
+        "{img}"
+    );
+    // A file without a secret is still served.
+    let c = app.call("workspace/file/chunk", json!({"path": "plain.bin"}));
+    assert_eq!(c["data"], b64(b"\x00\x01 nothing to hide"));
+    // The wuu home and the user config are not workspace files.
+    for (method, params) in [
+        ("workspace/file/chunk", json!({"path": ".wuu/config.json"})),
+        ("workspace/file/read", json!({"path": ".wuu/config.json"})),
+        ("workspace/file/read", json!({"path": "cfg-link.json"})),
+        ("workspace/file/chunk", json!({"path": "cfg-hard.json"})),
+        ("workspace/directory/list", json!({"path": ".wuu"})),
+        (
+            "workspace/directory/list",
+            json!({"root": home.to_string_lossy()}),
+        ),
+    ] {
+        let e = app.call_err(method, params.clone());
+        let m = e["message"].as_str().unwrap();
+        assert!(
+            m.contains("wuu home") || m.contains("user config file"),
+            "{method} {params}: {e}"
+        );
+    }
+    let l = app.call("workspace/directory/list", json!({"path": ""}));
+    assert!(!l.to_string().contains(".wuu"), "{l}");
+    let r = app.call(
+        "workspace/file/resolve",
+        json!({"reference": ".wuu/config.json"}),
+    );
+    assert_eq!(r["status"], "missing", "{r}");
+    // No frame carried a secret, raw or in base64 (at any of the 3 alignments).
+    let frames: String = app.seen.iter().map(|v| v.to_string()).collect();
+    for secret in [KEY, header] {
+        assert!(!frames.contains(secret), "{secret} leaked");
+        for shift in 0..3 {
+            let mut padded = vec![b'x'; shift];
+            padded.extend_from_slice(secret.as_bytes());
+            let enc = b64(&padded);
+            let core = &enc[4..enc.len() - 4];
+            assert!(!frames.contains(core), "{secret} leaked in base64");
+        }
+    }
+}

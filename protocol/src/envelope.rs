@@ -84,6 +84,13 @@ pub enum ErrorCode {
     /// timeout (10 s). Retryable: nothing was changed; the message names the database
     /// file.
     StoreBusy,
+    /// The queue of the worker that would run the request is full (the catalog pool,
+    /// the search lane, the conversation's mailbox, or the reviver of parked
+    /// conversations). Retryable: nothing was done and nothing was stored; the message
+    /// names the queue and its capacity. The reader answers it at once instead of
+    /// waiting for room, so control requests (`turn/interrupt`, `shutdown`,
+    /// `config/read`) behind a flood are still served.
+    Overloaded,
     /// `turn/interrupt` on a conversation that runs no turn (nothing was changed).
     NoActiveTurn,
     /// `user-question/respond|cancel|hold` named a question this server never offered.
@@ -111,6 +118,7 @@ impl ErrorCode {
         ErrorCode::InternalError,
         ErrorCode::ServerClosed,
         ErrorCode::StoreBusy,
+        ErrorCode::Overloaded,
         ErrorCode::NoActiveTurn,
         ErrorCode::QuestionNotFound,
         ErrorCode::QuestionSettled,
@@ -131,6 +139,7 @@ impl ErrorCode {
             ErrorCode::InternalError => "internal_error",
             ErrorCode::ServerClosed => "server_closed",
             ErrorCode::StoreBusy => "store_busy",
+            ErrorCode::Overloaded => "overloaded",
             ErrorCode::NoActiveTurn => "no_active_turn",
             ErrorCode::QuestionNotFound => "question_not_found",
             ErrorCode::QuestionSettled => "question_settled",

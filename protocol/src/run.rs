@@ -135,7 +135,8 @@ pub struct Run {
     /// Status.
     pub status: String,
     /// The request with server-filled facts (`has_prompt`, `image_count`, `file_count`,
-    /// `structured_output`).
+    /// `structured_output`) and, when one was given, the `output_schema` the final
+    /// answer is validated against (as sent).
     pub request: Value,
     /// Resolved `{provider, model, effort, permission_mode, protocol_version,
     /// core_version}`.

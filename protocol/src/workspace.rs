@@ -173,6 +173,10 @@ pub struct FileReadResult {
     /// `image` | `pdf`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renderable_kind: Option<String>,
+    /// Why `renderable_url` is absent for an image or PDF: its bytes contain a
+    /// configured secret, which a data URL would carry unmasked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renderable_withheld: Option<String>,
 }
 
 /// `workspace/file/resolve` result.

@@ -164,10 +164,11 @@ pub struct AgentConfig {
     /// Override of the model's context window, tokens.
     #[serde(default)]
     pub provider_context_window: Option<u64>,
-    /// Named selections (`cheap`, `review`, …).
+    /// Named selections (`cheap`, `review`, …; user-owned model routing: an alias may
+    /// name any model, the default one included).
     #[serde(default)]
     pub model_aliases: Option<BTreeMap<String, AliasConfig>>,
-    /// The model used for verification.
+    /// The model used for verification (user-owned model routing).
     #[serde(default)]
     pub verification_model: Option<AliasConfig>,
 }
@@ -299,6 +300,8 @@ pub const USER_OWNED: &[&str] = &[
     "/agent/permission_mode",
     "/agent/model",
     "/agent/effort",
+    "/agent/model_aliases",
+    "/agent/verification_model",
     "/agent/shell_env",
     "/agent/sandbox",
     "/engines",

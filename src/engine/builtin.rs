@@ -34,6 +34,23 @@ pub struct Builtin {
     host_gone: bool,
     /// Usage of this turn so far (for the trace).
     usage: Usage,
+    /// Tool calls of the current step cut off by the output limit (`(id, name)`): never
+    /// run; the model is told at the next step ([`cut_off_note`]).
+    cut_off: Vec<(String, String)>,
+}
+
+/// What the model reads (a user note after the step's tool results, in the next request
+/// only) when the output limit cut off some of its tool calls while others completed and
+/// ran: which calls, that they did not run, and to re-issue them shorter.
+pub fn cut_off_note(cut: &[(String, String)]) -> String {
+    let calls: Vec<String> = cut
+        .iter()
+        .map(|(id, name)| format!("`{name}` (call id {id})"))
+        .collect();
+    format!(
+        "[wuu: your tool call {} was cut off by the output limit before its arguments were complete, so it was NOT run (the other tool calls of that answer ran). Re-issue it with shorter arguments, e.g. split a large file write into several smaller edits.]",
+        calls.join(", ")
+    )
 }
 
 impl Builtin {
@@ -45,6 +62,7 @@ impl Builtin {
             interrupted: false,
             host_gone: false,
             usage: Usage::default(),
+            cut_off: vec![],
         }
     }
 
@@ -109,6 +127,8 @@ impl Engine for Builtin {
         let provider_id = provider.id().to_owned();
         let max_steps = req.limits.max_steps.max(1);
         let mut trace = Trace::open(&req.home, &req.thread_id);
+        // Calls of the previous step the output limit cut off: the model is told.
+        let mut cut_note: Option<String> = None;
         loop {
             self.drain(controls);
             if self.interrupted {
@@ -129,10 +149,14 @@ impl Engine for Builtin {
                 }));
             }
             let cache_key = req.thread_id.chars().take(64).collect::<String>();
+            let mut messages = start.messages;
+            if let Some(note) = cut_note.take() {
+                messages.push(provider::ChatMessage::text(provider::Role::User, note));
+            }
             let chat = ChatRequest {
                 model: req.model.clone(),
                 system: system.clone(),
-                messages: start.messages,
+                messages,
                 tools: tool_specs.clone(),
                 effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
                 max_output_tokens: None,
@@ -187,6 +211,10 @@ impl Engine for Builtin {
                     None => Outcome::Interrupted,
                 };
             }
+            let cut = std::mem::take(&mut self.cut_off);
+            if !cut.is_empty() {
+                cut_note = Some(cut_off_note(&cut));
+            }
             for call in calls {
                 self.run_tool(call, &req, sink, controls, &mut trace);
             }
@@ -212,6 +240,7 @@ impl Builtin {
         }
         let handle = provider::start_stream(provider, req);
         let mut calls: Vec<ToolCall> = vec![];
+        self.cut_off.clear();
         let mut reconnecting = false;
         // Cloned once per step, not per event: only a gone host changes it (to `never`).
         let mut ctl = self.controls(controls);
@@ -308,7 +337,8 @@ impl Builtin {
                         calls.push(call);
                     }
                     // Arguments cut off (output limit): never run, never in history.
-                    StreamEvent::ToolCallCutOff { id, reason, .. } => {
+                    StreamEvent::ToolCallCutOff { id, name, reason } => {
+                        self.cut_off.push((id.clone(), name));
                         sink.emit(EngineEvent::ToolWithdrawn {
                             call_id: id,
                             reason,
@@ -323,6 +353,7 @@ impl Builtin {
                     } => {
                         // The failed attempt's partial output is void.
                         calls.clear();
+                        self.cut_off.clear();
                         reconnecting = true;
                         sink.emit(EngineEvent::Reconnecting(Reconnecting {
                             attempt,

@@ -1,7 +1,9 @@
 //! The conversation trace: a JSONL file per conversation under `$WUU_HOME/traces/`
 //! (`<thread_id>.jsonl`) with one line per provider request, provider response, tool
 //! call and turn settlement, with timings. Tool arguments are redacted; message bodies
-//! are not written (only counts and hashes); every line passes the secret redactor. Its path is `trace_path` (exec.md §5.3).
+//! are not written (only counts and hashes); every line passes the secret redactor and
+//! has U+2028 / U+2029 / U+0085 escaped (`crate::util::escape_line_separators`). Its path
+//! is `trace_path` (exec.md §5.3).
 
 use serde_json::Value;
 use std::io::Write;
@@ -35,8 +37,9 @@ impl Trace {
             o.insert("ts_ms".into(), crate::util::now_ms().into());
         }
         if let Some(f) = self.file.as_mut() {
-            let mut line =
-                crate::secrets::redact_vec(serde_json::to_vec(&record).unwrap_or_default());
+            let mut line = crate::util::escape_line_separators(crate::secrets::redact_vec(
+                serde_json::to_vec(&record).unwrap_or_default(),
+            ));
             line.push(b'\n');
             if let Err(e) = f.write_all(&line) {
                 log::warn!("trace {}: {e}", self.path.display());

@@ -20,7 +20,8 @@ Usage:
   wuu exec -c|--continue [OPTIONS] [PROMPT]   same as `resume --last`
 
 The prompt is the positional text; when it is `-` or absent and stdin is not a
-terminal, it is read from stdin.
+terminal, it is read from stdin. Options may come anywhere, also after the id or
+the prompt; after `--` everything is prompt text.
 
 Options:
       --json                    JSONL event stream on stdout (one object per line,
@@ -127,9 +128,11 @@ pub enum Command {
 /// Permission modes accepted by `--permission-mode`.
 pub const PERMISSION_MODES: &[&str] = &["standard", "read_only", "unconfined"];
 
-/// Parses the arguments after `exec`. Flags may appear anywhere before the prompt;
-/// the first positional word starts the prompt and everything after it is prompt text
-/// (Go `flag` semantics, spec §2.2); `--` ends the flags.
+/// Parses the arguments after `exec`. Options may appear anywhere, before, between or
+/// after the id and the prompt words (`wuu exec resume ID --json PROMPT`), as in the
+/// command lines users know; `--` ends the options, and everything after it is prompt
+/// text. A subcommand word (`resume`, `fork`) must come first. Errors: unknown options,
+/// bad values, misplaced subcommand words ([`InvalidInput`]).
 pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
     let mut args = args;
     let mut o = Options::default();
@@ -209,7 +212,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             Long("fork") => fork_flag = Some(nonempty(&mut p, "fork")?),
             Value(v) => {
                 let word = os_string(v)?;
-                if subcommand.is_none()
+                if positional.is_empty()
+                    && subcommand.is_none()
                     && SUBCOMMANDS.contains(&word.as_str())
                     && before_dashdash.iter().any(|a| *a == *word)
                 {
@@ -222,9 +226,16 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
                     }));
                 }
                 positional.push(word);
-                for rest in p.raw_args()? {
-                    positional.push(os_string(rest)?);
-                }
+            }
+            Long(name) if !positional.is_empty() => {
+                return Err(InvalidInput(format!(
+                    "unknown option --{name} (to pass it as prompt text, put `--` before the prompt: wuu exec [OPTIONS] -- PROMPT)"
+                )))
+            }
+            Short(c) if !positional.is_empty() => {
+                return Err(InvalidInput(format!(
+                    "unknown option -{c} (to pass it as prompt text, put `--` before the prompt: wuu exec [OPTIONS] -- PROMPT)"
+                )))
             }
             other => return Err(other.unexpected().into()),
         }
@@ -266,16 +277,6 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             return Err(InvalidInput("--image/--file need a path".into()));
         }
     }
-    // Go flag semantics (spec §2.2): options end at the first prompt word. Say so when
-    // the prompt swallowed something that looks like one of our options.
-    for w in &positional {
-        let name = w.trim_start_matches('-').split('=').next().unwrap_or("");
-        if w.starts_with('-') && KNOWN_FLAGS.contains(&name) {
-            log::warn!(
-                "`{w}` comes after the prompt and is part of it; put options before the prompt"
-            );
-        }
-    }
     o.prompt_args = positional;
     Ok(Command::Run(Box::new(o)))
 }
@@ -283,27 +284,6 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
 /// Words that name a `wuu exec` subcommand (`review` is reserved: not implemented yet).
 /// As the first prompt word after options they are a usage error, never a prompt.
 const SUBCOMMANDS: &[&str] = &["resume", "fork", "review"];
-
-/// Option names of `wuu exec`, to notice them inside the prompt.
-const KNOWN_FLAGS: &[&str] = &[
-    "json",
-    "model",
-    "provider",
-    "permission-mode",
-    "cd",
-    "workdir",
-    "config",
-    "ignore-user-config",
-    "ephemeral",
-    "output-schema",
-    "output-last-message",
-    "timeout",
-    "max-turns",
-    "image",
-    "file",
-    "last",
-    "fork",
-];
 
 fn os_string(v: OsString) -> Result<String, InvalidInput> {
     v.into_string()
@@ -564,10 +544,22 @@ mod tests {
 
     #[test]
     fn flags_and_subcommands() {
-        let o = run(&["--json", "--timeout", "2s", "hello", "--json", "x"]).unwrap();
+        let o = run(&["--timeout", "2s", "hello", "--json", "x"]).unwrap();
         assert!(o.json);
-        assert_eq!(o.prompt_args, vec!["hello", "--json", "x"]);
+        assert_eq!(o.prompt_args, vec!["hello", "x"]);
         assert_eq!(o.timeout, Some(Duration::from_secs(2)));
+        let o = run(&["--json", "--", "hello", "--json", "-x"]).unwrap();
+        assert_eq!(o.prompt_args, vec!["hello", "--json", "-x"]);
+        let o = run(&["resume", "T1", "--json", "go", "--model=m"]).unwrap();
+        assert_eq!(o.mode, Mode::Resume(Some("T1".into())));
+        assert!(o.json);
+        assert_eq!(o.model.as_deref(), Some("m"));
+        assert_eq!(o.prompt_args, vec!["go"]);
+        assert!(run(&["go", "--bogus"])
+            .unwrap_err()
+            .0
+            .contains("put `--` before the prompt"));
+        assert_eq!(run(&["say", "-"]).unwrap().prompt_args, vec!["say", "-"]);
         let o = run(&["resume", "--last", "go", "on"]).unwrap();
         assert_eq!(o.mode, Mode::Resume(None));
         assert_eq!(o.prompt_args, vec!["go", "on"]);

@@ -562,8 +562,13 @@ impl Event {
 
     /// The JSON line of this event (without the newline). Never fails: every field is
     /// a string, number, bool or an already-valid JSON value; strings with control
-    /// characters are escaped by serde_json.
+    /// characters are escaped by serde_json, U+2028 / U+2029 / U+0085 by
+    /// [`crate::util::escape_line_separators`] (so no line splitter cuts the line).
     pub fn to_line(&self) -> Vec<u8> {
+        crate::util::escape_line_separators(self.serialize_line())
+    }
+
+    fn serialize_line(&self) -> Vec<u8> {
         match serde_json::to_vec(self) {
             Ok(v) => v,
             Err(e) => {

@@ -1161,7 +1161,8 @@ fn setup_code(msg: &str) -> i32 {
 }
 
 /// Reads and compiles an output schema (JSON Schema, default dialect 2020-12). Errors:
-/// unreadable, not JSON, not a valid schema.
+/// unreadable, not JSON, not a valid schema (with the JSON pointer of the problem and
+/// the rule it breaks: [`crate::session::run::check_schema`]).
 pub fn load_schema(path: &std::path::Path) -> Result<Value, InvalidInput> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| InvalidInput(format!("--output-schema {}: {e}", path.display())))?;
@@ -1173,15 +1174,9 @@ pub fn load_schema(path: &std::path::Path) -> Result<Value, InvalidInput> {
             path.display()
         )));
     }
-    jsonschema::meta::validate(&v).map_err(|e| {
+    crate::session::run::check_schema(&v).map_err(|e| {
         InvalidInput(format!(
-            "--output-schema {}: invalid schema: {e}",
-            path.display()
-        ))
-    })?;
-    jsonschema::validator_for(&v).map_err(|e| {
-        InvalidInput(format!(
-            "--output-schema {}: invalid schema: {e}",
+            "--output-schema {}: invalid schema {e}",
             path.display()
         ))
     })?;

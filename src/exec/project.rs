@@ -51,7 +51,8 @@ pub struct Projector {
     /// While true, `turn/error` of interrupted root turns is swallowed (exec synthesises
     /// its own `turn_interrupted` with the reason it knows: `timeout` or `interrupted`).
     pub suppress_interrupted: bool,
-    /// The last root turn completed cut off by the output limit (`truncated`).
+    /// The final answer of the last root turn was cut off by the output limit (its
+    /// message is `truncated`; without a message, the turn is).
     pub truncated: bool,
     /// Category of the last failed root turn (`turn/error`).
     pub turn_error_category: String,
@@ -205,7 +206,21 @@ impl Projector {
                 self.note_usage(&thread, &turn_id, p);
                 if self.is_root(&thread) {
                     self.turn_id = turn_id.clone();
-                    self.truncated = p.get("truncated").and_then(Value::as_bool) == Some(true);
+                    // The final answer is cut when its message is (a turn is also
+                    // `truncated` when an earlier step was cut and the model went on);
+                    // without a message, when the turn is.
+                    let last_message =
+                        p.pointer("/turn/items")
+                            .and_then(Value::as_array)
+                            .and_then(|items| {
+                                items.iter().rev().find(|i| i["type"] == "agent_message")
+                            });
+                    let flag =
+                        |v: &Value| v.get("truncated").and_then(Value::as_bool) == Some(true);
+                    self.truncated = match last_message {
+                        Some(m) => flag(m),
+                        None => flag(p),
+                    };
                     let content = s(p, "content");
                     if !content.is_empty() {
                         self.message = content;
@@ -344,7 +359,10 @@ impl Projector {
                         message,
                     });
                 }
-                if let Some(t) = self.tools.remove(&id) {
+                // Only a call announced by `tool_started` is withdrawn by `tool_removed`
+                // (a call cut off by the output limit before its arguments were complete
+                // was never announced).
+                if let Some(t) = self.tools.remove(&id).filter(|t| t.announced) {
                     out.push(Event::ToolRemoved {
                         thread_id: thread.clone(),
                         turn_id: turn.clone(),

@@ -1,6 +1,7 @@
 //! Line transport: the bounded line reader (64 MiB cap), the outbox (a bounded channel of
 //! serialized frames) and the writer thread that alone owns the output. Every frame
-//! entering the outbox passes the secret redactor (`crate::secrets`).
+//! entering the outbox passes the secret redactor (`crate::secrets`) and has U+2028,
+//! U+2029 and U+0085 escaped (`crate::util::escape_line_separators`).
 //!
 //! Framing follows spec `app-server.md` §1.1: one JSON object per line; `\r\n` accepted;
 //! blank lines ignored. A line over the cap is reported as [`LineRead::TooLong`] after
@@ -212,6 +213,13 @@ impl<R: BufRead + Send> LineSource for CappedLines<R> {
     }
 }
 
+/// What every frame goes through on its way to the outbox: the secret redactor, then
+/// the escaping of U+2028, U+2029 and U+0085 (`crate::util::escape_line_separators`),
+/// so no line splitter cuts a frame.
+fn outgoing(frame: Vec<u8>) -> Vec<u8> {
+    crate::util::escape_line_separators(crate::secrets::redact_vec(frame))
+}
+
 fn memchr_newline(b: &[u8]) -> Option<usize> {
     b.iter().position(|&c| c == b'\n')
 }
@@ -356,7 +364,7 @@ impl Outbox {
 
     /// Enqueues a serialized frame, waiting at most `deadline` for room.
     pub fn send_within(&self, frame: Vec<u8>, deadline: Duration) -> Result<(), Overflow> {
-        let frame = crate::secrets::redact_vec(frame);
+        let frame = outgoing(frame);
         self.enqueue_within(Frame::Line(frame), deadline)
     }
 
@@ -401,7 +409,7 @@ impl Outbox {
             Some(end) => end.saturating_duration_since(Instant::now()),
             None => deadline,
         };
-        let bytes = crate::secrets::redact_vec(bytes);
+        let bytes = outgoing(bytes);
         self.enqueue_within(Frame::Lines(bytes, ticket), left)
     }
 
@@ -425,7 +433,7 @@ impl Outbox {
     /// Enqueues a frame, waiting as long as it takes (responses: the client asked).
     pub fn send(&self, frame: Vec<u8>) {
         use std::sync::atomic::Ordering::SeqCst;
-        let frame = crate::secrets::redact_vec(frame);
+        let frame = outgoing(frame);
         self.out.queued.fetch_add(1, SeqCst);
         if self.tx.send(Frame::Line(frame)).is_err() {
             self.out.queued.fetch_sub(1, SeqCst);
@@ -437,7 +445,7 @@ impl Outbox {
     /// enqueues it behind what is queued. Order is kept either way.
     pub fn send_direct(&self, frame: Vec<u8>) {
         use std::sync::atomic::Ordering::SeqCst;
-        let frame = crate::secrets::redact_vec(frame);
+        let frame = outgoing(frame);
         if let Some(mut sink) = self.out.sink.try_lock() {
             if self.out.queued.load(SeqCst) == 0 && !self.out.broken.load(SeqCst) {
                 log::trace!("out: {}", String::from_utf8_lossy(&frame));
@@ -523,7 +531,13 @@ pub fn start_writer(
             let write = |bytes: &[u8], joined: bool| {
                 let mut sink = out2.sink.lock();
                 if !out2.broken.load(SeqCst) {
-                    log::trace!("out: {}", String::from_utf8_lossy(bytes));
+                    // One record per frame: a joined hand-off logged whole would put
+                    // its later frames on stderr as bare protocol lines.
+                    if log::log_enabled!(log::Level::Trace) {
+                        for frame in bytes.split(|&b| b == b'\n') {
+                            log::trace!("out: {}", String::from_utf8_lossy(frame));
+                        }
+                    }
                     let mut r = if joined {
                         sink.write_lines(bytes)
                     } else {

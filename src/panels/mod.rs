@@ -63,21 +63,37 @@ fn helper_pool() -> &'static Pool {
     P.get_or_init(|| Pool::start("helpers", 2, 8))
 }
 
-/// Runs `f` on the views pool (waits for room when its queue is full).
+/// Runs `f` on the views pool, or refuses at once (`overloaded`) when its queue is full:
+/// the reader never waits for room.
 fn on_views(
     shared: &Arc<Host>,
     reply: Responder,
     f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
 ) {
     let s = shared.clone();
+    let slot = Arc::new(Mutex::new(Some(reply)));
+    let slot2 = slot.clone();
     let job: Job = Box::new(move || {
+        let Some(reply) = slot2.lock().take() else {
+            return;
+        };
         if s.is_closing() {
             return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
         }
         f(&s, reply)
     });
-    if views().tx.send(job).is_err() {
-        log::error!("the panels pool is gone");
+    if let Err(e) = views().tx.try_send(job) {
+        if let Some(reply) = slot.lock().take() {
+            match e {
+                TrySendError::Full(_) => reply.err(
+                    ErrorCode::Overloaded,
+                    "overloaded: the panels queue is full (64 requests waiting); nothing was done, retry later",
+                ),
+                TrySendError::Disconnected(_) => {
+                    reply.err(ErrorCode::InternalError, "the panels pool is gone")
+                }
+            }
+        }
     }
 }
 
@@ -104,8 +120,8 @@ fn on_helpers(
         Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
             if let Some(reply) = slot.lock().take() {
                 reply.err(
-                    ErrorCode::Error,
-                    "too many model helper requests are waiting (8); retry shortly",
+                    ErrorCode::Overloaded,
+                    "overloaded: too many model helper requests are waiting (8); retry shortly",
                 );
             }
         }

@@ -8,7 +8,14 @@
 //! that lead out of it fail, and a link swapped in after a check cannot redirect a read.
 //! `root` must be the workspace or a directory inside it; it is only ever used as a
 //! prefix of paths resolved beneath the workspace. Hard links inside the workspace are
-//! the user's own files and are read like any file.
+//! the user's own files and are read like any file, except the host's own files: the wuu
+//! home (when the workspace holds it) and the user config file are fenced off exactly as
+//! for the file tools ([`Root::fenced_host`]), by any name or link.
+//!
+//! Secrets: text answers pass the redactor with every frame, but base64 hides a secret
+//! from it, so a chunk whose bytes (or the bytes around its edges) contain a configured
+//! secret is refused, and an image or PDF that contains one gets no data URL
+//! (`renderable_withheld` says why).
 //!
 //! Git: the workspace's repository configuration can name programs (`filter.*.clean`
 //! through `.gitattributes`, hooks through `core.hooksPath`), so `git` never runs as a
@@ -109,7 +116,10 @@ impl View {
                     })?
             }
         };
-        let ws = Root::open(workdir).map_err(|e| err(format!("cannot open the workspace: {e}")))?;
+        // The wuu home and the user config file are never served, as for the file tools.
+        let ws = Root::open(workdir)
+            .map_err(|e| err(format!("cannot open the workspace: {e}")))?
+            .fenced_host(&shared.opts.home, &[shared.config().config_path.clone()]);
         if !prefix.as_os_str().is_empty() {
             let st = ws.stat(&prefix).map_err(io_refusal)?;
             if st.kind != Kind::Dir {
@@ -287,7 +297,15 @@ fn preview(view: &View, rel: &Path) -> Result<FileReadResult, Refusal> {
         "application/pdf" => Some("pdf"),
         _ => None,
     };
-    let url = (kind.is_some() && data.len() <= MEDIA_BYTES).then(|| {
+    let renderable = kind.is_some() && data.len() <= MEDIA_BYTES;
+    // The redactor cannot see into base64: a file carrying a secret gets no data URL.
+    let withheld = (renderable && crate::secrets::contains_secret(&data)).then(|| {
+        format!(
+            "`{}` contains a configured secret; it is not rendered (a data URL would carry it unmasked)",
+            slash(rel)
+        )
+    });
+    let url = (renderable && withheld.is_none()).then(|| {
         format!(
             "data:{mime};base64,{}",
             base64::engine::general_purpose::STANDARD.encode(&data)
@@ -309,6 +327,7 @@ fn preview(view: &View, rel: &Path) -> Result<FileReadResult, Refusal> {
         text: (!binary).then(|| String::from_utf8_lossy(shown).into_owned()),
         renderable_url: url,
         renderable_kind: kind.map(str::to_owned),
+        renderable_withheld: withheld,
     })
 }
 
@@ -363,6 +382,12 @@ fn read_chunk(shared: &Host, p: &WorkspaceViewParams) -> Result<FileChunkResult,
     if version_of(&after) != version || got != want {
         return Err(err("file changed; restart the download"));
     }
+    if carries_secret(&f, &data, offset as u64, meta.len()) {
+        return Err(err(format!(
+            "`{}` contains a configured secret; workspace/file/chunk does not serve it (base64 would carry it unmasked; workspace/file/read shows its text masked)",
+            slash(&rel)
+        )));
+    }
     Ok(FileChunkResult {
         data: base64::engine::general_purpose::STANDARD.encode(&data),
         offset: offset as u64,
@@ -370,6 +395,30 @@ fn read_chunk(shared: &Host, p: &WorkspaceViewParams) -> Result<FileChunkResult,
         version,
         mime: mime.split(';').next().unwrap_or(mime).to_owned(),
     })
+}
+
+/// Whether the chunk `data` read at `offset` of `f` (of `size` bytes) holds a configured
+/// secret, or part of one that crosses either of its edges (the bytes around it, up to
+/// the longest pattern's length, are looked at too). A read error counts as a secret.
+fn carries_secret(f: &std::fs::File, data: &[u8], offset: u64, size: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let reach = crate::secrets::longest_pattern().saturating_sub(1) as u64;
+    if reach == 0 {
+        return false;
+    }
+    let start = offset.saturating_sub(reach);
+    let end = (offset + data.len() as u64).saturating_add(reach).min(size);
+    let mut window = vec![0u8; (end - start) as usize];
+    let mut got = 0;
+    while got < window.len() {
+        match f.read_at(&mut window[got..], start + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(_) => return true,
+        }
+    }
+    window.truncate(got);
+    crate::secrets::contains_secret(&window) || crate::secrets::contains_secret(data)
 }
 
 fn resolve(shared: &Host, p: &WorkspaceViewParams) -> Result<FileResolveResult, Refusal> {
@@ -1012,6 +1061,7 @@ fn git_view(
         }
         GitKind::Diff => {
             let rel = relative(p.path.as_deref(), false)?;
+            refuse_fenced(&view.ws, &top_rel.join(&rel))?;
             let path = slash(&rel);
             let files = changes(&top_path, g, &baseline)?;
             let Some(change) = files.into_iter().find(|c| c.path == path) else {
@@ -1094,6 +1144,19 @@ fn git_view(
             Ok(r.value())
         }
     }
+}
+
+/// Refuses `rel` when it or a directory above it is fenced (the wuu home, the user
+/// config file): also a file that no longer exists, reached through its directory.
+fn refuse_fenced(ws: &Root, rel: &Path) -> Result<(), Refusal> {
+    for a in rel.ancestors().filter(|a| !a.as_os_str().is_empty()) {
+        if let Err(e) = ws.lstat(a) {
+            if e.is_fenced() {
+                return Err(io_refusal(e));
+            }
+        }
+    }
+    Ok(())
 }
 
 trait FromPreview {

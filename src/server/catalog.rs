@@ -7,14 +7,26 @@
 use super::Shared;
 use crate::outbound::Responder;
 use crate::session::{self, SessionMsg};
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
 use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 use wuu_protocol::{ClientRequest, ErrorCode, ThreadSearchHit, ThreadSearchResult};
 use wuu_store::{Store, ThreadFilter};
 
-/// Jobs the pool queue holds before the reader waits.
+/// Jobs a pool queue holds; a job submitted to a full queue is answered `overloaded`
+/// at once (the reader never waits for room).
 pub const CATALOG_QUEUE: usize = 256;
+
+/// A job running longer than this is overrunning: when every worker of a pool is
+/// overrunning, the next submission starts an extra worker (up to the pool's maximum),
+/// so a job stuck on a slow source (a model service that does not answer, a huge
+/// ledger) never takes the other requests of its pool with it.
+pub const OVERRUN_AFTER: Duration = Duration::from_secs(2);
+
+/// An extra worker ends after this long without a job.
+pub const EXTRA_IDLE: Duration = Duration::from_secs(30);
 
 /// Longest accepted `thread/search` query, in bytes (after trimming). A search scans the
 /// text of every conversation, so its cost grows with the query; longer queries are
@@ -23,83 +35,208 @@ pub const MAX_SEARCH_QUERY_BYTES: usize = 4096;
 
 type Job = (ClientRequest, Responder);
 
-/// Handle of the pool.
+/// Handle of a pool: `base` workers that live as long as the server, plus extra
+/// workers started while every worker is overrunning ([`OVERRUN_AFTER`]).
 pub struct CatalogPool {
     tx: Mutex<Option<Sender<Job>>>,
+    state: Arc<PoolState>,
+}
+
+struct PoolState {
+    /// Thread name prefix (`wuu-catalog`, `wuu-search`).
+    name: String,
+    /// What the queue is called in `overloaded` messages.
+    label: &'static str,
+    rx: Receiver<Job>,
+    shared: Weak<Shared>,
+    max: usize,
+    /// Live workers by id: when each started its current job (`None`: waiting).
+    workers: Mutex<PoolWorkers>,
+}
+
+#[derive(Default)]
+struct PoolWorkers {
+    busy_since: HashMap<usize, Option<Instant>>,
+    next_id: usize,
 }
 
 impl CatalogPool {
-    /// Starts `n` worker threads (`wuu-catalog-<i>`).
-    pub fn start(n: usize, shared: Weak<Shared>) -> CatalogPool {
-        CatalogPool::start_named("wuu-catalog", n, shared)
+    /// Starts the catalog pool: 2 workers (`wuu-catalog-<i>`), at most 8.
+    pub fn start(shared: Weak<Shared>) -> CatalogPool {
+        CatalogPool::start_named("wuu-catalog", "catalog pool", 2, 8, shared)
     }
 
-    /// Starts `n` worker threads named `<name>-<i>`.
-    pub fn start_named(name: &str, n: usize, shared: Weak<Shared>) -> CatalogPool {
+    /// Starts `n` worker threads named `<name>-<i>`; at most `max` (≥ `n`) run at once
+    /// when jobs overrun. `label` names the queue in `overloaded` answers.
+    pub fn start_named(
+        name: &str,
+        label: &'static str,
+        n: usize,
+        max: usize,
+        shared: Weak<Shared>,
+    ) -> CatalogPool {
         let (tx, rx) = bounded::<Job>(CATALOG_QUEUE);
-        for i in 0..n {
-            let rx = rx.clone();
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("{name}-{i}"))
-                .spawn(move || {
-                    let mut store: Option<Store> = None;
-                    let mut cache = ListCache::default();
-                    for (req, reply) in rx.iter() {
-                        let Some(shared) = shared.upgrade() else {
-                            return;
-                        };
-                        if store.is_none() {
-                            match Store::open_home(&shared.host.opts.home) {
-                                Ok(s) => store = Some(s),
-                                Err(e) => {
-                                    reply.err(
-                                        ErrorCode::InternalError,
-                                        format!("store unavailable: {e}"),
-                                    );
-                                    continue;
-                                }
-                            }
-                        }
-                        let Some(st) = store.as_mut() else { continue };
-                        // A bug in one listing must not take a pool worker down (the
-                        // pool would shrink until listings hang): the request gets
-                        // `internal_error` from its dropped responder, the worker goes
-                        // on with a fresh connection and cache.
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            handle(&shared, st, &mut cache, req, reply)
-                        }));
-                        if r.is_err() {
-                            log::error!("a catalog request panicked; the worker goes on");
-                            store = None;
-                            cache = ListCache::default();
-                        }
-                    }
-                })
-                .expect("spawn catalog thread");
+        let state = Arc::new(PoolState {
+            name: name.to_owned(),
+            label,
+            rx,
+            shared,
+            max: max.max(n),
+            workers: Mutex::new(PoolWorkers::default()),
+        });
+        for _ in 0..n {
+            spawn_worker(&state, false);
         }
         CatalogPool {
             tx: Mutex::new(Some(tx)),
+            state,
         }
     }
 
-    /// Queues a job (waits when the queue is full).
+    /// Queues a job without waiting: a full queue answers `overloaded` (retryable), a
+    /// stopped pool `server_closed`.
     pub fn submit(&self, req: ClientRequest, reply: Responder) {
         let tx = self.tx.lock().clone();
-        match tx {
-            Some(tx) => {
-                if let Err(e) = tx.send((req, reply)) {
-                    let (_, reply) = e.0;
-                    reply.err(ErrorCode::ServerClosed, "the server is shutting down");
-                }
-            }
-            None => reply.err(ErrorCode::ServerClosed, "the server is shutting down"),
+        let Some(tx) = tx else {
+            return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
+        };
+        let refused = match tx.try_send((req, reply)) {
+            Ok(()) => None,
+            Err(TrySendError::Full((_, reply))) => Some((
+                reply,
+                ErrorCode::Overloaded,
+                format!(
+                    "overloaded: the {} queue is full ({CATALOG_QUEUE} requests waiting); nothing was done, retry later",
+                    self.state.label
+                ),
+            )),
+            Err(TrySendError::Disconnected((_, reply))) => Some((
+                reply,
+                ErrorCode::ServerClosed,
+                "the server is shutting down".to_owned(),
+            )),
+        };
+        self.grow_if_overrunning();
+        if let Some((reply, code, message)) = refused {
+            reply.err(code, message);
         }
+    }
+
+    /// Starts an extra worker when jobs wait and every live worker is overrunning.
+    fn grow_if_overrunning(&self) {
+        let st = &self.state;
+        if st.rx.is_empty() {
+            return;
+        }
+        let grow = {
+            let w = st.workers.lock();
+            let live = w.busy_since.len();
+            let available = w
+                .busy_since
+                .values()
+                .filter(|b| b.is_none_or(|t| t.elapsed() < OVERRUN_AFTER))
+                .count();
+            available == 0 && live < st.max
+        };
+        if grow {
+            log::warn!(
+                "every {} worker is overrunning ({} s or more); starting another",
+                st.label,
+                OVERRUN_AFTER.as_secs()
+            );
+            spawn_worker(st, true);
+        }
+    }
+
+    /// Workers now alive (base and extra).
+    pub fn workers(&self) -> usize {
+        self.state.workers.lock().busy_since.len()
     }
 
     /// Stops accepting jobs; workers end after the queued ones.
     pub fn stop(&self) {
         self.tx.lock().take();
+    }
+}
+
+/// Starts one worker (`extra`: it ends after [`EXTRA_IDLE`] without a job).
+fn spawn_worker(state: &Arc<PoolState>, extra: bool) {
+    let id = {
+        let mut w = state.workers.lock();
+        let id = w.next_id;
+        w.next_id += 1;
+        w.busy_since.insert(id, None);
+        id
+    };
+    let st = state.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("{}-{id}", state.name))
+        .spawn(move || {
+            worker_loop(&st, id, extra);
+            st.workers.lock().busy_since.remove(&id);
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start a {} worker: {e}", state.label);
+        state.workers.lock().busy_since.remove(&id);
+    }
+}
+
+fn worker_loop(st: &PoolState, id: usize, extra: bool) {
+    let mut store: Option<Store> = None;
+    let mut cache = ListCache::default();
+    loop {
+        let job = if extra {
+            match st.rx.recv_timeout(EXTRA_IDLE) {
+                Ok(j) => j,
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            match st.rx.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            }
+        };
+        let (req, reply) = job;
+        let Some(shared) = st.shared.upgrade() else {
+            return;
+        };
+        if let Some(b) = st.workers.lock().busy_since.get_mut(&id) {
+            *b = Some(Instant::now());
+        }
+        run_job(&shared, &mut store, &mut cache, req, reply);
+        if let Some(b) = st.workers.lock().busy_since.get_mut(&id) {
+            *b = None;
+        }
+    }
+}
+
+/// Runs one job on a worker's connection (opened on first use).
+fn run_job(
+    shared: &Arc<Shared>,
+    store: &mut Option<Store>,
+    cache: &mut ListCache,
+    req: ClientRequest,
+    reply: Responder,
+) {
+    if store.is_none() {
+        match Store::open_home(&shared.host.opts.home) {
+            Ok(s) => *store = Some(s),
+            Err(e) => {
+                return reply.err(ErrorCode::InternalError, format!("store unavailable: {e}"));
+            }
+        }
+    }
+    let Some(st) = store.as_mut() else { return };
+    // A bug in one listing must not take a pool worker down (the pool would shrink
+    // until listings hang): the request gets `internal_error` from its dropped
+    // responder, the worker goes on with a fresh connection and cache.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle(shared, st, cache, req, reply)
+    }));
+    if r.is_err() {
+        log::error!("a catalog request panicked; the worker goes on");
+        *store = None;
+        *cache = ListCache::default();
     }
 }
 

@@ -48,8 +48,9 @@ pub fn attach_quota(
         .and_then(|e| e.binary_path.clone())
         .map(|binary| {
             let binary = PathBuf::from(binary);
+            let settings = codex::ChildSettings::from_config(&shared.config(), &shared.opts.home);
             let reader = move |timeout: std::time::Duration| -> Result<Value, String> {
-                let host = codex::shared_host(&binary, &root)?;
+                let host = codex::shared_host(&binary, &root, &settings)?;
                 host.peer
                     .request("account/rateLimits/read", json!({}), timeout)
                     .map_err(|e| e.to_string())
@@ -141,6 +142,7 @@ pub fn build(
         if probed {
             if let Some(binary) = detection.path {
                 let (cwd, env) = (cwd.to_path_buf(), env.clone());
+                let settings = codex::ChildSettings::from_config(&cfg, &shared.opts.home);
                 probes.push((
                     idx,
                     std::thread::spawn(move || {
@@ -149,7 +151,7 @@ pub fn build(
                             codex::ID,
                             key,
                             refresh,
-                            || codex::discover_models(&binary, &cwd),
+                            || codex::discover_models(&binary, &cwd, &settings),
                             || catalog::cache_key(codex::ID, &binary, &cwd, &env),
                         )
                     }),

@@ -41,8 +41,8 @@ pub struct Shared {
     pub host: Arc<Host>,
     /// Catalog pool.
     pub catalog: catalog::CatalogPool,
-    /// The search lane: `thread/search` runs here, one at a time, so searches (which scan
-    /// every conversation's messages) never hold up listings on the catalog pool.
+    /// The search lane: `thread/search` runs here (one worker, a second while one
+    /// overruns), so searches never hold up listings on the catalog pool.
     pub search: catalog::CatalogPool,
     /// Serialized listings the reader may answer inline while nothing changed:
     /// filter → (list_gen, registry generation, bytes).
@@ -191,8 +191,8 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     });
     let shared = Arc::new_cyclic(|weak| Shared {
         host,
-        catalog: catalog::CatalogPool::start(2, weak.clone()),
-        search: catalog::CatalogPool::start_named("wuu-search", 1, weak.clone()),
+        catalog: catalog::CatalogPool::start(weak.clone()),
+        search: catalog::CatalogPool::start_named("wuu-search", "search lane", 1, 2, weak.clone()),
         usage: Default::default(),
         list_cache: Mutex::new(vec![]),
         shutdown_once: Mutex::new(false),

@@ -6,7 +6,8 @@
 //! workspace's state directory. `workspace/list` answers the current workspace first,
 //! then every registered one whose directory still exists. `workspace/state/cleanup`
 //! removes a (removed) workspace's state directory and archives its conversations: the
-//! data is kept, archived, never deleted.
+//! data is kept, archived, never deleted. It never touches the served workspace or a
+//! directory containing it, compared as the file system resolves the paths.
 
 use crate::outbound::Responder;
 use crate::session::Host;
@@ -121,6 +122,38 @@ pub fn list(shared: &Host) -> WorkspaceListResult {
 
 type Refusal = (ErrorCode, String);
 
+/// `path` as the file system names it: the longest existing prefix canonicalized
+/// (symbolic links and `..` resolved by the OS), then the missing rest appended with `.`
+/// and `..` removed lexically (a removed workspace no longer exists). A trailing slash
+/// is no component.
+fn canonical(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest: Vec<std::ffi::OsString> = Vec::new();
+    let mut base = loop {
+        if let Ok(real) = std::fs::canonicalize(&existing) {
+            break real;
+        }
+        match (existing.components().next_back(), existing.parent()) {
+            (Some(last), Some(parent)) => {
+                rest.push(last.as_os_str().to_os_string());
+                existing = parent.to_path_buf();
+            }
+            // Nothing of it exists, not even `/`: keep what was given.
+            _ => break path.to_path_buf(),
+        }
+    };
+    for name in rest.iter().rev() {
+        match Path::new(name).components().next() {
+            Some(std::path::Component::ParentDir) => {
+                base.pop();
+            }
+            Some(std::path::Component::CurDir) | None => {}
+            _ => base.push(name),
+        }
+    }
+    base
+}
+
 /// `workspace/state/cleanup`.
 pub fn cleanup(
     shared: &Arc<Host>,
@@ -154,21 +187,36 @@ pub fn cleanup(
             .ok()
             .and_then(|b| serde_json::from_slice::<Registration>(&b).ok())
     });
+    if let Some(p) = given_path {
+        if !Path::new(p).is_absolute() {
+            return Err(invalid(format!(
+                "workspace_path {:?} must be absolute",
+                crate::util::clip(p, 200)
+            )));
+        }
+    }
     let path: Option<String> = given_path
         .map(str::to_owned)
         .or_else(|| registered.as_ref().map(|r| r.path.clone()));
-    let workdir = shared.opts.workdir.to_string_lossy().into_owned();
+    // Compared as the file system names them (a trailing slash, `..`, a symbolic link
+    // or another spelling of the served workspace must not pass), and a directory that
+    // contains the served workspace is refused too: its conversations would go with it.
+    let served = canonical(&shared.opts.workdir);
+    let target = path.as_deref().map(|p| canonical(Path::new(p)));
     if id.is_some() && id == shared.opts.workspace_id.as_deref()
-        || path.as_deref() == Some(workdir.as_str())
+        || target.as_ref().is_some_and(|t| served.starts_with(t))
     {
         return Err((
             ErrorCode::Error,
-            "cannot clean up the workspace this server serves".into(),
+            format!(
+                "cannot clean up the workspace this server serves ({}) or a directory that contains it",
+                served.display()
+            ),
         ));
     }
     let mut data_archived = false;
-    if let Some(path) = &path {
-        let root = Path::new(path);
+    if let (Some(path), Some(target)) = (&path, &target) {
+        let given = Path::new(path);
         let rows = store
             .list_threads(&ThreadFilter {
                 cwd: None,
@@ -176,10 +224,10 @@ pub fn cleanup(
                 limit: None,
             })
             .map_err(|e| crate::session::host::store_error(shared, &e))?;
-        for row in rows
-            .iter()
-            .filter(|r| Path::new(&r.cwd).starts_with(root) && !r.cwd.is_empty())
-        {
+        for row in rows.iter().filter(|r| {
+            let cwd = Path::new(&r.cwd);
+            !r.cwd.is_empty() && (cwd.starts_with(given) || cwd.starts_with(target))
+        }) {
             if shared.registry.is_running(&row.id) {
                 log::warn!(
                     "workspace cleanup: conversation {} is running here; left unarchived",
@@ -201,7 +249,7 @@ pub fn cleanup(
         Some(id) => Some(state_dir(&shared.opts.home, id)),
         None => registrations(&shared.opts.home)
             .into_iter()
-            .find(|r| Some(&r.path) == path.as_ref())
+            .find(|r| Some(canonical(Path::new(&r.path))) == target)
             .map(|r| state_dir(&shared.opts.home, &r.id)),
     };
     let removed = match &dir {

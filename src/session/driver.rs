@@ -853,7 +853,20 @@ impl<'a> Driver<'a> {
                 let row = &mut self.s.turns[self.turn_idx].row;
                 row.stop_reason = stop_reason.clone();
                 row.finish_reason = stop_reason;
-                row.truncated = truncated;
+                // Sticky within the turn: a step cut off by the output limit (e.g. a
+                // tool call withdrawn while others ran) marks the turn even when later
+                // steps end normally.
+                row.truncated |= truncated;
+                // The step's message says whether it was cut (exec's partial answer).
+                let step = Some(self.step);
+                if let Some(it) = self.s.turns[self.turn_idx]
+                    .items
+                    .iter_mut()
+                    .rev()
+                    .find(|it| it.item_type == "agent_message" && it.step == step)
+                {
+                    it.truncated = truncated;
+                }
                 if has_calls {
                     if let Some(i) = self.agent_item.take() {
                         self.complete_item(i, "completed");

@@ -110,7 +110,9 @@ fn open_external(s: &mut Session, id: &str) -> Box<dyn Engine> {
     let env = crate::engine::catalog::Env::current();
     match crate::engine::catalog::available(id, cfg.config.engines.as_ref(), &env) {
         Ok(binary) if id == crate::engine::codex::ID => {
-            Box::new(crate::engine::codex::CodexEngine::new(binary))
+            let settings =
+                crate::engine::codex::ChildSettings::from_config(&cfg, &s.shared.opts.home);
+            Box::new(crate::engine::codex::CodexEngine::new(binary, settings))
         }
         Ok(_) => unavailable(id, format!("engine {id:?} has no adapter in this build")),
         Err(why) => unavailable(id, why),

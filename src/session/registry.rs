@@ -5,13 +5,15 @@
 //! reviver: one thread with its own read connection that checks the conversation exists
 //! and only then spawns its session thread. An unknown id is answered `thread_not_found`
 //! without any thread being created; the reviver's queue is bounded, so a flood of
-//! unknown ids slows the reader down instead of piling up mailboxes.
+//! unknown ids is refused (`overloaded`) instead of piling up mailboxes.
 //!
 //! Sends happen under the registry lock with `try_send`, so a session that parks
 //! (removes itself under the same lock after finding its mailbox empty) can never lose a
-//! message. When a mailbox is full the sender waits outside the lock (backpressure);
-//! if the session parked meanwhile, the message comes back and is re-dispatched to a
-//! revived session.
+//! message. A client request never waits for room (the reader must not stall every
+//! conversation behind one): a full mailbox, or a full reviver queue, answers it
+//! `overloaded` (retryable). Messages from the server's own workers (snapshots, titles,
+//! calls) wait outside the lock instead; if the session parked meanwhile, the message
+//! comes back and is re-dispatched to a revived session.
 
 use super::Host;
 use crate::session::{self, SessionMsg};
@@ -24,7 +26,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use wuu_protocol::ErrorCode;
 
-/// Messages a session mailbox holds before senders wait.
+/// Messages a session mailbox holds; a client request finding it full is answered
+/// `overloaded`.
 pub const MAILBOX_CAPACITY: usize = 256;
 
 /// One message in a session mailbox. Boxed because a bounded channel preallocates all
@@ -39,8 +42,10 @@ pub fn mailbox() -> (Sender<Mail>, Receiver<Mail>) {
     crossbeam_channel::bounded(MAILBOX_CAPACITY)
 }
 
-/// Conversations waiting for the reviver's existence check before the reader waits.
-pub const REVIVE_QUEUE: usize = 64;
+/// Conversations waiting for the reviver's existence check; more are refused
+/// (`overloaded`). Each holds an empty mailbox (~4 KiB), so a client that opens many
+/// parked conversations at once is served without retries.
+pub const REVIVE_QUEUE: usize = 1024;
 
 /// Idle persisted sessions the registry keeps before idle sessions park early (after
 /// [`EARLY_PARK_AFTER`] instead of `park_after`): live session threads stay bounded
@@ -212,10 +217,22 @@ impl Registry {
                         }
                         return;
                     }
-                    Err(TrySendError::Full(m)) => {
-                        msg = m;
-                        entry.tx
-                    }
+                    Err(TrySendError::Full(m)) => match *m {
+                        SessionMsg::Request { reply, .. } => {
+                            drop(map);
+                            return reply.err(
+                                ErrorCode::Overloaded,
+                                format!(
+                                    "overloaded: the mailbox of thread {:?} is full ({MAILBOX_CAPACITY} requests waiting); nothing was done, retry later",
+                                    crate::util::clip(thread_id, 80)
+                                ),
+                            );
+                        }
+                        other => {
+                            msg = Box::new(other);
+                            entry.tx
+                        }
+                    },
                     Err(TrySendError::Disconnected(m)) => {
                         // The session thread ended without unregistering (panic).
                         log::warn!("session {thread_id} died; reviving");
@@ -232,17 +249,30 @@ impl Registry {
         }
     }
 
-    /// Hands a new mailbox to the reviver (waits while its queue is full).
+    /// Hands a new mailbox to the reviver without waiting: when its queue is full the
+    /// mailbox is dropped and what it holds is answered `overloaded`.
     fn queue_revival(&self, job: Revival) {
-        if let Err(e) = self.revive.send(job) {
-            let (id, rx, _) = e.0;
-            log::error!("the reviver is gone; refusing requests to {id:?}");
-            self.remove_if(&id, || true);
-            drain_refusing(
-                &rx,
-                ErrorCode::InternalError,
-                "the server cannot revive conversations",
-            );
+        match self.revive.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full((id, rx, _))) => {
+                self.remove_if(&id, || true);
+                drain_refusing(
+                    &rx,
+                    ErrorCode::Overloaded,
+                    &format!(
+                        "overloaded: {REVIVE_QUEUE} parked conversations are waiting to be revived; nothing was done, retry later"
+                    ),
+                );
+            }
+            Err(TrySendError::Disconnected((id, rx, _))) => {
+                log::error!("the reviver is gone; refusing requests to {id:?}");
+                self.remove_if(&id, || true);
+                drain_refusing(
+                    &rx,
+                    ErrorCode::InternalError,
+                    "the server cannot revive conversations",
+                );
+            }
         }
     }
 

@@ -76,6 +76,51 @@ pub fn schema_errors(schema: &Value, value: &Value) -> Result<(), String> {
     }
 }
 
+/// Checks that `schema` is a usable JSON Schema (dialect from `$schema`, default
+/// 2020-12): valid under its meta-schema, then compilable (e.g. its patterns are valid
+/// regular expressions). The error names the JSON pointer into `schema` of the first
+/// problem and the rule it breaks, e.g. `at /properties/summary/type: "strng" is not a
+/// JSON Schema type (one of "array", …, "string", or an array of them) (meta-schema
+/// rule: anyOf at /allOf/3/$ref/properties/type/anyOf)`.
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    jsonschema::meta::validate(schema).map_err(|e| describe_schema_error(&e))?;
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|e| describe_schema_error(&e))
+}
+
+/// One schema problem as `at POINTER: WHAT (meta-schema rule: KEYWORD at PATH)`.
+fn describe_schema_error(e: &jsonschema::ValidationError) -> String {
+    let pointer = e.instance_path().as_str();
+    let at = if pointer.is_empty() {
+        "the schema root".to_owned()
+    } else {
+        pointer.to_owned()
+    };
+    let type_word = pointer.ends_with("/type") || pointer == "/type";
+    let what = match e.kind() {
+        jsonschema::error::ValidationErrorKind::AnyOf { .. }
+        | jsonschema::error::ValidationErrorKind::Enum { .. }
+            if type_word =>
+        {
+            format!(
+                "{} is not a JSON Schema type (one of \"array\", \"boolean\", \"integer\", \"null\", \"number\", \"object\", \"string\", or an array of them)",
+                e.instance()
+            )
+        }
+        _ => e.to_string(),
+    };
+    let rule = e.evaluation_path().as_str();
+    if rule.is_empty() {
+        format!("at {at}: {what}")
+    } else {
+        format!(
+            "at {at}: {what} (meta-schema rule: {} at {rule})",
+            e.kind().keyword()
+        )
+    }
+}
+
 fn persist_run(s: &mut Session, run: &Run) {
     let row = RunRow {
         id: run.id.clone(),
@@ -130,7 +175,7 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
         );
     }
     if let Some(schema) = &p.output_schema {
-        if let Err(e) = jsonschema::validator_for(schema) {
+        if let Err(e) = check_schema(schema) {
             return reply.err(
                 ErrorCode::InvalidParams,
                 format!("invalid params: output_schema: {e}"),
@@ -145,20 +190,26 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
     let timeout_ms = p.timeout_ms.or(intent.timeout_ms).filter(|t| *t > 0);
     let now = now_ms();
     let deadline_ms = timeout_ms.map(|t| now + t as i64);
+    let mut request = json!({
+        "mode": "start",
+        "requested": intent.requested,
+        "has_prompt": !input.prompt.trim().is_empty(),
+        "image_count": input.images.len(),
+        "file_count": input.files.len(),
+        "structured_output": p.output_schema.is_some(),
+        "max_turns": max_turns,
+        "timeout_ms": timeout_ms,
+    });
+    // The schema itself is kept with the run, so a stored or announced run shows what
+    // its answer was validated against.
+    if let Some(schema) = &p.output_schema {
+        request["output_schema"] = schema.clone();
+    }
     let mut run = Run {
         id: new_id("run"),
         thread_id: s.id.clone(),
         status: "running".into(),
-        request: json!({
-            "mode": "start",
-            "requested": intent.requested,
-            "has_prompt": !input.prompt.trim().is_empty(),
-            "image_count": input.images.len(),
-            "file_count": input.files.len(),
-            "structured_output": p.output_schema.is_some(),
-            "max_turns": max_turns,
-            "timeout_ms": timeout_ms,
-        }),
+        request,
         runtime: json!({
             "provider": s.thread.provider,
             "model": s.thread.model,
@@ -501,6 +552,23 @@ mod tests {
         assert_eq!(exit_code("failed", Some("permission_denied"), None), 3);
         assert_eq!(exit_code("failed", Some("local"), None), 8);
         assert_eq!(exit_code("failed", None, None), 1);
+    }
+
+    #[test]
+    fn schema_errors_name_the_pointer_and_the_rule() {
+        let e =
+            check_schema(&json!({"type": "object", "properties": {"summary": {"type": "strng"}}}))
+                .unwrap_err();
+        assert!(
+            e.starts_with("at /properties/summary/type: \"strng\" is not a JSON Schema type"),
+            "{e}"
+        );
+        assert!(e.contains("anyOf"), "{e}");
+        let e = check_schema(&json!({"type": "string", "pattern": "("})).unwrap_err();
+        assert!(e.starts_with("at /pattern: "), "{e}");
+        let e = check_schema(&json!({"type": "object", "required": "x"})).unwrap_err();
+        assert!(e.starts_with("at /required: "), "{e}");
+        assert!(check_schema(&json!({"type": "object"})).is_ok());
     }
 
     #[test]

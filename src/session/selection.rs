@@ -200,6 +200,12 @@ fn try_update_defaults(
     p: ConfigModelUpdateParams,
 ) -> Result<ConfigModelUpdateResult, Refusal> {
     if let Some(key) = &p.api_key {
+        if key.len() > crate::secrets::MAX_SECRET_LEN {
+            return Err(invalid(format!(
+                "api_key: longer than {} bytes, so it is not a key; keys are never stored; set api_key_env to the environment variable that holds it",
+                crate::secrets::MAX_SECRET_LEN
+            )));
+        }
         // Never stored, never shown: mask it on every surface from now on.
         crate::secrets::add(key);
         return Err(invalid(

@@ -201,28 +201,13 @@ pub(crate) fn target_of(ctx: &ToolContext, abs: &Path, raw: &str) -> Result<Targ
         ))
     })?;
     if ctx.permission_mode != PermissionMode::Unconfined {
-        // The wuu home (its database, traces, and the user config that sets the
-        // permission mode) is never a workspace file, even when the workspace holds it
-        // (a workspace of `~` with the default `~/.wuu`); nor is the user config file
-        // (`--config FILE`) wherever it lies.
+        // The wuu home and the user config file are never workspace files.
         let home = ctx
             .sandbox
             .process_ledger
             .clone()
             .unwrap_or_else(crate::config::wuu_home);
-        let inside = |p: &Path| {
-            fs::canonicalize(p)
-                .ok()
-                .is_some_and(|h| h.starts_with(&root_path))
-        };
-        if inside(&home) {
-            root = root.fenced(&home, "inside the wuu home");
-        }
-        for hidden in &ctx.sandbox.hidden {
-            if inside(hidden) {
-                root = root.fenced(hidden, "the user config file");
-            }
-        }
+        root = root.fenced_host(&home, &ctx.sandbox.hidden);
     }
     let abs = normalize(&root_path.join(&rel));
     Ok(Target {

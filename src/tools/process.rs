@@ -1,22 +1,31 @@
-//! Commands die with their host.
+//! Commands and engine hosts die with their host.
 //!
-//! Two mechanisms (see also the launcher in `sandbox`):
+//! Three mechanisms (see also the launcher in `sandbox` and its `reap` module):
 //!
-//! 1. **Parent death.** The launcher that leads each command's process group asks the
-//!    kernel for `SIGHUP` when the host thread that started it ends
-//!    (`PR_SET_PDEATHSIG`; the `bash` tool's helper thread lives as long as the
-//!    command), and then kills its whole group with `SIGKILL`: `sleep 1000 & wait` dies
-//!    with the host at once, even after `kill -9` of the host.
-//! 2. **The ledger and the startup sweep.** Each command's process group is recorded in
-//!    the store when it starts ([`started`]) and forgotten when it has ended and its
-//!    group was killed ([`ended`]). At startup ([`sweep`]) the groups recorded by a
-//!    dead owner on this host are killed: every process whose process group is the
-//!    recorded one *and* whose environment carries the command's random
-//!    `WUU_COMMAND_TOKEN` gets `SIGKILL` (a reused group id is never hit). This covers
-//!    a launcher killed together with the host.
+//! 1. **The launcher ends them all.** Each command (and each external engine host) is
+//!    started through the launcher, which ends every process it started when the command
+//!    ends, whatever session or process group they made: through a PID namespace whose
+//!    init it forks (confined commands), else as a child subreaper that kills its
+//!    descendants. It asks the kernel for `SIGHUP` when the host thread that started it
+//!    ends (`PR_SET_PDEATHSIG`), and then does the same at once: `setsid sleep 1000`
+//!    dies with the host, even after `kill -9` of the host.
+//! 2. **The ledger and the startup sweep.** Each command's process group (the
+//!    launcher's pid) and a random token, which every process of the command carries in
+//!    its environment as `WUU_COMMAND_TOKEN`, are recorded in the store when it starts
+//!    ([`started`]) and forgotten when it has ended ([`ended`]). At startup ([`sweep`])
+//!    every process carrying a token recorded by a dead owner on this host gets
+//!    `SIGKILL`, in whatever group or session it is. This covers a launcher without a
+//!    PID namespace killed together with the host. The token is the key, so a reused pid
+//!    is never hit.
+//! 3. **The host's own sweep by token** when it had to `SIGKILL` a command's launcher
+//!    (its orphans, without a PID namespace, were not ended by it).
 //!
-//! A process that left the group (`setsid`, a double-forking daemon) escapes both: it
-//! keeps running after its command ended or the host died (the README says so).
+//! A process that both leaves the launcher's reach (only possible without a PID
+//! namespace, after the launcher was killed) and clears its environment escapes.
+//!
+//! Processes owned by a conversation rather than by one command (background jobs) fit
+//! the same scheme: a launcher of their own, a token and a ledger row that live as long
+//! as the conversation holds them.
 
 use super::sandbox::SandboxSettings;
 use parking_lot::Mutex;
@@ -93,8 +102,10 @@ pub(crate) fn ended(settings: &SandboxSettings, pgid: i32, token: &str) {
     });
 }
 
-/// Pids in process group `pgid` whose environment holds `TOKEN_VAR=token`.
-fn members(pgid: i64, token: &str) -> Vec<i32> {
+/// Pids of the processes whose environment holds `TOKEN_VAR=token`, whatever their
+/// process group or session (a `setsid` child keeps its environment). Processes whose
+/// environment cannot be read (another user's, a non-dumpable launcher) are not seen.
+fn carriers(token: &str) -> Vec<i32> {
     let needle = format!("{TOKEN_VAR}={token}");
     let mut out = Vec::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -104,17 +115,6 @@ fn members(pgid: i64, token: &str) -> Vec<i32> {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
-        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-            continue;
-        };
-        // `pid (comm) state ppid pgrp …`
-        let pgrp = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
-            .and_then(|f| f.parse::<i64>().ok());
-        if pgrp != Some(pgid) {
-            continue;
-        }
         let Ok(env) = std::fs::read(e.path().join("environ")) else {
             continue;
         };
@@ -123,6 +123,22 @@ fn members(pgid: i64, token: &str) -> Vec<i32> {
         }
     }
     out
+}
+
+/// Sends `SIGKILL` to every process carrying `token` (twice: one may have been forking
+/// during the first pass). Returns how many were signalled.
+pub(crate) fn kill_carriers(token: &str) -> usize {
+    let mut killed = 0;
+    for _ in 0..2 {
+        for pid in carriers(token) {
+            if let Some(p) = rustix::process::Pid::from_raw(pid) {
+                if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
+                    killed += 1;
+                }
+            }
+        }
+    }
+    killed
 }
 
 /// Kills what dead owners left: every recorded process group on this host whose owner
@@ -138,16 +154,7 @@ pub fn sweep(store: &mut Store) -> usize {
     };
     let mut killed = 0;
     for r in rows {
-        // Twice: a member may have been forking during the first pass.
-        for _ in 0..2 {
-            for pid in members(r.pgid, &r.token) {
-                if let Some(p) = rustix::process::Pid::from_raw(pid) {
-                    if rustix::process::kill_process(p, rustix::process::Signal::KILL).is_ok() {
-                        killed += 1;
-                    }
-                }
-            }
-        }
+        killed += kill_carriers(&r.token);
         if let Err(e) = store.forget_process_group(&r.host, r.pgid, &r.token) {
             log::warn!("process sweep: {e}");
         }

@@ -6,7 +6,7 @@
 //! [`LAUNCHER_ARG`] (as Codex does with its Linux sandbox helper):
 //!
 //! ```text
-//! wuu __sandbox --ppid PID --mode standard|read_only|unconfined
+//! wuu __sandbox --ppid PID --mode standard|read_only|unconfined [--service]
 //!               [--read DIR]… [--write DIR]… [--hide PATH]… [--mask PATH]…
 //!               -- SHELL -c COMMAND
 //! ```
@@ -38,19 +38,31 @@
 //!    processes outside it; with the host non-dumpable and `CAP_SYS_PTRACE`,
 //!    `CAP_SYS_ADMIN` and `CAP_PERFMON` gone, not even a root command can read the host's
 //!    `/proc/PID/environ`, memory or descriptors;
-//! 5. marks every descriptor above 2 close-on-exec, starts `SHELL -c COMMAND` as its
-//!    child (same session and process group, the restriction is inherited and cannot be
-//!    lifted) and waits for it; it exits with the shell's exit code, or dies by the same
-//!    signal;
+//! 5. marks every descriptor above 2 close-on-exec and starts `SHELL -c COMMAND` so
+//!    that nothing it starts outlives it (see `reap`): in `standard` and `read_only`
+//!    mode, when it has its mount namespace, in a new PID namespace
+//!    (`unshare(CLONE_NEWPID)`) whose init it forks: the init mounts the namespace's own
+//!    `/proc` (read-only), applies step 4 to itself, starts the shell and reaps orphans;
+//!    when the shell ends it sends `SIGTERM` to every other process left, `SIGKILL` after
+//!    the grace period, and exits (the kernel kills whatever remains). The init dies
+//!    with the launcher (`PR_SET_PDEATHSIG` `SIGKILL`). Otherwise (no mount namespace,
+//!    or `unconfined`, whose mounts and `/proc` stay the host's) the launcher applies
+//!    step 4 to itself, becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`: every
+//!    orphan of the command is reparented to it), starts the shell and, when it ends,
+//!    ends every descendant the same way. Either way the launcher exits with the
+//!    shell's exit code, or dies by the same signal;
 //! 6. when `SIGHUP` arrives and its parent is no longer the host (the host died, or the
-//!    host thread that started it ended), it kills its whole process group with
-//!    `SIGKILL`: the shell and its background jobs die with the host. A process that
-//!    left the group (`setsid`, a daemon) is not reached; the startup sweep of the
-//!    store's process ledger (see `process`) does not reach it either.
+//!    host thread that started it ended), it kills its whole process group and every
+//!    descendant with `SIGKILL` (with a PID namespace, killing the init ends it all):
+//!    the command dies with the host, whatever sessions or groups it made. A launcher
+//!    that is itself killed with `SIGKILL` takes the PID namespace with it; without one
+//!    its orphans are left to the sweep by token (see `process`).
 //!
 //! `SIGTERM` / `SIGINT` / `SIGHUP` from the host or the command itself are otherwise
 //! ignored by the launcher: the host signals the whole group, so the shell gets them too
-//! and the launcher follows the shell.
+//! and the launcher follows the shell. With `--service` (an engine host such as
+//! `codex app-server`, run `unconfined`), `SIGTERM` ends the whole tree instead.
+//! `WUU_SANDBOX_NO_PID_NS=1` in its environment makes it use the subreaper (tests).
 //!
 //! What the roots are is decided by the host ([`policy_args`]); the README lists them.
 
@@ -58,6 +70,8 @@ use super::{Fail, PermissionMode, ToolContext};
 use std::ffi::{OsStr, OsString};
 #[cfg(target_os = "linux")]
 mod mount_ns;
+#[cfg(target_os = "linux")]
+mod reap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -479,6 +493,8 @@ struct LaunchArgs {
     write: Vec<PathBuf>,
     hide: Vec<PathBuf>,
     mask: Vec<PathBuf>,
+    /// `--service`: an engine host rather than a command; `SIGTERM` ends its whole tree.
+    service: bool,
     program: Vec<OsString>,
 }
 
@@ -490,6 +506,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
         write: Vec::new(),
         hide: Vec::new(),
         mask: Vec::new(),
+        service: false,
         program: Vec::new(),
     };
     let mut it = args.into_iter();
@@ -504,6 +521,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
             Some("--write") => a.write.push(value()?.into()),
             Some("--hide") => a.hide.push(value()?.into()),
             Some("--mask") => a.mask.push(value()?.into()),
+            Some("--service") => a.service = true,
             Some("--") => {
                 a.program = it.collect();
                 break;
@@ -749,22 +767,35 @@ fn cloexec_inherited_fds() {
 
 #[cfg(not(target_os = "linux"))]
 fn cloexec_inherited_fds() {}
-
-/// Applies the sandbox of `a.mode` to this process (see the module docs). Returns a
-/// warning for the command's stderr (the view is not what it should be), or the reason
-/// the command must not run.
+/// The first half of the sandbox of `a.mode` (see the module docs): the mount namespace
+/// and the decision which capabilities stay. The second half ([`Prepared::apply`])
+/// comes after the PID namespace's `/proc` is mounted. Errors name the reason the
+/// command must not run.
 #[cfg(target_os = "linux")]
-fn confine(a: &LaunchArgs) -> Result<Option<String>, String> {
+struct Prepared {
+    keep: rustix::thread::CapabilitySet,
+    /// In a mount namespace of its own (a PID namespace can then have its own `/proc`).
+    mount_ns: bool,
+    /// For the command's stderr: the view is not what it should be.
+    warning: Option<String>,
+}
+
+#[cfg(target_os = "linux")]
+fn prepare(a: &LaunchArgs) -> Result<Prepared, String> {
     let root = rustix::process::geteuid().is_root();
     let mut keep = kept_capabilities();
-    let mut warning = None;
     match enter_mount_ns(a) {
         Ok(entered) => {
             if entered.user_ns && !root {
                 keep = rustix::thread::CapabilitySet::empty();
             }
+            Ok(Prepared {
+                keep,
+                mount_ns: true,
+                warning: None,
+            })
         }
-        Err(mount_ns::Error::Failed(why)) => return Err(why),
+        Err(mount_ns::Error::Failed(why)) => Err(why),
         Err(mount_ns::Error::Unavailable(why)) => {
             let roots: Vec<PathBuf> = existing(&a.read)
                 .into_iter()
@@ -779,25 +810,40 @@ fn confine(a: &LaunchArgs) -> Result<Option<String>, String> {
                     h.display()
                 ));
             }
-            keep = keep.difference(FALLBACK_DROPPED);
-            warning = Some(format!(
-                "wuu sandbox: warning: no mount namespace ({why}); Landlock alone confines this command: file modes, owners, times and extended attributes outside the workspace are not write-protected"
-            ));
+            Ok(Prepared {
+                keep: keep.difference(FALLBACK_DROPPED),
+                mount_ns: false,
+                warning: Some(format!(
+                    "wuu sandbox: warning: no mount namespace ({why}); Landlock alone confines this command: file modes, owners, times and extended attributes outside the workspace are not write-protected"
+                )),
+            })
         }
     }
-    drop_capabilities(keep)?;
-    restrict(&a.read, &a.write)?;
-    Ok(warning)
 }
 
-#[cfg(not(target_os = "linux"))]
-fn confine(_a: &LaunchArgs) -> Result<Option<String>, String> {
-    Err("the command sandbox needs Linux Landlock".into())
+#[cfg(target_os = "linux")]
+impl Prepared {
+    /// Drops the capabilities and enters the Landlock domain.
+    fn apply(&self, a: &LaunchArgs) -> Result<(), String> {
+        drop_capabilities(self.keep)?;
+        restrict(&a.read, &a.write)
+    }
 }
 
+/// Enters a PID namespace for the launcher's children (see `reap`), unless
+/// `WUU_SANDBOX_NO_PID_NS=1` in the launcher's environment (tests of the subreaper path)
+/// or the kernel refuses.
+#[cfg(target_os = "linux")]
+fn enter_pid_ns() -> bool {
+    if std::env::var_os("WUU_SANDBOX_NO_PID_NS").is_some_and(|v| v == "1") {
+        return false;
+    }
+    // SAFETY: see `mount_ns::unshare`: no `CLONE_FILES`, single-threaded.
+    unsafe { rustix::thread::unshare_unsafe(rustix::thread::UnshareFlags::NEWPID) }.is_ok()
+}
+
+#[cfg(target_os = "linux")]
 fn run_launcher(a: LaunchArgs) -> ExitCode {
-    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
-    use std::os::unix::process::ExitStatusExt;
     let confined = match a.mode.as_str() {
         "standard" | "read_only" => true,
         "unconfined" => false,
@@ -808,11 +854,13 @@ fn run_launcher(a: LaunchArgs) -> ExitCode {
     };
     // The mount namespace comes before everything that a change of credentials resets
     // (entering a user namespace clears the dumpable flag and the parent-death signal),
-    // and while the process is single-threaded (a user namespace requires it).
-    let confinement = if confined { Some(confine(&a)) } else { None };
+    // and while the process is single-threaded (a user namespace requires it). An
+    // unconfined command gets no namespace (its mounts and `/proc` stay the host's):
+    // the subreaper ends its processes.
+    let prepared = if confined { Some(prepare(&a)) } else { None };
+    let pid_ns = matches!(&prepared, Some(Ok(p)) if p.mount_ns) && enter_pid_ns();
     // Non-dumpable: the command (same user, same Landlock domain) cannot ptrace the
     // launcher or read its memory, so it cannot swallow the parent-death signal.
-    #[cfg(target_os = "linux")]
     if let Err(e) =
         rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
     {
@@ -821,11 +869,63 @@ fn run_launcher(a: LaunchArgs) -> ExitCode {
         );
         return ExitCode::from(126);
     }
-    #[cfg(target_os = "linux")]
     if let Err(e) =
         rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::HUP))
     {
         eprintln!("wuu sandbox: cannot set the parent-death signal: {e}");
+        return ExitCode::from(126);
+    }
+    let host_gone = || {
+        let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
+        a.ppid.is_some() && parent != a.ppid
+    };
+    if host_gone() {
+        return ExitCode::from(125);
+    }
+    let prepared = match prepared {
+        Some(Err(e)) => {
+            eprintln!("wuu sandbox: {e}; the command was not run");
+            return ExitCode::from(126);
+        }
+        Some(Ok(p)) => {
+            if let Some(w) = &p.warning {
+                eprintln!("{w}");
+            }
+            Some(p)
+        }
+        None => None,
+    };
+    cloexec_inherited_fds();
+    let Some((program, rest)) = a.program.split_first() else {
+        return ExitCode::from(125);
+    };
+    let confine = || match &prepared {
+        Some(p) => p.apply(&a),
+        None => Ok(()),
+    };
+    if pid_ns {
+        return reap::run_in_pid_ns(program, rest, super::KILL_GRACE, &confine, &host_gone);
+    }
+    if let Err(e) = confine() {
+        eprintln!("wuu sandbox: {e}; the command was not run");
+        return ExitCode::from(126);
+    }
+    run_as_subreaper(&a, program, rest, &host_gone)
+}
+
+/// The launcher without a PID namespace: a child subreaper that ends every descendant
+/// when the command ends, when the host dies, and (`--service`) on `SIGTERM`.
+#[cfg(target_os = "linux")]
+fn run_as_subreaper(
+    a: &LaunchArgs,
+    program: &OsStr,
+    rest: &[OsString],
+    host_gone: &dyn Fn() -> bool,
+) -> ExitCode {
+    use rustix::process::Pid;
+    use signal_hook::consts::{SIGCHLD, SIGHUP, SIGINT, SIGTERM};
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        eprintln!("wuu sandbox: cannot become a child subreaper: {e}; the command was not run");
         return ExitCode::from(126);
     }
     let mut signals = match signal_hook::iterator::Signals::new([SIGCHLD, SIGHUP, SIGTERM, SIGINT])
@@ -836,27 +936,8 @@ fn run_launcher(a: LaunchArgs) -> ExitCode {
             return ExitCode::from(126);
         }
     };
-    let host_gone = || {
-        let parent = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
-        a.ppid.is_some() && parent != a.ppid
-    };
-    if host_gone() {
-        return ExitCode::from(125);
-    }
-    match confinement {
-        Some(Err(e)) => {
-            eprintln!("wuu sandbox: {e}; the command was not run");
-            return ExitCode::from(126);
-        }
-        Some(Ok(Some(warning))) => eprintln!("{warning}"),
-        Some(Ok(None)) | None => {}
-    }
-    cloexec_inherited_fds();
-    let Some((program, rest)) = a.program.split_first() else {
-        return ExitCode::from(125);
-    };
-    let mut child = match std::process::Command::new(program).args(rest).spawn() {
-        Ok(c) => c,
+    let child = match std::process::Command::new(program).args(rest).spawn() {
+        Ok(c) => Pid::from_child(&c),
         Err(e) => {
             eprintln!(
                 "wuu sandbox: cannot start {}: {e}",
@@ -865,29 +946,32 @@ fn run_launcher(a: LaunchArgs) -> ExitCode {
             return ExitCode::from(126);
         }
     };
-    loop {
-        match child.try_wait() {
-            Ok(Some(st)) => {
-                if let Some(sig) = st.signal() {
-                    let _ = signal_hook::low_level::emulate_default_handler(sig);
-                    return ExitCode::from(128u8.wrapping_add(sig as u8));
-                }
-                return ExitCode::from(st.code().unwrap_or(1).clamp(0, 255) as u8);
-            }
-            Ok(None) => {}
-            Err(e) => {
-                eprintln!("wuu sandbox: waiting for the command failed: {e}");
-                return ExitCode::from(126);
-            }
+    let status = 'run: loop {
+        if let Some(st) = reap::reap(Some(child)) {
+            break 'run Some(st);
         }
         for sig in signals.wait() {
             if sig != SIGCHLD && host_gone() {
                 // The host is gone: nothing may outlive it.
+                reap::tear_down(std::time::Duration::ZERO, None);
                 let _ = rustix::process::kill_process_group(
                     rustix::process::getpgrp(),
                     rustix::process::Signal::KILL,
                 );
+                return ExitCode::from(137);
+            }
+            if sig == SIGTERM && a.service {
+                break 'run reap::tear_down(super::KILL_GRACE, Some(child));
             }
         }
-    }
+    };
+    // Background jobs and processes that left the group end with the command.
+    let status = reap::tear_down(super::KILL_GRACE, Some(child)).or(status);
+    reap::launcher_exit(&reap::encode(status), None)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn run_launcher(_a: LaunchArgs) -> ExitCode {
+    eprintln!("wuu sandbox: the command launcher needs Linux; the command was not run");
+    ExitCode::from(126)
 }

@@ -10,11 +10,14 @@
 //! is full; readers then block, and so does the command on its pipe).
 //!
 //! Killing: timeout and cancel send SIGTERM to the process group, then SIGKILL after
-//! [`KILL_GRACE`]. When the main child exits on its own, the group still gets SIGTERM
-//! (background jobs like `sleep 100 &` die), then SIGKILL if anything is left after the
-//! grace period. After the main child exited, output pipes are read for at most
-//! `KILL_GRACE + 500 ms`; a process that escaped the group and keeps them open is then
-//! abandoned (its reader thread ends when the pipe closes).
+//! [`KILL_GRACE`]. The launcher ends every other process of the command when its shell
+//! ends, also those that left the group (see `sandbox` and `process`); the group still
+//! gets SIGTERM when the main child exits, then SIGKILL if anything is left after the
+//! grace period, and after a SIGKILL of the launcher the processes carrying the
+//! command's token are killed. After the main child exited, output pipes are read for at
+//! most `KILL_GRACE + 500 ms`; a process that escaped all this (a shell started without
+//! the launcher) and keeps them open is then abandoned (its reader thread ends when the
+//! pipe closes).
 
 use super::args::BashArgs;
 use super::paths::{self, Access};
@@ -584,6 +587,9 @@ pub(crate) fn run(
     }
     if kill_sent {
         signal_group(pgid, Signal::KILL);
+        // The launcher was killed before it could end the command's other processes
+        // (without a PID namespace they outlive it): they carry the token.
+        super::process::kill_carriers(&token);
     }
     super::process::ended(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
 

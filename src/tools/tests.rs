@@ -915,17 +915,24 @@ fn bash_dropped_handle_still_kills_the_group_at_the_end() {
 }
 
 #[test]
-fn bash_escaped_process_holding_pipes_does_not_hang() {
-    let ws = Ws::new();
-    let start = Instant::now();
-    let (_, o) = bash(
-        &ws,
-        json!({"command": "setsid sleep 4 & sleep 0.3; echo out"}),
-    );
-    let took = start.elapsed();
-    assert!(took < Duration::from_millis(3500), "{took:?}");
-    assert!(o.output.contains("out"));
-    assert!(o.output.contains("stopped reading"), "{}", o.output);
+fn bash_escaped_sessions_end_with_the_command() {
+    // `setsid` and a double fork leave the process group (and the session); they still
+    // end with the command: in a PID namespace (standard) and through the subreaper
+    // (unconfined), without waiting for the pipes they hold.
+    for mode in [PermissionMode::Standard, PermissionMode::Unconfined] {
+        let ws = Ws::new();
+        let m = marker();
+        let start = Instant::now();
+        let cmd = format!(
+            "setsid bash -c 'sleep 300; : {m}' & (setsid bash -c 'sleep 300; : {m}' &); sleep 0.3; echo out"
+        );
+        let (_, o) = call_ctx("bash", &json!({ "command": cmd }).to_string(), ws.ctx(mode));
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(2500), "{mode:?}: {took:?}");
+        assert!(o.output.contains("out"), "{}", o.output);
+        assert!(!o.output.contains("stopped reading"), "{}", o.output);
+        assert!(procs_with(&m).is_empty(), "{mode:?}: {:?}", procs_with(&m));
+    }
 }
 
 #[test]

@@ -26,6 +26,14 @@
 //! Parsed files are cached by (size, mtime), so a repeated visit rereads only what
 //! changed. A missing ledger root is [`LedgerOutcome::Absent`]; an unreadable root is
 //! [`LedgerOutcome::Failed`]; an unreadable or malformed single file is skipped.
+//!
+//! These files belong to other programs, so nothing here may hang or swallow memory:
+//! every file is opened non-blocking and read only when `fstat` on the open file says it
+//! is a regular file (a FIFO or a device in place of a ledger is skipped, or fails the
+//! OpenCode database); JSON Lines are streamed line by line (at most
+//! [`MAX_LINE_BYTES`] a line), an OpenCode message file is streamed and skipped with a
+//! warning above [`MAX_MESSAGE_FILE_BYTES`]; and each engine's scan stops at
+//! [`SCAN_DEADLINE`] ([`LedgerOutcome::Failed`]: its `outside` is absent, not short).
 
 use parking_lot::Mutex;
 use serde::Deserialize;
@@ -33,7 +41,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 use wuu_protocol::TokenTotals;
 
 /// Most files one engine's scan visits.
@@ -44,6 +52,63 @@ const MAX_FILE_BYTES: u64 = 1 << 30;
 const MAX_LINE_BYTES: usize = 64 << 20;
 /// Deepest directory level walked below a ledger root.
 const MAX_DEPTH: usize = 6;
+/// Largest OpenCode message file read (one JSON object, normally a few KiB); larger
+/// ones are skipped with a warning.
+pub const MAX_MESSAGE_FILE_BYTES: u64 = 16 << 20;
+/// Longest one engine's ledger scan may take; past it the scan fails (its `outside` is
+/// absent rather than short) and the next request scans again (finished files are
+/// cached).
+pub const SCAN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The end of one engine's scan.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// [`SCAN_DEADLINE`] from now.
+    pub fn start() -> Deadline {
+        Deadline(Instant::now() + SCAN_DEADLINE)
+    }
+
+    /// `Err(TimedOut)` once passed.
+    fn check(&self) -> std::io::Result<()> {
+        if Instant::now() >= self.0 {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the ledger scan took longer than {} s",
+                    SCAN_DEADLINE.as_secs()
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Opens `path` for reading without blocking (`O_NONBLOCK`: opening a FIFO with no
+/// writer, or a device, returns at once) and returns it with the metadata of the open
+/// file (`fstat`, so a file swapped after a check cannot slip through). Errors:
+/// `InvalidInput` when it is not a regular file; the open's own error otherwise.
+/// Reading a regular file is unaffected by `O_NONBLOCK`.
+pub fn open_regular(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        rustix::fs::OFlags::NONBLOCK.bits() as i32,
+    );
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok((file, meta))
+}
 
 /// One usage record of a ledger.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,20 +180,24 @@ fn fingerprint(meta: &std::fs::Metadata) -> Fingerprint {
 }
 
 impl LedgerCache {
+    /// The records of `path` (cached by `meta`'s size and mtime). A file that cannot be
+    /// parsed counts as empty until it changes; a passed deadline is returned (and
+    /// nothing cached).
     fn get_or_parse(
         &self,
         path: &Path,
         meta: &std::fs::Metadata,
-        parse: impl FnOnce(&Path) -> std::io::Result<Vec<LedgerRecord>>,
-    ) -> Arc<Vec<LedgerRecord>> {
+        parse: impl FnOnce() -> std::io::Result<Vec<LedgerRecord>>,
+    ) -> std::io::Result<Arc<Vec<LedgerRecord>>> {
         let fp = fingerprint(meta);
         if let Some((f, recs)) = self.files.lock().get(path) {
             if *f == fp {
-                return recs.clone();
+                return Ok(recs.clone());
             }
         }
-        let recs = match parse(path) {
+        let recs = match parse() {
             Ok(r) => Arc::new(r),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(e),
             Err(e) => {
                 log::debug!("ledger file {} skipped: {e}", path.display());
                 Arc::new(Vec::new())
@@ -137,7 +206,7 @@ impl LedgerCache {
         self.files
             .lock()
             .insert(path.to_path_buf(), (fp, recs.clone()));
-        recs
+        Ok(recs)
     }
 
     /// Drops entries of files under `root` that `seen` does not contain (deleted files).
@@ -209,12 +278,21 @@ fn walk(root: &Path, want: &dyn Fn(&str) -> bool) -> std::io::Result<Vec<PathBuf
     Ok(out)
 }
 
-/// Lines of a file, each at most [`MAX_LINE_BYTES`] (longer ones are skipped).
-fn for_each_line(path: &Path, mut f: impl FnMut(&[u8])) -> std::io::Result<()> {
-    let file = std::fs::File::open(path)?;
+/// Lines of an open file, each at most [`MAX_LINE_BYTES`] (longer ones are skipped),
+/// until its end or `deadline`.
+fn for_each_line(
+    file: std::fs::File,
+    deadline: &Deadline,
+    mut f: impl FnMut(&[u8]),
+) -> std::io::Result<()> {
     let mut r = BufReader::with_capacity(64 * 1024, file);
     let mut buf = Vec::new();
+    let mut lines = 0u32;
     loop {
+        lines = lines.wrapping_add(1);
+        if lines % 256 == 0 {
+            deadline.check()?;
+        }
         buf.clear();
         let n = (&mut r)
             .take(MAX_LINE_BYTES as u64 + 1)
@@ -247,24 +325,38 @@ fn parse_ts(s: Option<&str>) -> Option<i64> {
         .map(|t| t.as_millisecond())
 }
 
+/// A parser of one ledger file: its path (for ids in its name) and the open file.
+type ParseFile = fn(&Path, std::fs::File, &Deadline) -> std::io::Result<Vec<LedgerRecord>>;
+
 fn scan_files(
     root: &Path,
     want: &dyn Fn(&str) -> bool,
     cache: &LedgerCache,
-    parse: fn(&Path) -> std::io::Result<Vec<LedgerRecord>>,
+    max_bytes: u64,
+    deadline: &Deadline,
+    parse: ParseFile,
 ) -> std::io::Result<Vec<LedgerRecord>> {
     let files = walk(root, want)?;
     let mut seen = std::collections::HashSet::new();
     let mut out = Vec::new();
     for path in files {
-        let Ok(meta) = std::fs::metadata(&path) else {
-            continue;
+        deadline.check()?;
+        let (file, meta) = match open_regular(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                log::debug!("ledger file {} skipped: {e}", path.display());
+                continue;
+            }
         };
-        if meta.len() > MAX_FILE_BYTES {
-            log::debug!("ledger file {} skipped: too large", path.display());
+        if meta.len() > max_bytes {
+            log::warn!(
+                "ledger file {} skipped: {} bytes is over the limit of {max_bytes}",
+                path.display(),
+                meta.len()
+            );
             continue;
         }
-        let recs = cache.get_or_parse(&path, &meta, parse);
+        let recs = cache.get_or_parse(&path, &meta, || parse(&path, file, deadline))?;
         out.extend(recs.iter().cloned());
         seen.insert(path);
     }
@@ -367,12 +459,16 @@ fn codex_id_from_name(path: &Path) -> String {
     }
 }
 
-fn parse_codex(path: &Path) -> std::io::Result<Vec<LedgerRecord>> {
+fn parse_codex(
+    path: &Path,
+    file: std::fs::File,
+    deadline: &Deadline,
+) -> std::io::Result<Vec<LedgerRecord>> {
     let mut session: Option<String> = None;
     let mut pending: Vec<(Option<i64>, TokenTotals)> = Vec::new();
     let mut prev: Option<CodexUsage> = None;
     let mut line_no = 0usize;
-    for_each_line(path, |line| {
+    for_each_line(file, deadline, |line| {
         line_no += 1;
         let meta = session.is_none() && (line_no <= 2 || contains(line, b"session_meta"));
         if !meta && !contains(line, b"token_count") {
@@ -436,6 +532,7 @@ fn parse_codex(path: &Path) -> std::io::Result<Vec<LedgerRecord>> {
 
 /// Codex rollouts under `codex_home`.
 pub fn scan_codex(codex_home: Option<&Path>, cache: &LedgerCache) -> LedgerOutcome {
+    let deadline = Deadline::start();
     outcome(codex_home, |home| {
         let want = |n: &str| n.starts_with("rollout-") && n.ends_with(".jsonl");
         let mut out = Vec::new();
@@ -446,7 +543,14 @@ pub fn scan_codex(codex_home: Option<&Path>, cache: &LedgerCache) -> LedgerOutco
                 continue;
             }
             any = true;
-            out.extend(scan_files(&dir, &want, cache, parse_codex)?);
+            out.extend(scan_files(
+                &dir,
+                &want,
+                cache,
+                MAX_FILE_BYTES,
+                &deadline,
+                parse_codex,
+            )?);
         }
         if !any {
             return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
@@ -493,14 +597,18 @@ struct ClaudeUsage {
     cache_read_input_tokens: u64,
 }
 
-fn parse_claude(path: &Path) -> std::io::Result<Vec<LedgerRecord>> {
+fn parse_claude(
+    path: &Path,
+    file: std::fs::File,
+    deadline: &Deadline,
+) -> std::io::Result<Vec<LedgerRecord>> {
     let fallback = path
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("")
         .to_owned();
     let mut out = Vec::new();
-    for_each_line(path, |line| {
+    for_each_line(file, deadline, |line| {
         if !contains(line, b"\"assistant\"") || !contains(line, b"\"usage\"") {
             return;
         }
@@ -560,11 +668,19 @@ fn dedupe(records: Vec<LedgerRecord>) -> Vec<LedgerRecord> {
 
 /// Claude Code transcripts under `claude_dir/projects`.
 pub fn scan_claude(claude_dir: Option<&Path>, cache: &LedgerCache) -> LedgerOutcome {
+    let deadline = Deadline::start();
     outcome(
         claude_dir.map(|d| d.join("projects")).as_deref(),
         |projects| {
             let want = |n: &str| n.ends_with(".jsonl");
-            Ok(dedupe(scan_files(projects, &want, cache, parse_claude)?))
+            Ok(dedupe(scan_files(
+                projects,
+                &want,
+                cache,
+                MAX_FILE_BYTES,
+                &deadline,
+                parse_claude,
+            )?))
         },
     )
 }
@@ -624,6 +740,15 @@ fn opencode_record(
     created_ms: Option<i64>,
 ) -> Option<LedgerRecord> {
     let m: OpenCodeMessage = serde_json::from_slice(data).ok()?;
+    opencode_message_record(m, session, created_ms)
+}
+
+/// The record of one OpenCode message (`session` overrides its `sessionID`).
+fn opencode_message_record(
+    m: OpenCodeMessage,
+    session: Option<String>,
+    created_ms: Option<i64>,
+) -> Option<LedgerRecord> {
     if m.role.as_deref() != Some("assistant") {
         return None;
     }
@@ -652,7 +777,38 @@ fn opencode_record(
     })
 }
 
-fn read_opencode_db(db: &Path) -> Result<Vec<LedgerRecord>, rusqlite::Error> {
+/// Reads `opencode.db` read-only. The file (and its `-wal` / `-shm` companions, when
+/// present) must be regular files: SQLite opens them blocking, so a FIFO there would
+/// hang the scan. Rows are read until `deadline`.
+fn read_opencode_db(db: &Path, deadline: &Deadline) -> std::io::Result<Vec<LedgerRecord>> {
+    open_regular(db)?;
+    for suffix in ["-wal", "-shm"] {
+        let mut companion = db.as_os_str().to_owned();
+        companion.push(suffix);
+        let companion = PathBuf::from(companion);
+        if std::fs::symlink_metadata(&companion).is_ok() {
+            open_regular(&companion)?;
+        }
+    }
+    let sqlite = |e: rusqlite::Error| std::io::Error::other(format!("opencode.db: {e}"));
+    read_opencode_rows(db, deadline).map_err(|e| match e {
+        RowsError::Sqlite(e) => sqlite(e),
+        RowsError::Io(e) => e,
+    })
+}
+
+enum RowsError {
+    Sqlite(rusqlite::Error),
+    Io(std::io::Error),
+}
+
+impl From<rusqlite::Error> for RowsError {
+    fn from(e: rusqlite::Error) -> Self {
+        RowsError::Sqlite(e)
+    }
+}
+
+fn read_opencode_rows(db: &Path, deadline: &Deadline) -> Result<Vec<LedgerRecord>, RowsError> {
     use rusqlite::{Connection, OpenFlags};
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = match Connection::open_with_flags(db, flags) {
@@ -667,52 +823,70 @@ fn read_opencode_db(db: &Path) -> Result<Vec<LedgerRecord>, rusqlite::Error> {
     let mut stmt = conn.prepare("SELECT session_id, time_created, data FROM message")?;
     let mut rows = stmt.query([])?;
     let mut out = Vec::new();
+    let mut n = 0u32;
     while let Some(row) = rows.next()? {
+        n = n.wrapping_add(1);
+        if n % 1024 == 0 {
+            deadline.check().map_err(RowsError::Io)?;
+        }
         let Ok(session) = row.get::<_, String>(0) else {
             continue;
         };
         let created: Option<i64> = row.get(1).ok();
-        let data: Vec<u8> = match row.get_ref(2) {
-            Ok(rusqlite::types::ValueRef::Text(t)) | Ok(rusqlite::types::ValueRef::Blob(t)) => {
-                t.to_vec()
-            }
+        let data: &[u8] = match row.get_ref(2) {
+            Ok(rusqlite::types::ValueRef::Text(t)) | Ok(rusqlite::types::ValueRef::Blob(t)) => t,
             _ => continue,
         };
-        if let Some(r) = opencode_record(&data, Some(session), created) {
+        if let Some(r) = opencode_record(data, Some(session), created) {
             out.push(r);
         }
     }
     Ok(out)
 }
 
-fn parse_opencode_json(path: &Path) -> std::io::Result<Vec<LedgerRecord>> {
-    let data = std::fs::read(path)?;
-    let session = path
-        .parent()
-        .and_then(|p| p.file_name())
-        .and_then(|n| n.to_str())
-        .map(str::to_owned);
-    Ok(opencode_record(&data, None, None)
-        .or_else(|| opencode_record(&data, session, None))
+/// One message file of OpenCode's JSON storage, streamed (at most
+/// [`MAX_MESSAGE_FILE_BYTES`], checked by the caller); its session is its `sessionID`,
+/// else the name of its directory.
+fn parse_opencode_json(
+    path: &Path,
+    file: std::fs::File,
+    _deadline: &Deadline,
+) -> std::io::Result<Vec<LedgerRecord>> {
+    let reader = BufReader::with_capacity(64 * 1024, file.take(MAX_MESSAGE_FILE_BYTES));
+    let m: OpenCodeMessage = serde_json::from_reader(reader)?;
+    let session = m.session_id.clone().or_else(|| {
+        path.parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .map(str::to_owned)
+    });
+    Ok(opencode_message_record(m, session, None)
         .into_iter()
         .collect())
 }
 
 /// OpenCode's database (or its older JSON storage) under `data_dir`.
 pub fn scan_opencode(data_dir: Option<&Path>, cache: &LedgerCache) -> LedgerOutcome {
+    let deadline = Deadline::start();
     outcome(data_dir, |dir| {
         let db = dir.join("opencode.db");
-        if db.exists() {
+        if std::fs::symlink_metadata(&db).is_ok() {
             // Read whole each time: one indexed query, and the WAL may hold new rows.
-            return read_opencode_db(&db)
-                .map_err(|e| std::io::Error::other(format!("opencode.db: {e}")));
+            return read_opencode_db(&db, &deadline);
         }
         let storage = dir.join("storage").join("message");
         if !storage.exists() {
             return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
         }
         let want = |n: &str| n.ends_with(".json");
-        scan_files(&storage, &want, cache, parse_opencode_json)
+        scan_files(
+            &storage,
+            &want,
+            cache,
+            MAX_MESSAGE_FILE_BYTES,
+            &deadline,
+            parse_opencode_json,
+        )
     })
 }
 
@@ -942,6 +1116,88 @@ mod tests {
             scan_opencode(Some(&bad), &LedgerCache::default()),
             LedgerOutcome::Failed(_)
         ));
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_a_ledger_fails_or_is_skipped_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("opencode");
+        std::fs::create_dir_all(&data).unwrap();
+        let fifo = |p: &Path| {
+            rustix::fs::mknodat(
+                rustix::fs::CWD,
+                p,
+                rustix::fs::FileType::Fifo,
+                rustix::fs::Mode::from_raw_mode(0o600),
+                0,
+            )
+            .unwrap()
+        };
+        fifo(&data.join("opencode.db"));
+        assert!(matches!(
+            scan_opencode(Some(&data), &LedgerCache::default()),
+            LedgerOutcome::Failed(_)
+        ));
+        let err = open_regular(&data.join("opencode.db")).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
+        // A FIFO named like a transcript (a symlink to one, too) is skipped; the rest
+        // is read.
+        let projects = dir.path().join(".claude/projects/-w");
+        std::fs::create_dir_all(&projects).unwrap();
+        fifo(&projects.join("stuck.jsonl"));
+        std::os::unix::fs::symlink(projects.join("stuck.jsonl"), projects.join("link.jsonl"))
+            .unwrap();
+        write_lines(
+            &projects.join("ok.jsonl"),
+            &[
+                json!({"type": "assistant", "sessionId": "s", "requestId": "r",
+                     "message": {"id": "m", "model": "x", "usage": {"input_tokens": 4}}}),
+            ],
+        );
+        let recs = read(scan_claude(
+            Some(&dir.path().join(".claude")),
+            &LedgerCache::default(),
+        ));
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].tokens.input_tokens, 4);
+    }
+
+    #[test]
+    fn an_opencode_message_file_over_the_limit_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("opencode");
+        let msg = |tokens: u64, pad: usize| {
+            json!({"sessionID": "ses_x", "role": "assistant", "pad": "x".repeat(pad),
+                   "tokens": {"input": tokens, "output": 0, "reasoning": 0,
+                              "cache": {"read": 0, "write": 0}}})
+            .to_string()
+        };
+        let dir_x = data.join("storage/message/ses_x");
+        std::fs::create_dir_all(&dir_x).unwrap();
+        std::fs::write(dir_x.join("small.json"), msg(1, 10)).unwrap();
+        std::fs::write(
+            dir_x.join("huge.json"),
+            msg(1000, MAX_MESSAGE_FILE_BYTES as usize),
+        )
+        .unwrap();
+        let recs = read(scan_opencode(Some(&data), &LedgerCache::default()));
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!(recs[0].tokens.input_tokens, 1);
+    }
+
+    #[test]
+    fn a_passed_deadline_fails_the_scan_and_caches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.jsonl");
+        write_lines(&p, &vec![json!({"type": "x"}); 600]);
+        let (file, _) = open_regular(&p).unwrap();
+        let passed = Deadline(Instant::now());
+        let err = for_each_line(file, &passed, |_| {}).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        let cache = LedgerCache::default();
+        let meta = std::fs::metadata(&p).unwrap();
+        assert!(cache.get_or_parse(&p, &meta, || Err(err)).is_err());
+        assert!(cache.files.lock().is_empty());
     }
 
     #[test]

@@ -196,6 +196,44 @@ CREATE TABLE process_groups (
     r#"
 CREATE INDEX threads_listing ON threads (cwd, archived, updated_at_ms DESC, id);
 "#,
+    // 7: the text index of `thread/search`: the `text` of every user and agent message,
+    // trigram-tokenized (case-insensitive substrings of 3 characters or more), keyed by
+    // the item's rowid. Contentless: the text stays in `items` only. Kept in sync by
+    // triggers, so every writer (this build, older paths, a hand-run `DELETE`) keeps it
+    // right; the index only narrows the candidates, the search still checks the text.
+    r#"
+CREATE VIRTUAL TABLE item_text USING fts5 (
+    text, content = '', contentless_delete = 1, tokenize = 'trigram'
+);
+INSERT INTO item_text (rowid, text)
+    SELECT rowid, json_extract(body, '$.text') FROM items
+    WHERE item_type IN ('user_message', 'agent_message')
+      AND json_valid(body) AND json_type(body, '$.text') = 'text';
+CREATE TRIGGER items_text_insert AFTER INSERT ON items
+    WHEN new.item_type IN ('user_message', 'agent_message')
+      AND json_valid(new.body) AND json_type(new.body, '$.text') = 'text'
+BEGIN
+    INSERT OR REPLACE INTO item_text (rowid, text)
+        VALUES (new.rowid, json_extract(new.body, '$.text'));
+END;
+CREATE TRIGGER items_text_delete AFTER DELETE ON items
+    WHEN old.item_type IN ('user_message', 'agent_message')
+BEGIN
+    DELETE FROM item_text WHERE rowid = old.rowid;
+END;
+CREATE TRIGGER items_text_update AFTER UPDATE OF item_type, body ON items
+    WHEN (old.item_type IN ('user_message', 'agent_message')
+          OR new.item_type IN ('user_message', 'agent_message'))
+      AND (old.body IS NOT new.body OR old.item_type IS NOT new.item_type
+           OR old.rowid IS NOT new.rowid)
+BEGIN
+    DELETE FROM item_text WHERE rowid = old.rowid;
+    INSERT OR REPLACE INTO item_text (rowid, text)
+        SELECT new.rowid, json_extract(new.body, '$.text')
+        WHERE new.item_type IN ('user_message', 'agent_message')
+          AND json_valid(new.body) AND json_type(new.body, '$.text') = 'text';
+END;
+"#,
 ];
 
 /// The schema version this build migrates to.

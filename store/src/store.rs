@@ -494,6 +494,12 @@ impl Store {
     /// threads are included. The snippet is ≤ [`crate::SNIPPET_CHARS`] (160) characters
     /// around the hit. An empty (or blank) query returns the newest unarchived threads
     /// with their title/preview as snippet. Damaged rows are skipped with a warning.
+    ///
+    /// Cost: the messages of the 32 newest conversations are read directly; past them,
+    /// only the conversations the trigram text index (`item_text`, schema version 7)
+    /// names as candidates, so a query that matches little costs its matches, not the
+    /// history. Queries under 3 characters, or with a control character or a cased
+    /// letter outside ASCII, read every conversation's messages (same answers, slower).
     pub fn search_threads(&self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
         self.read(|tx| tx.search_threads(query, limit))
     }

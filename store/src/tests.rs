@@ -523,6 +523,120 @@ fn search_finds_titles_and_message_text() {
     assert_eq!(store.search_threads("magic", 10).unwrap().len(), 1);
 }
 
+/// Ids of the threads a search finds, in order.
+fn found(store: &Store, query: &str) -> Vec<String> {
+    store
+        .search_threads(query, 100)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.thread.id)
+        .collect()
+}
+
+#[test]
+fn search_index_is_built_for_older_stores_and_follows_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wuu.db");
+    {
+        // A store of schema version 6 (before the text index) with messages in it.
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for sql in &crate::schema::MIGRATIONS[..6] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.pragma_update(None, "user_version", 6).unwrap();
+        c.execute_batch(
+            r#"INSERT INTO threads (id, cwd, created_at_ms, updated_at_ms) VALUES ('old', '/w', 1, 5);
+               INSERT INTO turns (thread_id, id, ordinal, kind, status, started_at_ms)
+                   VALUES ('old', 'u1', 1, 'user', 'completed', 1);
+               INSERT INTO items (thread_id, id, turn_id, seq, item_type, body) VALUES
+                   ('old', 'i1', 'u1', 1, 'user_message', '{"text":"Where is the Needle hidden?"}'),
+                   ('old', 'i2', 'u1', 2, 'reasoning', '{"text":"needle in reasoning"}'),
+                   ('old', 'i3', 'u1', 3, 'agent_message', 'not json needle');"#,
+        )
+        .unwrap();
+    }
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), schema::latest_version());
+    let indexed: i64 = raw(&store)
+        .query_row("SELECT count(*) FROM item_text", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(indexed, 1, "only the valid message text is indexed");
+    // Newer conversations that match nothing: the search reads their messages directly,
+    // and those of the older ones through the index.
+    for i in 0..40 {
+        store
+            .insert_thread(&thread(&format!("fill{i}"), "/w", 1_000 + i))
+            .unwrap();
+    }
+    assert_eq!(found(&store, "NEEDLE hid"), ["old"]);
+    let hits = store.search_threads("needle", 10).unwrap();
+    assert_eq!(hits[0].item_id.as_deref(), Some("i1"));
+
+    // New and changed messages are found by their new text only; deleted ones not at all.
+    store.insert_thread(&thread("new", "/w", 10)).unwrap();
+    store.insert_turn(&turn("new", "u1")).unwrap();
+    store
+        .upsert_item(&item(
+            "new",
+            "u1",
+            "m1",
+            "agent_message",
+            "a haystack of straw",
+        ))
+        .unwrap();
+    assert_eq!(found(&store, "haystack"), ["new"]);
+    store
+        .upsert_item(&item("new", "u1", "m1", "agent_message", "only hay now"))
+        .unwrap();
+    assert!(found(&store, "haystack").is_empty());
+    assert_eq!(found(&store, "only hay"), ["new"]);
+    // An item that changes type leaves the index, and comes back.
+    store
+        .upsert_item(&item("new", "u1", "m1", "reasoning", "only hay now"))
+        .unwrap();
+    assert!(found(&store, "only hay").is_empty());
+    store
+        .upsert_item(&item("new", "u1", "m1", "user_message", "only hay now"))
+        .unwrap();
+    assert_eq!(found(&store, "only hay"), ["new"]);
+    store.delete_item("new", "m1").unwrap();
+    assert!(found(&store, "only hay").is_empty());
+
+    // Queries the index cannot narrow (short, non-ASCII cased, quotes, CJK) keep the
+    // scan's answers.
+    store
+        .upsert_item(&item(
+            "new",
+            "u1",
+            "m2",
+            "user_message",
+            "Ein ÄPFEL sagt \"hi\" 修复这个",
+        ))
+        .unwrap();
+    assert_eq!(found(&store, "äp"), ["new"]);
+    assert_eq!(found(&store, "äpfel"), ["new"]);
+    assert_eq!(found(&store, "sagt \"HI\""), ["new"]);
+    assert_eq!(found(&store, "修复这"), ["new"]);
+    assert_eq!(found(&store, "修复"), ["new"]);
+    assert_eq!(
+        found(&store, "ne"),
+        ["new", "old"],
+        "titles and previews too"
+    );
+    assert!(found(&store, "\"\"\"").is_empty());
+    assert!(found(&store, "zzz*").is_empty());
+
+    // Deleting a conversation takes its index entries with it.
+    store.set_archived("new", true, None).unwrap();
+    store.delete_thread("new", true).unwrap();
+    store.delete_thread("old", false).unwrap();
+    let indexed: i64 = raw(&store)
+        .query_row("SELECT count(*) FROM item_text", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(indexed, 0);
+    assert!(found(&store, "needle").is_empty());
+}
+
 #[test]
 fn item_upsert_keeps_seq_and_history_is_ordered() {
     let (_dir, mut store) = open_tmp();

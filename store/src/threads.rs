@@ -8,6 +8,10 @@ use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow, ThreadView}
 use crate::store::Tx;
 use crate::util::{filtered, find_ci, get, get_json, get_u64, json_text, snippet, U64};
 
+/// Conversations (newest first) whose messages a search reads directly before it asks
+/// the text index for candidates.
+const DIRECT_SEARCH_THREADS: usize = 32;
+
 /// Maximum snippet length of a search hit, in characters.
 pub const SNIPPET_CHARS: usize = 160;
 
@@ -402,6 +406,13 @@ impl Tx<'_> {
         // SQLite's lower() folds ASCII only, so it can pre-filter only ASCII queries;
         // the Rust check below is the real (Unicode) test.
         let prefilter = needle.is_ascii().then_some(needle.as_str());
+        // The newest conversations' messages are read directly (a common query fills
+        // the page there); past them, only the conversations the text index names as
+        // candidates are (a rare query costs its matches, not the whole history). The
+        // index is asked once, when first needed; `None` inside: it cannot narrow this
+        // query, and every conversation's messages are read.
+        let mut visited = 0usize;
+        let mut candidates: Option<Option<std::collections::HashSet<String>>> = None;
         let mut items = self.conn.prepare_cached(
             "SELECT id, seq, text FROM ( \
                  SELECT id, seq, CASE WHEN json_valid(body) \
@@ -427,6 +438,17 @@ impl Tx<'_> {
                     item_id: None,
                 });
                 return Ok(hits.len() < limit);
+            }
+            visited += 1;
+            if visited > DIRECT_SEARCH_THREADS {
+                if candidates.is_none() {
+                    candidates = Some(self.indexed_candidates(&needle)?);
+                }
+                if let Some(Some(c)) = &candidates {
+                    if !c.contains(&t.id) {
+                        return Ok(true);
+                    }
+                }
             }
             let mut rows = items.query(params![t.id, prefilter])?;
             while let Some(row) = rows.next()? {
@@ -456,5 +478,40 @@ impl Tx<'_> {
             Ok(true)
         })?;
         Ok(hits)
+    }
+
+    /// Ids of the conversations with a user or agent message whose text the trigram
+    /// index (`item_text`) matches for `needle_lower`: a superset of those whose text
+    /// holds it (case-folded), so only they need reading. `None` when the index cannot
+    /// narrow the search: a query under 3 characters (a trigram index finds no shorter
+    /// substrings), or one with a control character or a cased letter outside ASCII
+    /// (the index folds case with SQLite's Unicode tables, the search with Rust's, and
+    /// those may disagree beyond ASCII); such queries read every conversation.
+    fn indexed_candidates(
+        &self,
+        needle_lower: &str,
+    ) -> Result<Option<std::collections::HashSet<String>>> {
+        let indexable = needle_lower.chars().count() >= 3
+            && needle_lower.chars().all(|c| {
+                !c.is_control() && (c.is_ascii() || (!c.is_lowercase() && !c.is_uppercase()))
+            });
+        if !indexable {
+            return Ok(None);
+        }
+        // One FTS5 phrase: the whole query as a substring, quotes doubled.
+        let phrase = format!("\"{}\"", needle_lower.replace('"', "\"\""));
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT items.thread_id FROM item_text \
+             JOIN items ON items.rowid = item_text.rowid \
+             WHERE item_text MATCH ?1",
+        )?;
+        let mut rows = stmt.query([phrase])?;
+        let mut out = std::collections::HashSet::new();
+        while let Some(row) = rows.next()? {
+            if let Ok(id) = row.get::<_, String>(0) {
+                out.insert(id);
+            }
+        }
+        Ok(Some(out))
     }
 }

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # A scripted `codex app-server` for what the real one cannot produce on demand
 # (tests/codex.rs). It speaks the app-server's JSON-RPC lines (no `jsonrpc` member).
-# FAKE_CODEX_MODE: question | approval | crash | refuse | steer | lost. Every line it reads
-# is appended to FAKE_CODEX_LOG. In `crash` mode the first host exits mid-turn; the
-# file $FAKE_CODEX_LOG.crashed makes later hosts behave normally.
+# FAKE_CODEX_MODE: question | approval | crash | refuse | steer | lost | stubborn. Every line
+# it reads is appended to FAKE_CODEX_LOG; its environment is written to $FAKE_CODEX_LOG.env
+# at start. In `crash` mode the first host exits mid-turn; the file $FAKE_CODEX_LOG.crashed
+# makes later hosts behave normally. In `stubborn` mode it ignores SIGTERM and SIGHUP,
+# starts a `sleep` in a session of its own, and keeps running after stdin closes.
 set -u
 [ "${1:-}" = "app-server" ] || { echo "usage: fake-codex app-server" >&2; exit 2; }
 mode="${FAKE_CODEX_MODE:-normal}"
 log="${FAKE_CODEX_LOG:-/dev/null}"
 if [ "$mode" = crash ] && [ -e "$log.crashed" ]; then mode=normal; fi
+[ "$log" != /dev/null ] && env > "$log.env"
+if [ "$mode" = stubborn ]; then
+  trap '' TERM HUP
+  setsid sleep 1000 < /dev/null > /dev/null 2>&1 &
+fi
 th="th_fake_1"
 turn=0
 send() { printf '%s\n' "$1"; }
@@ -84,3 +91,4 @@ while IFS= read -r line; do
     *) send "{\"id\":$id,\"error\":{\"code\":-32601,\"message\":\"fake: $method\"}}" ;;
   esac
 done
+if [ "$mode" = stubborn ]; then exec sleep 1000 < /dev/null > /dev/null 2>&1; fi

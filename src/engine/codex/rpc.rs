@@ -8,10 +8,12 @@
 //! thread; its last lines are kept (redacted) for error messages. When stdout closes
 //! every waiting caller and subscriber learns it at once.
 
+use crate::tools::sandbox::SandboxSettings;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -90,35 +92,77 @@ pub struct Peer {
     next_id: AtomicU64,
     stderr: Arc<Mutex<VecDeque<String>>>,
     dead: Arc<AtomicBool>,
+    /// The child's ledger entry: the token in its environment and the settings that
+    /// name the store (see `tools::process`).
+    ledger: (String, SandboxSettings),
+    /// Started through the launcher (else directly, in a process group of its own).
+    launched: bool,
 }
 
+/// How long [`Peer::kill`] waits for the launcher to end the child's tree after
+/// `SIGTERM` before it kills the group.
+const STOP_WAIT: Duration = Duration::from_secs(3);
+
 impl Peer {
-    /// Spawns `binary args…` in `cwd` with `env` added, stdin/stdout piped.
+    /// Spawns `binary args…` in `cwd` with exactly the environment `env` (nothing of
+    /// ours is inherited) plus the process token, stdin/stdout piped. The child is
+    /// started through the command launcher in `unconfined` mode as a service (see
+    /// `tools::sandbox`): it dies with this process (parent-death signal, also after
+    /// `kill -9`), every process it starts ends with it whatever session it makes, and
+    /// it is recorded in the process ledger of `ledger` (the wuu home; None = not
+    /// recorded) until [`Peer::kill`], so that a restart sweeps what a dead host left.
+    /// Without the launcher executable it is started directly in a process group of its
+    /// own.
     pub fn spawn(
         binary: &Path,
         args: &[String],
         cwd: &Path,
-        env: &[(String, String)],
+        env: &[(OsString, OsString)],
+        ledger: Option<&Path>,
     ) -> Result<Arc<Peer>, String> {
-        let mut cmd = Command::new(binary);
+        let (mut cmd, launched) = match crate::tools::sandbox::launcher() {
+            Ok(launcher) => {
+                let mut c = Command::new(launcher);
+                c.arg(crate::tools::sandbox::LAUNCHER_ARG)
+                    .arg("--ppid")
+                    .arg(std::process::id().to_string())
+                    .arg("--mode")
+                    .arg("unconfined")
+                    .arg("--service")
+                    .arg("--")
+                    .arg(binary);
+                (c, true)
+            }
+            Err(e) => {
+                log::warn!("codex: {e}; starting it directly (it will not die with the host)");
+                let mut c = Command::new(binary);
+                // Its own process group: an interrupt of ours never reaches it by
+                // accident, and closing the host kills whatever it started.
+                #[cfg(unix)]
+                {
+                    use std::os::unix::process::CommandExt;
+                    c.process_group(0);
+                }
+                (c, false)
+            }
+        };
+        let token = uuid::Uuid::new_v4().simple().to_string();
         cmd.args(args)
             .current_dir(cwd)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(crate::tools::process::TOKEN_VAR, &token)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        // Its own process group: an interrupt of ours never reaches it by accident,
-        // and closing the host kills whatever it started.
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::CommandExt;
-            cmd.process_group(0);
-        }
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        let settings = SandboxSettings {
+            process_ledger: ledger.map(Path::to_path_buf),
+            ..Default::default()
+        };
+        crate::tools::process::started(&settings, child.id() as i32, &token);
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
         let stderr = child.stderr.take();
@@ -133,6 +177,8 @@ impl Peer {
             next_id: AtomicU64::new(1),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
             dead: Arc::new(AtomicBool::new(false)),
+            ledger: (token, settings),
+            launched,
         });
         if let Some(err) = stderr {
             let tail = peer.stderr.clone();
@@ -276,19 +322,49 @@ impl Peer {
             .retain(|(_, s)| !s.same_channel(tx));
     }
 
-    /// Kills the child (its process group).
+    /// Ends the child and everything it started: stdin closed, `SIGTERM` to the
+    /// launcher, which ends the whole tree (at most [`STOP_WAIT`]); then `SIGKILL` to
+    /// the process group and to every process carrying the child's token; the ledger
+    /// entry is forgotten.
     pub fn kill(&self) {
+        use rustix::process::{kill_process, kill_process_group, Pid, Signal};
         self.stdin.lock().take();
         let mut child = self.child.lock();
-        #[cfg(unix)]
-        {
-            let pid = child.id() as i32;
-            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        let Some(pid) = Pid::from_raw(child.id() as i32) else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            // Already reaped: its pid may be reused, nothing may be signalled by it.
+            crate::tools::process::kill_carriers(&self.ledger.0);
+            crate::tools::process::ended(
+                &self.ledger.1,
+                pid.as_raw_nonzero().get(),
+                &self.ledger.0,
+            );
+            return;
+        }
+        let mut reaped = false;
+        if self.launched {
+            let _ = kill_process(pid, Signal::TERM);
+            let until = std::time::Instant::now() + STOP_WAIT;
+            while std::time::Instant::now() < until {
+                match child.try_wait() {
+                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                    Ok(Some(_)) => {
+                        reaped = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
             }
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        if !reaped {
+            let _ = kill_process_group(pid, Signal::KILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        crate::tools::process::kill_carriers(&self.ledger.0);
+        crate::tools::process::ended(&self.ledger.1, pid.as_raw_nonzero().get(), &self.ledger.0);
     }
 }
 
