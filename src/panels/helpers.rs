@@ -73,22 +73,14 @@ fn snapshot(shared: &Arc<Host>, id: &str) -> Result<Snapshot, Refusal> {
 
 /// The provider instance of `id` (built from the configuration on first use).
 fn provider_of(shared: &Host, id: &str) -> Result<Arc<dyn Provider>, Refusal> {
-    if id.is_empty() {
-        return Err((
-            ErrorCode::Error,
-            "no provider is configured: add one to the user config".into(),
-        ));
-    }
-    if let Some(p) = shared.providers.lock().get(id) {
-        return Ok(p.clone());
-    }
     let cfg = shared.config();
-    let pc = cfg
-        .provider(id)
-        .ok_or_else(|| invalid(format!("provider: {id:?} is not configured")))?;
-    let p = provider::build(id, pc, &cfg.config_dir).map_err(|e| (ErrorCode::Error, e))?;
-    shared.providers.lock().insert(id.to_owned(), p.clone());
-    Ok(p)
+    if !id.is_empty() && cfg.provider(id).is_none() {
+        return Err(invalid(format!("provider: {id:?} is not configured")));
+    }
+    shared
+        .providers
+        .get(&cfg, id)
+        .map_err(|e| (ErrorCode::Error, e))
 }
 
 /// `(provider, model)` of conversation `thread_id`, else of the workspace default.

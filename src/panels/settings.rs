@@ -326,7 +326,7 @@ fn try_provider_remove(
         }
         Ok(())
     })?;
-    shared.providers.lock().remove(&id);
+    shared.providers.forget(&id);
     let agent = cfg.agent();
     Ok(ConfigProviderRemoveResult {
         removed: id,

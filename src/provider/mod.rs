@@ -24,6 +24,7 @@ pub mod catalog;
 pub(crate) mod http;
 pub mod openai_chat;
 pub mod openai_responses;
+pub mod registry;
 pub mod replay;
 pub mod retry;
 pub mod sse;

@@ -181,7 +181,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         reverse: Default::default(),
         questions: Default::default(),
         browser: Default::default(),
-        providers: Mutex::new(Default::default()),
+        providers: Default::default(),
         live_runs: Mutex::new(Default::default()),
         ephemeral_runs: Mutex::new(Default::default()),
         live,

@@ -189,7 +189,7 @@ pub struct Host {
     pub browser: crate::session::browser::Browser,
     /// Provider instances by id (built on first use; a replay provider's position in its
     /// cassette lives in its instance).
-    pub providers: Mutex<std::collections::HashMap<String, Arc<dyn crate::provider::Provider>>>,
+    pub providers: crate::provider::registry::Providers,
     /// Live runs of this process: run id → conversation id.
     pub live_runs: Mutex<std::collections::HashMap<String, String>>,
     /// Changes whenever this process changes conversations in the store (listing cache

@@ -55,12 +55,7 @@ pub fn apply_loaded(shared: &Host, new: LoadedConfig) -> Arc<LoadedConfig> {
     let old = shared.config();
     let new = Arc::new(new);
     *shared.config.write() = new.clone();
-    {
-        let old_p = old.config.providers.clone().unwrap_or_default();
-        let new_p = new.config.providers.clone().unwrap_or_default();
-        let mut instances = shared.providers.lock();
-        instances.retain(|id, _| old_p.get(id) == new_p.get(id) && new_p.contains_key(id));
-    }
+    shared.providers.retain_unchanged(&old, &new);
     {
         let fresh = crate::provider::catalog::embedded_catalog(&new);
         let old_ids: Vec<String> = old

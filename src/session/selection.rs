@@ -362,7 +362,7 @@ fn try_update_defaults(
         Ok(())
     })?;
     drop(new);
-    shared.providers.lock().remove(&provider);
+    shared.providers.forget(&provider);
     let cfg = shared.config();
     let agent = cfg.agent();
     Ok(result_for(

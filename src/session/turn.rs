@@ -20,19 +20,7 @@ use wuu_store::{ItemRow, LeaseOutcome, TurnRow};
 
 /// The provider instance `id` (built once per process and cached).
 pub fn provider_for(shared: &Host, id: &str) -> Result<Arc<dyn Provider>, String> {
-    if let Some(p) = shared.providers.lock().get(id) {
-        return Ok(p.clone());
-    }
-    let cfg = shared.config();
-    if id.is_empty() {
-        return Err("no provider is configured: add one to the user config".into());
-    }
-    let pc = cfg
-        .provider(id)
-        .ok_or_else(|| format!("provider {id:?} is not configured"))?;
-    let p = crate::provider::build(id, pc, &cfg.config_dir)?;
-    shared.providers.lock().insert(id.to_owned(), p.clone());
-    Ok(p)
+    shared.providers.get(&shared.config(), id)
 }
 
 /// A user input that opens a turn.
