@@ -109,7 +109,7 @@ thread_local! {
 /// Runs `f` on the current set. Each thread keeps its own reference and takes the lock
 /// only after the set changed: redaction runs on every frame and delta, and a shared
 /// lock word and reference count written by every thread for each of them were a
-/// measurable part of a streamed delta's CPU (issue 15: 200 conversations streaming).
+/// measurable part of a streamed delta's CPU with many conversations streaming.
 /// A change is seen by every call that starts after [`set`] returned.
 fn with_set<R>(f: impl FnOnce(&Set) -> R) -> R {
     let gen = GENERATION.load(Ordering::Acquire);

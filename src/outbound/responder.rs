@@ -63,7 +63,7 @@ impl Responder {
                 serde_json::to_vec(&Response::ok(id, value)).expect("serialize")
             } else {
                 // Straight to bytes: no `Value` tree in between, which was most of a
-                // small request's CPU (`initialize`: ~80 µs; issue 15). Keys come in the
+                // small request's CPU. Keys come in the
                 // result's declaration order rather than sorted.
                 ok_frame(&id, 512, |frame| {
                     serde_json::to_writer(frame, result).expect("serialize result")

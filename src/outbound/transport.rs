@@ -29,8 +29,8 @@ pub const OUTBOX_CAPACITY: usize = OUTBOX_FRAMES / LANE_CHUNK_LINES;
 /// frames wait there too. A lane past it waits until half of its frames were written.
 pub const LANE_FRAMES: usize = 64;
 
-/// One producer's fair share of the outbox (issue 15: 200 conversations streaming at
-/// once). Sent through [`Outbox::send_lane`], at most [`LANE_FRAMES`] of a lane's frames
+/// One producer's fair share of the outbox, so that many conversations streaming at
+/// once share it fairly. Sent through [`Outbox::send_lane`], at most [`LANE_FRAMES`] of a lane's frames
 /// are queued while the outbox also holds other frames; past that the producer waits
 /// until half of them were written, then enqueues its next ones behind everyone
 /// else's. The queue stays one FIFO, so the order of frames is what it was; the lane
@@ -87,8 +87,8 @@ pub const LANE_CHUNK_LINES: usize = LANE_FRAMES / 2;
 /// Frames of one producer gathered for one hand-off to the outbox
 /// ([`Outbox::send_lane`]): JSON lines joined by `\n`, no newline after the last. One
 /// hand-off costs one channel slot, one allocation and one lane claim however many
-/// frames it carries (issue 15: a streaming conversation hands its deltas over a batch
-/// at a time instead of one by one). Each frame must be one line (no raw `\n`), which
+/// frames it carries (a streaming conversation hands its deltas over a batch at a time
+/// instead of one by one). Each frame must be one line (no raw `\n`), which
 /// every serde_json frame is.
 #[derive(Default, Debug)]
 pub struct Lines {
@@ -748,7 +748,7 @@ mod tests {
 
     #[test]
     fn a_flooding_lane_waits_behind_the_others_and_order_is_kept() {
-        // Issue 15: the writer is stuck on frame b0 and b1 waits; lane A may queue
+        // The writer is stuck on frame b0 and b1 waits; lane A may queue
         // LANE_FRAMES frames beside b1, not one more, until half of them are written.
         let (outbox, gate, out, a, _b) = stuck_on_b();
         for i in 0..LANE_FRAMES {

@@ -208,7 +208,7 @@ pub fn embedded_catalog(cfg: &LoadedConfig) -> Vec<CatalogProvider> {
 
 pub fn without_models(c: &[CatalogProvider]) -> Vec<CatalogProvider> {
     // Field by field: `..p.clone()` cloned every provider's model list only to drop it
-    // (most of `initialize`'s ~80 µs of CPU with the embedded catalog; issue 15).
+    // (most of `initialize`'s CPU with the embedded catalog).
     c.iter()
         .map(|p| CatalogProvider {
             id: p.id.clone(),

@@ -1,5 +1,5 @@
-//! Conversation actions the desktop and phone clients call (issue 12; shapes from the Go
-//! dispatcher): `thread/pin`, `thread/organization/update`, `thread/edit-message`,
+//! Conversation actions the desktop and phone clients call (spec `app-server.md`; shapes
+//! from the Go dispatcher): `thread/pin`, `thread/organization/update`, `thread/edit-message`,
 //! `thread/context-composition`, and `turn/requeue` (in [`super::inputs`]).
 //!
 //! - Pin and folder live in the conversation row's `extra` (`pinned`, `folder_id`);

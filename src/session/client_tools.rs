@@ -25,7 +25,7 @@ pub fn specs(shared: &Host) -> Vec<ToolSpec> {
     }
     out.extend(browser::specs(shared));
     // Host-served (not client-served), but it needs the server state the file tools do
-    // not have: the skill roots and the store that counts uses (issue 16).
+    // not have: the skill roots and the store that counts uses.
     out.extend(crate::session::skills::tool_spec(shared));
     out
 }

@@ -1,4 +1,4 @@
-//! Store connections shared by the session threads (issue 15).
+//! Store connections shared by the session threads.
 //!
 //! A session thread needs a connection only while it works with the store: a request, the
 //! start and the end of a turn, an item to persist. Before, every live session kept its

@@ -58,7 +58,7 @@ pub enum SessionMsg {
         /// Acknowledged once settled.
         done: Sender<()>,
     },
-    /// The answer of an automatic title request (`engine::title`; issue 6).
+    /// The answer of an automatic title request (`engine::title`).
     Title {
         /// `title_revision` when the request started (a rename since then wins).
         expected_revision: u64,
@@ -72,8 +72,8 @@ pub enum SessionMsg {
     },
     /// Runs a closure on the session thread with the conversation (its history loaded),
     /// or with `Err` (code, message) when the conversation does not exist. Used by work
-    /// that must change a conversation from outside a request (issue 16:
-    /// `thread/regenerate-title` stores its title through it).
+    /// that must change a conversation from outside a request (`thread/regenerate-title`
+    /// stores its title through it).
     Call(SessionCall),
 }
 
@@ -123,7 +123,7 @@ pub struct Session {
     /// The external engine session kept between turns ([`engines::open`]).
     pub engine: Option<Box<dyn crate::engine::Engine>>,
     /// Set while `thread` was read from the store by this very message's revival, so
-    /// the first message skips re-reading it (issue 15: one query less per revival).
+    /// the first message skips re-reading it (one query less per revival).
     pub row_fresh: bool,
 }
 
@@ -333,7 +333,7 @@ impl Session {
             ClientRequest::ThreadRename(p) => self.rename(p, reply),
             ClientRequest::ThreadArchive(p) => self.archive(p, reply),
             ClientRequest::ThreadDelete(p) => self.delete(p, reply),
-            // Issue 6 (history, selection): see history_page.rs and selection.rs.
+            // History and selection: see history_page.rs and selection.rs.
             req @ (ClientRequest::ThreadHistoryRead(_)
             | ClientRequest::ThreadActivityRead(_)
             | ClientRequest::ThreadContentRead(_)
@@ -475,7 +475,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                     };
                     session.announce_created(reply);
                     session.release_store();
-                    // A conversation only started needs no thread (issue 15): it parks
+                    // A conversation only started needs no thread: it parks
                     // at once unless a request already arrived, and the first request
                     // for it revives it from the store.
                     if !session.park_if_idle() {

@@ -54,8 +54,8 @@ pub const SOFT_SESSION_CAP: usize = 256;
 
 /// Idleness after which a session parks while the registry is over [`SOFT_SESSION_CAP`].
 /// Short, so that the number of live sessions stays near the cap however fast turns
-/// end (with 1 s, a fast machine running 1,000 short turns kept nearly all 1,000 live:
-/// ~120 KiB each, issue 15); a parked conversation is revived from the store in about a
+/// end (with 1 s, a fast machine running 1,000 short turns kept nearly all of them
+/// live, about 120 KiB each); a parked conversation is revived from the store in about a
 /// millisecond (pooled connection, history loaded on demand).
 pub const EARLY_PARK_AFTER: Duration = Duration::from_millis(250);
 
@@ -132,8 +132,8 @@ impl Registry {
     ///
     /// Not while other turns run: they allocate the same memory again at once, and a
     /// trim is hundreds of `madvise` calls, each a TLB shootdown that interrupts every
-    /// CPU running this process (issue 15: with 200 turns streaming, trims after the
-    /// first turns to end were ~17% of the session threads' CPU).
+    /// CPU running this process (with many turns streaming, trims after the first turns
+    /// to end took a large share of the session threads' CPU).
     pub fn trim_after_turn(&self) {
         self.note_parked();
         if self.running.load(Ordering::SeqCst) > 0 {

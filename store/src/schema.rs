@@ -191,8 +191,8 @@ CREATE TABLE process_groups (
 ) STRICT;
 "#,
     // 6: the listing index: `thread/list` (one workspace, unarchived, newest activity
-    // first, ties by id) reads rows in index order, without sorting them (issue 15:
-    // ~40% of the listing's SQLite time with 1,000 conversations).
+    // first, ties by id) reads rows in index order, without sorting them (sorting
+    // was a large part of the listing's SQLite time with many conversations).
     r#"
 CREATE INDEX threads_listing ON threads (cwd, archived, updated_at_ms DESC, id);
 "#,

@@ -66,7 +66,7 @@ type Gate = Arc<parking_lot::Mutex<Writer>>;
 /// transactions of the process run on it. SQLite discards a connection's page cache
 /// whenever another connection has written since its last transaction, so with every
 /// `Store` writing on its own connection each write started cold, reading its pages
-/// again (issue 15: ~1 ms of SQLite time per turn at 200 concurrent turns). The writer
+/// again (most of a turn's SQLite time with many concurrent turns). The writer
 /// only ever sees its own changes, so its cache stays warm; the `Store`'s own
 /// connection serves its reads.
 ///
@@ -105,8 +105,8 @@ impl std::fmt::Debug for Tx<'_> {
 /// dropped uncommitted (an `Err` from the closure, a failed commit, a panic).
 ///
 /// `BEGIN` and `COMMIT` run as cached prepared statements. rusqlite's `Transaction`
-/// runs them through `execute_batch`, which compiles them again every time: ~12% of the
-/// session threads' CPU at 200 turn starts (issue 15).
+/// runs them through `execute_batch`, which compiles them again every time, a visible
+/// part of the session threads' CPU when many turns start.
 struct Open<'c> {
     conn: &'c Connection,
     committed: bool,
@@ -173,14 +173,14 @@ impl Store {
         conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
         // rusqlite keeps 16 prepared statements by default; one turn alone runs more
         // distinct ones, so with 16 they pushed each other out and were compiled again
-        // on every turn (issue 15).
+        // on every turn.
         conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         // The query planner stability guarantee: plans never depend on bound values.
         // This build of SQLite has STAT4, which otherwise marks every statement that
         // compares a parameter with a non-unique index prefix (`inputs WHERE thread_id =
         // ?1`, the history and lease queries) to be compiled again each time a value is
-        // bound, i.e. on every call of a cached statement: ~35% of the SQLite time of a
-        // turn (issue 15). wuu never runs ANALYZE, so there are no statistics whose plans
+        // bound, i.e. on every call of a cached statement, a large part of the SQLite time
+        // of a turn. wuu never runs ANALYZE, so there are no statistics whose plans
         // this could cost.
         conn.set_db_config(
             rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,

@@ -1470,7 +1470,7 @@ fn visit_threads_keeps_the_listing_order_with_ties() {
 
 #[test]
 fn cached_statements_are_not_compiled_again_on_every_call() {
-    // Issue 15: with STAT4 compiled in, rebinding a parameter compared with a non-unique
+    // With STAT4 compiled in, rebinding a parameter compared with a non-unique
     // index prefix re-prepared the statement on every call (the turn path's list_inputs,
     // load_history, lease queries); Store::open turns on the planner stability guarantee.
     let (dir, mut a) = open_tmp();

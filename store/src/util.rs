@@ -144,8 +144,8 @@ pub(crate) fn snippet(text: &str, start: usize, end: usize, max: usize) -> Strin
 }
 
 /// `conn.execute(sql, params)` through the connection's prepared-statement cache: the
-/// statement is compiled once per connection, not on every call (issue 15: the turn path
-/// runs ~15 statements; compiling each again cost more than running it).
+/// statement is compiled once per connection, not on every call (the turn path runs about 15
+/// statements; compiling each again cost more than running it).
 pub(crate) fn execute<P: rusqlite::Params>(
     conn: &rusqlite::Connection,
     sql: &str,
