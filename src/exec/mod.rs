@@ -15,6 +15,11 @@
 //!
 //! Exit codes ([`code`], spec §3) always agree with `result.status`: 0 `completed`,
 //! 3 `permission_denied`, 4 `timeout`, 5 `interrupted`, anything else `failed`.
+//!
+//! Modules: [`cli`] (arguments), `run` (the invocation), `setup` and `thread` (before the
+//! run), [`project`] and [`events`] (the stream), `output`, [`writer`] and [`human`]
+//! (stdout/stderr), `cancel` (signals, deadline, interrupt), `result` and `schema` (the
+//! terminal result), `exit` (exit codes), [`client`] (the in-process connection).
 
 mod cancel;
 pub mod cli;

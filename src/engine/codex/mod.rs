@@ -10,10 +10,10 @@
 //! sends only the newest user input (`turn/start`); the native notifications of that
 //! turn are mapped to engine events (table in the spec).
 //!
-//! Rooms: [`host`] (the shared child), [`env`] (its environment), [`models`] (model
-//! discovery), [`thread`] (the native thread), [`turn`] (the turn loop),
-//! [`projection`] (notifications → engine events), [`approvals`] (server requests),
-//! [`rpc`] (the JSON-RPC peer).
+//! Modules: `host` (the shared child), `env` (its environment), `models` (model
+//! discovery), `thread` (the native thread), `turn` (the turn loop), `projection`
+//! (notifications → engine events), `approvals` (server requests), [`rpc`] (the
+//! JSON-RPC peer).
 
 mod approvals;
 mod env;
@@ -46,6 +46,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long an interrupted turn may take to report its end.
 pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 
+/// A failed turn of category `engine`, provider `codex`, with `code`.
 fn failure(message: impl Into<String>, code: &str) -> Outcome {
     Outcome::Failed(Box::new(TurnError {
         message: message.into(),
