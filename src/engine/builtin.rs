@@ -222,6 +222,18 @@ impl Engine for Builtin {
     }
 }
 
+/// How a provider step ended: its complete tool calls (empty = final answer), `None`
+/// when a steer cut the stream, or (`Err`) how the turn ended.
+type StepEnd = Result<Option<Vec<ToolCall>>, Outcome>;
+
+/// The state of one streaming step: the complete tool calls so far and whether a
+/// retry is under way (the next output of a new attempt means reconnected).
+#[derive(Default)]
+struct StepStream {
+    calls: Vec<ToolCall>,
+    reconnecting: bool,
+}
+
 impl Builtin {
     /// Streams one provider step. Returns the complete tool calls of the step (empty =
     /// final answer), `None` when a steer cut the stream, or how the turn ended.
@@ -232,16 +244,15 @@ impl Builtin {
         provider_id: &str,
         sink: &EventSink,
         controls: &Receiver<Control>,
-    ) -> Result<Option<Vec<ToolCall>>, Outcome> {
+    ) -> StepEnd {
         // Steer signals that arrived before this step were satisfied by BeginStep.
         self.drain(controls);
         if self.interrupted {
             return Err(Outcome::Interrupted);
         }
         let handle = provider::start_stream(provider, req);
-        let mut calls: Vec<ToolCall> = vec![];
+        let mut step = StepStream::default();
         self.cut_off.clear();
-        let mut reconnecting = false;
         // Cloned once per step, not per event: only a gone host changes it (to `never`).
         let mut ctl = self.controls(controls);
         loop {
@@ -279,118 +290,147 @@ impl Builtin {
                     },
                 ))));
             };
-            // The batch's deltas go to the host together; any other event first sends
-            // the deltas before it, so the order is kept.
-            let mut deltas = Vec::with_capacity(batch.len());
-            for ev in batch {
-                // Output of a new attempt = a successful reconnect. A final failure leaves
-                // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
-                if reconnecting
-                    && !matches!(
-                        ev,
-                        StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
-                    )
-                {
-                    reconnecting = false;
-                    sink.emit_all(std::mem::take(&mut deltas));
-                    sink.emit(EngineEvent::Connected);
-                }
-                let ev = match ev {
-                    StreamEvent::TextDelta { text } => {
-                        deltas.push(EngineEvent::ContentDelta(text));
-                        continue;
-                    }
-                    StreamEvent::ReasoningDelta { text } => {
-                        deltas.push(EngineEvent::ThinkingDelta(text));
-                        continue;
-                    }
-                    StreamEvent::ToolCallDelta { id, delta } => {
-                        deltas.push(EngineEvent::ToolArgsDelta { call_id: id, delta });
-                        continue;
-                    }
-                    other => other,
-                };
-                sink.emit_all(std::mem::take(&mut deltas));
-                match ev {
-                    StreamEvent::TextDelta { .. }
-                    | StreamEvent::ReasoningDelta { .. }
-                    | StreamEvent::ToolCallDelta { .. } => {}
-                    StreamEvent::ReasoningDone { block } => {
-                        sink.emit(EngineEvent::ThinkingDone {
-                            text: Some(block.text.clone()),
-                            detail: serde_json::to_value(&block).ok(),
-                        });
-                    }
-                    StreamEvent::ToolCallStart { id, name } => {
-                        sink.emit(EngineEvent::ToolStart {
-                            call_id: id,
-                            name,
-                            arguments: None,
-                        });
-                    }
-                    StreamEvent::ToolCallEnd { call } => {
-                        sink.emit(EngineEvent::ToolArgs {
-                            call_id: call.id.clone(),
-                            name: call.name.clone(),
-                            arguments: call.arguments.clone(),
-                        });
-                        calls.push(call);
-                    }
-                    // Arguments cut off (output limit): never run, never in history.
-                    StreamEvent::ToolCallCutOff { id, name, reason } => {
-                        self.cut_off.push((id.clone(), name));
-                        sink.emit(EngineEvent::ToolWithdrawn {
-                            call_id: id,
-                            reason,
-                        });
-                    }
-                    StreamEvent::Retrying {
-                        attempt,
-                        max_attempts,
-                        delay_ms,
-                        kind,
-                        message,
-                    } => {
-                        // The failed attempt's partial output is void.
-                        calls.clear();
-                        self.cut_off.clear();
-                        reconnecting = true;
-                        sink.emit(EngineEvent::Reconnecting(Reconnecting {
-                            attempt,
-                            max_attempts,
-                            delay_ms,
-                            reason: serde_json::to_value(kind)
-                                .ok()
-                                .and_then(|v| v.as_str().map(str::to_owned)),
-                            message,
-                            discard_step: true,
-                        }));
-                    }
-                    StreamEvent::Done {
-                        usage,
-                        stop_reason,
-                        truncated,
-                        ..
-                    } => {
-                        add(&mut self.usage, &usage);
-                        sink.emit(EngineEvent::Usage(usage));
-                        sink.emit(EngineEvent::StepEnd {
-                            stop_reason,
-                            truncated,
-                            has_calls: !calls.is_empty(),
-                        });
-                        return Ok(Some(calls));
-                    }
-                    StreamEvent::Failed { error } => {
-                        return Err(Outcome::Failed(Box::new(provider_failure(
-                            provider_id,
-                            error,
-                        ))));
-                    }
-                }
+            if let Some(end) = self.on_batch(&mut step, batch, provider_id, sink) {
+                return end;
             }
-            sink.emit_all(deltas);
         }
+    }
+
+    /// Forwards one batch of provider events to the host. The batch's deltas go to the
+    /// host together; any other event first sends the deltas before it, so the order is
+    /// kept. Returns the end of the step when the batch holds it.
+    fn on_batch(
+        &mut self,
+        step: &mut StepStream,
+        batch: Vec<StreamEvent>,
+        provider_id: &str,
+        sink: &EventSink,
+    ) -> Option<StepEnd> {
+        let mut deltas = Vec::with_capacity(batch.len());
+        for ev in batch {
+            // Output of a new attempt = a successful reconnect. A final failure leaves
+            // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
+            if step.reconnecting
+                && !matches!(
+                    ev,
+                    StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
+                )
+            {
+                step.reconnecting = false;
+                sink.emit_all(std::mem::take(&mut deltas));
+                sink.emit(EngineEvent::Connected);
+            }
+            let ev = match ev {
+                StreamEvent::TextDelta { text } => {
+                    deltas.push(EngineEvent::ContentDelta(text));
+                    continue;
+                }
+                StreamEvent::ReasoningDelta { text } => {
+                    deltas.push(EngineEvent::ThinkingDelta(text));
+                    continue;
+                }
+                StreamEvent::ToolCallDelta { id, delta } => {
+                    deltas.push(EngineEvent::ToolArgsDelta { call_id: id, delta });
+                    continue;
+                }
+                other => other,
+            };
+            sink.emit_all(std::mem::take(&mut deltas));
+            if let Some(end) = self.on_stream_event(step, ev, provider_id, sink) {
+                return Some(end);
+            }
+        }
+        sink.emit_all(deltas);
+        None
+    }
+
+    /// Handles one provider event other than a delta: reasoning blocks, tool calls
+    /// (complete or cut off), retries, and the step's end (`Done`/`Failed`).
+    fn on_stream_event(
+        &mut self,
+        step: &mut StepStream,
+        ev: StreamEvent,
+        provider_id: &str,
+        sink: &EventSink,
+    ) -> Option<StepEnd> {
+        match ev {
+            StreamEvent::TextDelta { .. }
+            | StreamEvent::ReasoningDelta { .. }
+            | StreamEvent::ToolCallDelta { .. } => {}
+            StreamEvent::ReasoningDone { block } => {
+                sink.emit(EngineEvent::ThinkingDone {
+                    text: Some(block.text.clone()),
+                    detail: serde_json::to_value(&block).ok(),
+                });
+            }
+            StreamEvent::ToolCallStart { id, name } => {
+                sink.emit(EngineEvent::ToolStart {
+                    call_id: id,
+                    name,
+                    arguments: None,
+                });
+            }
+            StreamEvent::ToolCallEnd { call } => {
+                sink.emit(EngineEvent::ToolArgs {
+                    call_id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                });
+                step.calls.push(call);
+            }
+            // Arguments cut off (output limit): never run, never in history.
+            StreamEvent::ToolCallCutOff { id, name, reason } => {
+                self.cut_off.push((id.clone(), name));
+                sink.emit(EngineEvent::ToolWithdrawn {
+                    call_id: id,
+                    reason,
+                });
+            }
+            StreamEvent::Retrying {
+                attempt,
+                max_attempts,
+                delay_ms,
+                kind,
+                message,
+            } => {
+                // The failed attempt's partial output is void.
+                step.calls.clear();
+                self.cut_off.clear();
+                step.reconnecting = true;
+                sink.emit(EngineEvent::Reconnecting(Reconnecting {
+                    attempt,
+                    max_attempts,
+                    delay_ms,
+                    reason: serde_json::to_value(kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned)),
+                    message,
+                    discard_step: true,
+                }));
+            }
+            StreamEvent::Done {
+                usage,
+                stop_reason,
+                truncated,
+                ..
+            } => {
+                add(&mut self.usage, &usage);
+                sink.emit(EngineEvent::Usage(usage));
+                sink.emit(EngineEvent::StepEnd {
+                    stop_reason,
+                    truncated,
+                    has_calls: !step.calls.is_empty(),
+                });
+                return Some(Ok(Some(std::mem::take(&mut step.calls))));
+            }
+            StreamEvent::Failed { error } => {
+                return Some(Err(Outcome::Failed(Box::new(provider_failure(
+                    provider_id,
+                    error,
+                )))));
+            }
+        }
+        None
     }
 
     /// Runs one complete tool call, streaming its output, until it ends or the turn is
@@ -522,8 +562,8 @@ fn add(total: &mut Usage, u: &Usage) {
     total.reasoning_tokens += u.reasoning_tokens;
 }
 
-/// Maps a provider failure to the turn error (issue 3: 401/403 → `auth`, 404 and server
-/// failures → `provider`, 400 → `invalid_request`, network → `network`).
+/// Maps a provider failure to the turn error: 401/403 → `auth`, 404 and server failures
+/// → `provider`, 400 → `invalid_request`, network → `network`.
 pub fn provider_failure(provider_id: &str, e: ProviderError) -> TurnError {
     let category = match e.kind {
         FailureKind::Authentication => "auth",

@@ -91,7 +91,7 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
         for item in &turn.items {
             if item.status.as_deref() == Some(wuu_store::item_damage::STATUS) {
                 // A damaged stored item is never dropped silently: the model is told
-                // that part of the history is missing (spec: issue 11, damaged rows).
+                // that part of the history is missing.
                 g.flush(&mut out);
                 out.push(ChatMessage::text(Role::User, damaged_note(&item.item_type)));
                 continue;

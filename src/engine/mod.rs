@@ -41,11 +41,10 @@ pub const BUILTIN: &str = "wuu";
 /// Capacity of the engine → host event channel, in sends (an [`EngineEvent::Batch`] of
 /// up to [`crate::provider::STREAM_BATCH_EVENTS`] deltas is one). A slow host (a client
 /// that stops reading) blocks the engine: backpressure, never a silent drop. 4 sends
-/// hold at most 128 deltas. (Issue 15: at 32 sends an engine could read ~1,000 deltas
-/// ahead of its session; with 200 conversations released together, the provider and
-/// engine threads parsed nearly every stream into memory before the sessions and the
-/// writer got their share of the CPU, and the first deltas reached the client up to
-/// ~300 ms after the release, against ~150 ms now; the stream row's RSS fell by ~20 MiB.)
+/// hold at most 128 deltas. Kept small on purpose: a deep queue lets an engine read far
+/// ahead of its session, so with many conversations streaming at once the provider and
+/// engine threads would parse whole streams into memory before the sessions and the
+/// writer get their share of the CPU, delaying the first deltas to the client.
 pub const EVENT_CAPACITY: usize = 4;
 
 /// A turn as the host holds it: the stored row plus its items in order (oldest first).

@@ -77,6 +77,41 @@ fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
+/// `turn/event`: todo updates and the request-context / provider-state diagnostics
+/// (spec §4.4); other kinds yield nothing.
+fn on_turn_event(out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+    let outer = p.get("event").cloned().unwrap_or(Value::Null);
+    let kind = outer.get("type").and_then(Value::as_str).unwrap_or("");
+    // Diagnostics nest their payload under the kind (`event.request_context`).
+    let ev = match outer.get(kind) {
+        Some(Value::Object(inner)) => Value::Object(inner.clone()),
+        _ => outer.clone(),
+    };
+    match kind {
+        "todo_update" => out.push(Event::TodoUpdated {
+            thread_id: thread,
+            turn_id: turn,
+            todo: ev.get("todo").cloned().unwrap_or(Value::Null),
+        }),
+        "request_context" => {
+            let mut m = diagnostic(REQUEST_CONTEXT_FIELDS, &ev, &thread, &turn);
+            if let Some(Value::Array(secs)) = ev.get("system_sections") {
+                if !secs.is_empty() {
+                    m.insert("system_sections".into(), Value::Array(secs.clone()));
+                }
+            }
+            out.push(Event::RequestContext(m));
+        }
+        "provider_state" => out.push(Event::ProviderState(diagnostic(
+            PROVIDER_STATE_FIELDS,
+            &ev,
+            &thread,
+            &turn,
+        ))),
+        _ => {}
+    }
+}
+
 impl Projector {
     /// Tokens of the run so far: the sum of every root turn's latest snapshot.
     pub fn usage_total(&self) -> RunUsage {
@@ -141,303 +176,310 @@ impl Projector {
         let turn = s(p, "turn_id");
         let mut out = vec![];
         match method {
-            "turn/started" => {
-                let turn_id = p
-                    .pointer("/turn/id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                if self.is_root(&thread) {
-                    self.turn_id = turn_id.clone();
-                    self.message.clear();
-                    self.messages.clear();
-                    self.truncated = false;
-                    out.push(Event::TurnStarted {
-                        thread_id: thread,
-                        turn_id,
-                    });
-                }
-            }
+            "turn/started" => self.on_turn_started(&mut out, thread, p),
             "item/agentMessage/delta" if self.is_current(&thread, &turn) => {
-                let delta = s(p, "delta");
-                let item = s(p, "item_id");
-                match self.messages.last_mut() {
-                    Some((id, text)) if *id == item => text.push_str(&delta),
-                    _ => match self.messages.iter_mut().find(|(id, _)| *id == item) {
-                        Some((_, text)) => text.push_str(&delta),
-                        None => self.messages.push((item, delta.clone())),
-                    },
-                }
-                self.message.push_str(&delta);
-                out.push(Event::AgentMessageDelta {
-                    thread_id: thread,
-                    turn_id: turn,
-                    delta,
-                });
+                self.on_message_delta(&mut out, thread, turn, p)
             }
             "item/agentMessage/replace" if self.is_current(&thread, &turn) => {
-                let text = s(p, "text");
-                self.message = text.clone();
-                self.messages = vec![(s(p, "item_id"), text.clone())];
-                out.push(Event::AgentMessageFinal {
-                    thread_id: thread,
-                    turn_id: turn,
-                    message: text,
-                });
+                self.on_message_replace(&mut out, thread, turn, p)
             }
-            "turn/usage" => {
-                self.note_usage(&thread, &turn, p);
-                out.push(Event::UsageUpdated {
-                    thread_id: thread,
-                    turn_id: turn,
-                    input_tokens: u(p, "input_tokens"),
-                    output_tokens: u(p, "output_tokens"),
-                    cache_creation_tokens: u(p, "cache_creation_tokens"),
-                    cache_read_tokens: u(p, "cache_read_tokens"),
-                })
-            }
-            "turn/completed" => {
-                let turn_id = p
-                    .pointer("/turn/id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned();
-                let trace = s(p, "trace_path");
-                self.note_usage(&thread, &turn_id, p);
-                if self.is_root(&thread) {
-                    self.turn_id = turn_id.clone();
-                    // The final answer is cut when its message is (a turn is also
-                    // `truncated` when an earlier step was cut and the model went on);
-                    // without a message, when the turn is.
-                    let last_message =
-                        p.pointer("/turn/items")
-                            .and_then(Value::as_array)
-                            .and_then(|items| {
-                                items.iter().rev().find(|i| i["type"] == "agent_message")
-                            });
-                    let flag =
-                        |v: &Value| v.get("truncated").and_then(Value::as_bool) == Some(true);
-                    self.truncated = match last_message {
-                        Some(m) => flag(m),
-                        None => flag(p),
-                    };
-                    let content = s(p, "content");
-                    if !content.is_empty() {
-                        self.message = content;
-                    }
-                    if !trace.is_empty() {
-                        self.trace_path = trace.clone();
-                    }
-                }
-                out.push(Event::TurnCompleted {
-                    thread_id: thread,
-                    turn_id,
-                    input_tokens: u(p, "input_tokens"),
-                    output_tokens: u(p, "output_tokens"),
-                    cache_creation_tokens: u(p, "cache_creation_tokens"),
-                    cache_read_tokens: u(p, "cache_read_tokens"),
-                    trace_path: trace,
-                    awaiting_auto_continuation: p
-                        .get("awaiting_auto_continuation")
-                        .and_then(Value::as_bool)
-                        .unwrap_or(false),
-                });
-            }
-            "turn/error" => {
-                let root = self.is_root(&thread);
-                if root && !turn.is_empty() {
-                    self.turn_id = turn.clone();
-                }
-                let status = p
-                    .pointer("/turn/status")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                if root && status != "interrupted" {
-                    self.turn_error_category = s(p, "category");
-                    self.turn_error_code = s(p, "code");
-                }
-                if status == "interrupted" {
-                    if !(root && self.suppress_interrupted) {
-                        out.push(Event::TurnInterrupted {
-                            thread_id: thread,
-                            turn_id: turn,
-                            reason: "interrupted".into(),
-                        });
-                    }
-                } else {
-                    out.push(Event::TurnFailed {
-                        thread_id: thread,
-                        turn_id: turn,
-                        error: s(p, "error"),
-                        category: s(p, "category"),
-                        code: s(p, "code"),
-                    });
-                }
-            }
-            "item/started" => {
-                let item = p.get("item").cloned().unwrap_or(Value::Null);
-                if s(&item, "type") == "stream_reconnect" {
-                    let ev = self.reconnect(&thread, &turn, &item, "retrying");
-                    self.reconnects.insert(s(&item, "id"), ev.clone());
-                    out.push(ev);
-                }
-                if s(&item, "type") == "tool_call" {
-                    let id = s(&item, "id");
-                    let name = s(&item, "name");
-                    let args = s(&item, "arguments");
-                    let entry = self.tools.entry(id.clone()).or_default();
-                    if !name.is_empty() {
-                        entry.name = name.clone();
-                    }
-                    if !entry.announced && !args.trim().is_empty() {
-                        entry.announced = true;
-                        let name = entry.name.clone();
-                        self.started(&mut out, thread, turn, id, name, &args);
-                    }
-                }
-            }
-            "item/toolCall/outputDelta" => {
-                let id = s(p, "item_id");
-                let delta = s(p, "delta");
-                out.push(Event::ToolOutputDelta {
-                    thread_id: thread.clone(),
-                    turn_id: turn.clone(),
-                    item_id: id.clone(),
-                    delta: delta.clone(),
-                });
-                if let Some(info) = self.tools.get(&id).and_then(|t| t.cmd.clone()) {
-                    out.push(Event::CommandOutputDelta { info, delta });
-                }
-            }
-            "item/completed" => {
-                let item = p.get("item").cloned().unwrap_or(Value::Null);
-                if s(&item, "type") == "stream_reconnect" {
-                    self.reconnects.remove(&s(&item, "id"));
-                    out.push(self.reconnect(&thread, &turn, &item, "failed"));
-                }
-                if s(&item, "type") == "tool_call" {
-                    self.completed(&mut out, thread, turn, &item);
-                }
-            }
-            "item/removed" => {
-                // Only tool items are withdrawn in this stream (the Go runner also
-                // reported removed message and reconnect rows as `tool_removed`, §11.2).
-                let id = s(p, "item_id");
-                if let Some(pos) = self.messages.iter().position(|(m, _)| *m == id) {
-                    // A withdrawn attempt's text: replace the buffer with what survives.
-                    self.messages.remove(pos);
-                    self.message = self.messages.iter().map(|(_, t)| t.as_str()).collect();
-                    if self.is_current(&thread, &turn) {
-                        out.push(Event::AgentMessageFinal {
-                            thread_id: thread.clone(),
-                            turn_id: turn.clone(),
-                            message: self.message.clone(),
-                        });
-                    }
-                }
-                if let Some(Event::StreamReconnect {
-                    thread_id,
-                    turn_id,
-                    item_id,
-                    retry_count,
-                    max_retries,
-                    retry_at_ms,
-                    reason,
-                    message,
-                    ..
-                }) = self.reconnects.remove(&id)
-                {
-                    out.push(Event::StreamReconnect {
-                        thread_id,
-                        turn_id,
-                        item_id,
-                        status: "reconnected".into(),
-                        retry_count,
-                        max_retries,
-                        retry_at_ms,
-                        reason,
-                        message,
-                    });
-                }
-                // Only a call announced by `tool_started` is withdrawn by `tool_removed`
-                // (a call cut off by the output limit before its arguments were complete
-                // was never announced).
-                if let Some(t) = self.tools.remove(&id).filter(|t| t.announced) {
-                    out.push(Event::ToolRemoved {
-                        thread_id: thread.clone(),
-                        turn_id: turn.clone(),
-                        item_id: id.clone(),
-                    });
-                    if t.name.trim() == "bash" {
-                        out.push(Event::CommandRemoved {
-                            thread_id: thread,
-                            turn_id: turn,
-                            item_id: id,
-                            name: t.name,
-                        });
-                    }
-                }
-            }
-            "turn/event" => {
-                let outer = p.get("event").cloned().unwrap_or(Value::Null);
-                let kind = outer.get("type").and_then(Value::as_str).unwrap_or("");
-                // Diagnostics nest their payload under the kind (`event.request_context`).
-                let ev = match outer.get(kind) {
-                    Some(Value::Object(inner)) => Value::Object(inner.clone()),
-                    _ => outer.clone(),
-                };
-                match kind {
-                    "todo_update" => out.push(Event::TodoUpdated {
-                        thread_id: thread,
-                        turn_id: turn,
-                        todo: ev.get("todo").cloned().unwrap_or(Value::Null),
-                    }),
-                    "request_context" => {
-                        let mut m = diagnostic(REQUEST_CONTEXT_FIELDS, &ev, &thread, &turn);
-                        if let Some(Value::Array(secs)) = ev.get("system_sections") {
-                            if !secs.is_empty() {
-                                m.insert("system_sections".into(), Value::Array(secs.clone()));
-                            }
-                        }
-                        out.push(Event::RequestContext(m));
-                    }
-                    "provider_state" => out.push(Event::ProviderState(diagnostic(
-                        PROVIDER_STATE_FIELDS,
-                        &ev,
-                        &thread,
-                        &turn,
-                    ))),
-                    _ => {}
-                }
-            }
+            "turn/usage" => self.on_turn_usage(&mut out, thread, turn, p),
+            "turn/completed" => self.on_turn_completed(&mut out, thread, p),
+            "turn/error" => self.on_turn_error(&mut out, thread, turn, p),
+            "item/started" => self.on_item_started(&mut out, thread, turn, p),
+            "item/toolCall/outputDelta" => self.on_tool_output(&mut out, thread, turn, p),
+            "item/completed" => self.on_item_completed(&mut out, thread, turn, p),
+            "item/removed" => self.on_item_removed(&mut out, thread, turn, p),
+            "turn/event" => on_turn_event(&mut out, thread, turn, p),
             "agent/updated" => {
                 if let Some(e) = self.subagent(p) {
                     out.push(e);
                 }
             }
-            "run/updated" => {
-                if let Some(run) = p
-                    .get("run")
-                    .and_then(|r| serde_json::from_value::<wuu_protocol::Run>(r.clone()).ok())
-                {
-                    if run.id == self.run_id && run.is_terminal() {
-                        if let Some(t) = run.result.as_ref().and_then(|r| r.trace_path.clone()) {
-                            if !t.is_empty() {
-                                self.trace_path = t;
-                            }
-                        }
-                        if self.turn_id.is_empty() {
-                            if let Some(r) = &run.result {
-                                self.turn_id = r.final_turn_id.clone();
-                            }
-                        }
-                        self.settled = Some(run);
-                    }
-                }
-            }
+            "run/updated" => self.on_run_updated(p),
             _ => {}
         }
         out
+    }
+
+    // Turns of the root thread: the current turn, its message buffer, usage, trace path
+    // and failure (spec §4.4, §5.2–§5.3).
+
+    fn on_turn_started(&mut self, out: &mut Vec<Event>, thread: String, p: &Value) {
+        let turn_id = p
+            .pointer("/turn/id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if self.is_root(&thread) {
+            self.turn_id = turn_id.clone();
+            self.message.clear();
+            self.messages.clear();
+            self.truncated = false;
+            out.push(Event::TurnStarted {
+                thread_id: thread,
+                turn_id,
+            });
+        }
+    }
+
+    fn on_turn_usage(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        self.note_usage(&thread, &turn, p);
+        out.push(Event::UsageUpdated {
+            thread_id: thread,
+            turn_id: turn,
+            input_tokens: u(p, "input_tokens"),
+            output_tokens: u(p, "output_tokens"),
+            cache_creation_tokens: u(p, "cache_creation_tokens"),
+            cache_read_tokens: u(p, "cache_read_tokens"),
+        })
+    }
+
+    fn on_turn_completed(&mut self, out: &mut Vec<Event>, thread: String, p: &Value) {
+        let turn_id = p
+            .pointer("/turn/id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let trace = s(p, "trace_path");
+        self.note_usage(&thread, &turn_id, p);
+        if self.is_root(&thread) {
+            self.turn_id = turn_id.clone();
+            // The final answer is cut when its message is (a turn is also
+            // `truncated` when an earlier step was cut and the model went on);
+            // without a message, when the turn is.
+            let last_message = p
+                .pointer("/turn/items")
+                .and_then(Value::as_array)
+                .and_then(|items| items.iter().rev().find(|i| i["type"] == "agent_message"));
+            let flag = |v: &Value| v.get("truncated").and_then(Value::as_bool) == Some(true);
+            self.truncated = match last_message {
+                Some(m) => flag(m),
+                None => flag(p),
+            };
+            let content = s(p, "content");
+            if !content.is_empty() {
+                self.message = content;
+            }
+            if !trace.is_empty() {
+                self.trace_path = trace.clone();
+            }
+        }
+        out.push(Event::TurnCompleted {
+            thread_id: thread,
+            turn_id,
+            input_tokens: u(p, "input_tokens"),
+            output_tokens: u(p, "output_tokens"),
+            cache_creation_tokens: u(p, "cache_creation_tokens"),
+            cache_read_tokens: u(p, "cache_read_tokens"),
+            trace_path: trace,
+            awaiting_auto_continuation: p
+                .get("awaiting_auto_continuation")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        });
+    }
+
+    fn on_turn_error(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        let root = self.is_root(&thread);
+        if root && !turn.is_empty() {
+            self.turn_id = turn.clone();
+        }
+        let status = p
+            .pointer("/turn/status")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if root && status != "interrupted" {
+            self.turn_error_category = s(p, "category");
+            self.turn_error_code = s(p, "code");
+        }
+        if status == "interrupted" {
+            if !(root && self.suppress_interrupted) {
+                out.push(Event::TurnInterrupted {
+                    thread_id: thread,
+                    turn_id: turn,
+                    reason: "interrupted".into(),
+                });
+            }
+        } else {
+            out.push(Event::TurnFailed {
+                thread_id: thread,
+                turn_id: turn,
+                error: s(p, "error"),
+                category: s(p, "category"),
+                code: s(p, "code"),
+            });
+        }
+    }
+
+    // Agent messages of the current root turn (spec §4.4, §5.2).
+
+    fn on_message_delta(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        let delta = s(p, "delta");
+        let item = s(p, "item_id");
+        match self.messages.last_mut() {
+            Some((id, text)) if *id == item => text.push_str(&delta),
+            _ => match self.messages.iter_mut().find(|(id, _)| *id == item) {
+                Some((_, text)) => text.push_str(&delta),
+                None => self.messages.push((item, delta.clone())),
+            },
+        }
+        self.message.push_str(&delta);
+        out.push(Event::AgentMessageDelta {
+            thread_id: thread,
+            turn_id: turn,
+            delta,
+        });
+    }
+
+    fn on_message_replace(
+        &mut self,
+        out: &mut Vec<Event>,
+        thread: String,
+        turn: String,
+        p: &Value,
+    ) {
+        let text = s(p, "text");
+        self.message = text.clone();
+        self.messages = vec![(s(p, "item_id"), text.clone())];
+        out.push(Event::AgentMessageFinal {
+            thread_id: thread,
+            turn_id: turn,
+            message: text,
+        });
+    }
+
+    // Items: tool calls, their output, stream reconnects, and withdrawn items (spec §4.4).
+
+    fn on_item_started(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        let item = p.get("item").cloned().unwrap_or(Value::Null);
+        if s(&item, "type") == "stream_reconnect" {
+            let ev = self.reconnect(&thread, &turn, &item, "retrying");
+            self.reconnects.insert(s(&item, "id"), ev.clone());
+            out.push(ev);
+        }
+        if s(&item, "type") == "tool_call" {
+            let id = s(&item, "id");
+            let name = s(&item, "name");
+            let args = s(&item, "arguments");
+            let entry = self.tools.entry(id.clone()).or_default();
+            if !name.is_empty() {
+                entry.name = name.clone();
+            }
+            if !entry.announced && !args.trim().is_empty() {
+                entry.announced = true;
+                let name = entry.name.clone();
+                self.started(out, thread, turn, id, name, &args);
+            }
+        }
+    }
+
+    fn on_tool_output(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        let id = s(p, "item_id");
+        let delta = s(p, "delta");
+        out.push(Event::ToolOutputDelta {
+            thread_id: thread.clone(),
+            turn_id: turn.clone(),
+            item_id: id.clone(),
+            delta: delta.clone(),
+        });
+        if let Some(info) = self.tools.get(&id).and_then(|t| t.cmd.clone()) {
+            out.push(Event::CommandOutputDelta { info, delta });
+        }
+    }
+
+    fn on_item_completed(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        let item = p.get("item").cloned().unwrap_or(Value::Null);
+        if s(&item, "type") == "stream_reconnect" {
+            self.reconnects.remove(&s(&item, "id"));
+            out.push(self.reconnect(&thread, &turn, &item, "failed"));
+        }
+        if s(&item, "type") == "tool_call" {
+            self.completed(out, thread, turn, &item);
+        }
+    }
+
+    fn on_item_removed(&mut self, out: &mut Vec<Event>, thread: String, turn: String, p: &Value) {
+        // Only tool items are withdrawn in this stream (the Go runner also
+        // reported removed message and reconnect rows as `tool_removed`, §11.2).
+        let id = s(p, "item_id");
+        if let Some(pos) = self.messages.iter().position(|(m, _)| *m == id) {
+            // A withdrawn attempt's text: replace the buffer with what survives.
+            self.messages.remove(pos);
+            self.message = self.messages.iter().map(|(_, t)| t.as_str()).collect();
+            if self.is_current(&thread, &turn) {
+                out.push(Event::AgentMessageFinal {
+                    thread_id: thread.clone(),
+                    turn_id: turn.clone(),
+                    message: self.message.clone(),
+                });
+            }
+        }
+        if let Some(Event::StreamReconnect {
+            thread_id,
+            turn_id,
+            item_id,
+            retry_count,
+            max_retries,
+            retry_at_ms,
+            reason,
+            message,
+            ..
+        }) = self.reconnects.remove(&id)
+        {
+            out.push(Event::StreamReconnect {
+                thread_id,
+                turn_id,
+                item_id,
+                status: "reconnected".into(),
+                retry_count,
+                max_retries,
+                retry_at_ms,
+                reason,
+                message,
+            });
+        }
+        // Only a call announced by `tool_started` is withdrawn by `tool_removed`
+        // (a call cut off by the output limit before its arguments were complete
+        // was never announced).
+        if let Some(t) = self.tools.remove(&id).filter(|t| t.announced) {
+            out.push(Event::ToolRemoved {
+                thread_id: thread.clone(),
+                turn_id: turn.clone(),
+                item_id: id.clone(),
+            });
+            if t.name.trim() == "bash" {
+                out.push(Event::CommandRemoved {
+                    thread_id: thread,
+                    turn_id: turn,
+                    item_id: id,
+                    name: t.name,
+                });
+            }
+        }
+    }
+
+    // Runs: the terminal `run/updated` of our run settles it (spec §5.3).
+
+    fn on_run_updated(&mut self, p: &Value) {
+        if let Some(run) = p
+            .get("run")
+            .and_then(|r| serde_json::from_value::<wuu_protocol::Run>(r.clone()).ok())
+        {
+            if run.id == self.run_id && run.is_terminal() {
+                if let Some(t) = run.result.as_ref().and_then(|r| r.trace_path.clone()) {
+                    if !t.is_empty() {
+                        self.trace_path = t;
+                    }
+                }
+                if self.turn_id.is_empty() {
+                    if let Some(r) = &run.result {
+                        self.turn_id = r.final_turn_id.clone();
+                    }
+                }
+                self.settled = Some(run);
+            }
+        }
     }
 
     fn started(
