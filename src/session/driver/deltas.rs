@@ -1,7 +1,8 @@
 //! Delta batching: the streamed deltas of an item (`item/agentMessage/delta`,
 //! `item/reasoning/delta`, `item/toolCall/delta`, `item/toolCall/outputDelta`) are masked
 //! for secrets split across deltas, rendered straight into the turn's [`Lines`] and
-//! handed to its outbox lane once per engine batch (spec `app-server.md` §4.5, §4.9).
+//! handed to its outbox lane once per engine batch (or per lane chunk of a long one),
+//! always before any other frame of the turn (spec `app-server.md` §4.5, §4.9).
 //!
 //! [`Lines`]: crate::outbound::transport::Lines
 
