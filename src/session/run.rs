@@ -3,6 +3,7 @@
 //! with exactly one terminal `run/updated` (spec `app-server.md` §3.3, §5.4, §6 rules
 //! 2–3, 16; exit codes per `exec.md` §3.3).
 
+use super::convert::TurnState;
 use super::driver::{Driver, TurnEnd, TurnOptions};
 use super::turn::{admit, current_turn, input_from, process_deferred, TurnInput};
 
@@ -255,6 +256,9 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
     s.release_turn_memory();
 }
 
+/// Drives the run's turns: the admitted turn runs; a final answer that fails the output
+/// schema gets a correction turn (at most [`MAX_SCHEMA_CORRECTIONS`], within
+/// `max_turns`); the run then settles with one terminal `run/updated`.
 fn drive(
     s: &mut Session,
     mut run: Run,
@@ -294,21 +298,7 @@ fn drive(
         if let Some(t) = run.turns.last_mut() {
             t.status = last.row.status.clone();
         }
-        let trace = crate::engine::trace::Trace::open(&s.shared.opts.home, &s.id).path_string();
-        let final_item = last
-            .items
-            .iter()
-            .rev()
-            .find(|i| i.item_type == "agent_message" && i.terminal)
-            .map(|i| i.id.clone());
-        let mut result = RunResult {
-            final_turn_id: last.row.id.clone(),
-            final_item_id: final_item,
-            final_message: None,
-            structured_result: None,
-            trace_path: trace,
-            exit_code: 0,
-        };
+        let mut result = turn_result(s, &last);
         match end {
             TurnEnd::Completed { content } => {
                 result.final_message = Some(content.clone());
@@ -318,29 +308,13 @@ fn drive(
                         .and_then(|v| schema_errors(sch, &v).map(|_| Some(v))),
                 };
                 match verdict {
-                    Ok(structured) if denials.is_empty() => {
-                        result.structured_result = structured;
-                        run.status = "completed".into();
-                    }
                     Ok(structured) => {
                         result.structured_result = structured;
-                        run.status = "failed".into();
-                        run.error = Some(RunError {
-                            code: "permission_denied".into(),
-                            category: "permission_denied".into(),
-                            message: format!(
-                                "{} tool call(s) were refused by the permission mode {:?}: {}",
-                                denials.len(),
-                                s.thread.permission_mode,
-                                denials
-                                    .iter()
-                                    .filter_map(|d| d.get("tool").and_then(Value::as_str))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                            provider: None,
-                            status_code: None,
-                        });
+                        if denials.is_empty() {
+                            run.status = "completed".into();
+                        } else {
+                            fail(&mut run, denied(s, &denials));
+                        }
                     }
                     Err(why) => {
                         let turns_used = run.turns.len() as u32;
@@ -349,124 +323,195 @@ fn drive(
                             && !s.shared.is_closing()
                         {
                             corrections += 1;
-                            let input = TurnInput {
-                                prompt: format!(
-                                    "Your final answer does not match the required JSON schema: {why}. \
-                                     Reply again with only a JSON value that matches the schema, no prose."
+                            match admit_correction(s, &mut run, &why) {
+                                Ok(()) => continue,
+                                Err(m) => fail(
+                                    &mut run,
+                                    run_error("structured_output_retry_failed", "local", m),
                                 ),
-                                origin: Some("schema_correction".into()),
-                                ..Default::default()
-                            };
-                            match admit(s, input, "user") {
-                                Ok(()) => {
-                                    run.turns.push(RunTurn {
-                                        id: current_turn(s).id,
-                                        purpose: "schema_correction".into(),
-                                        status: "in_progress".into(),
-                                    });
-                                    run.updated_at = rfc3339(now_ms());
-                                    persist_run(s, &run);
-                                    let _ = s.shared.notify(&TurnStarted {
-                                        thread_id: s.id.clone(),
-                                        turn: current_turn(s),
-                                        queue_id: None,
-                                        run_id: Some(run.id.clone()),
-                                    });
-                                    continue;
-                                }
-                                Err((_, m)) => {
-                                    run.status = "failed".into();
-                                    run.error = Some(RunError {
-                                        code: "structured_output_retry_failed".into(),
-                                        category: "local".into(),
-                                        message: m,
-                                        provider: None,
-                                        status_code: None,
-                                    });
-                                }
                             }
                         } else {
-                            run.status = "failed".into();
-                            run.error = Some(RunError {
-                                code: "structured_output_retry_failed".into(),
-                                category: "invalid_output".into(),
-                                message: format!(
-                                    "the final answer did not match the output schema after {corrections} correction turn(s): {why}"
+                            fail(
+                                &mut run,
+                                run_error(
+                                    "structured_output_retry_failed",
+                                    "invalid_output",
+                                    format!(
+                                        "the final answer did not match the output schema after {corrections} correction turn(s): {why}"
+                                    ),
                                 ),
-                                provider: None,
-                                status_code: None,
-                            });
+                            );
                         }
                     }
                 }
             }
             TurnEnd::Failed(e) => {
-                result.final_message = last
-                    .items
-                    .iter()
-                    .rev()
-                    .find(|i| i.item_type == "agent_message")
-                    .and_then(|i| i.text.clone());
-                run.status = "failed".into();
-                run.error = Some(RunError {
-                    code: "turn_failed".into(),
-                    category: e.category.clone().unwrap_or_else(|| "internal".into()),
-                    message: e.message.clone(),
-                    provider: e.provider.clone(),
-                    status_code: e.status_code,
-                });
+                result.final_message = last_message(&last);
+                fail(
+                    &mut run,
+                    RunError {
+                        code: "turn_failed".into(),
+                        category: e.category.clone().unwrap_or_else(|| "internal".into()),
+                        message: e.message.clone(),
+                        provider: e.provider.clone(),
+                        status_code: e.status_code,
+                    },
+                );
             }
             TurnEnd::Interrupted(reason) => {
-                result.final_message = last
-                    .items
-                    .iter()
-                    .rev()
-                    .find(|i| i.item_type == "agent_message")
-                    .and_then(|i| i.text.clone());
-                let timeout = reason == "timeout";
-                run.status = if timeout { "timed_out" } else { "interrupted" }.into();
-                run.error = Some(RunError {
-                    code: if timeout { "timeout" } else { "interrupted" }.into(),
-                    category: if timeout { "timeout" } else { "cancelled" }.into(),
-                    message: if timeout {
-                        "execution run timed out".into()
-                    } else if reason == "shutdown" {
-                        "execution run interrupted: the server shut down".into()
-                    } else {
-                        "execution run interrupted".into()
-                    },
-                    provider: None,
-                    status_code: None,
-                });
-                if reason == "shutdown" {
-                    if let Some(e) = run.error.as_mut() {
-                        e.code = "server_closed".into();
-                    }
-                }
+                result.final_message = last_message(&last);
+                interrupted(&mut run, &reason);
             }
         }
-        let err = run.error.clone();
-        result.exit_code = exit_code(
-            &run.status,
-            err.as_ref().map(|e| e.category.as_str()),
-            err.as_ref().map(|e| e.code.as_str()),
-        );
-        run.result = Some(result);
-        let now = now_ms();
-        run.updated_at = rfc3339(now);
-        run.completed_at = Some(rfc3339(now));
-        persist_run(s, &run);
-        s.shared.live_runs.lock().remove(&run.id);
-        let _ = s
-            .shared
-            .notify(&RunUpdated(RunEnvelope { run: run.clone() }));
-        for r in waiting_replies {
-            r.ok(&RunEnvelope { run: run.clone() });
-        }
-        process_deferred(s, later);
-        s.drain_queue();
-        return;
+        return finish(s, run, result, waiting_replies, later);
     }
+}
+
+/// A run error that names no provider.
+fn run_error(code: &str, category: &str, message: impl Into<String>) -> RunError {
+    RunError {
+        code: code.into(),
+        category: category.into(),
+        message: message.into(),
+        provider: None,
+        status_code: None,
+    }
+}
+
+/// Marks the run failed with `error`.
+fn fail(run: &mut Run, error: RunError) {
+    run.status = "failed".into();
+    run.error = Some(error);
+}
+
+/// The error of a run whose answer came after tool calls the permission mode refused.
+fn denied(s: &Session, denials: &[Value]) -> RunError {
+    run_error(
+        "permission_denied",
+        "permission_denied",
+        format!(
+            "{} tool call(s) were refused by the permission mode {:?}: {}",
+            denials.len(),
+            s.thread.permission_mode,
+            denials
+                .iter()
+                .filter_map(|d| d.get("tool").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+}
+
+/// Marks the run interrupted (or timed out, or closed by a shutdown) for `reason`.
+fn interrupted(run: &mut Run, reason: &str) {
+    let timeout = reason == "timeout";
+    run.status = if timeout { "timed_out" } else { "interrupted" }.into();
+    run.error = Some(run_error(
+        if timeout { "timeout" } else { "interrupted" },
+        if timeout { "timeout" } else { "cancelled" },
+        if timeout {
+            "execution run timed out"
+        } else if reason == "shutdown" {
+            "execution run interrupted: the server shut down"
+        } else {
+            "execution run interrupted"
+        },
+    ));
+    if reason == "shutdown" {
+        if let Some(e) = run.error.as_mut() {
+            e.code = "server_closed".into();
+        }
+    }
+}
+
+/// The run's result as of its last turn (answer, structured result and exit code are
+/// filled in by the caller).
+fn turn_result(s: &Session, last: &TurnState) -> RunResult {
+    let trace = crate::engine::trace::Trace::open(&s.shared.opts.home, &s.id).path_string();
+    let final_item = last
+        .items
+        .iter()
+        .rev()
+        .find(|i| i.item_type == "agent_message" && i.terminal)
+        .map(|i| i.id.clone());
+    RunResult {
+        final_turn_id: last.row.id.clone(),
+        final_item_id: final_item,
+        final_message: None,
+        structured_result: None,
+        trace_path: trace,
+        exit_code: 0,
+    }
+}
+
+/// The text of the turn's last agent message (a failed or interrupted turn's partial
+/// answer).
+fn last_message(last: &TurnState) -> Option<String> {
+    last.items
+        .iter()
+        .rev()
+        .find(|i| i.item_type == "agent_message")
+        .and_then(|i| i.text.clone())
+}
+
+/// Admits a correction turn that asks for an answer matching the schema (`why`: what
+/// the last one broke) and announces it as part of the run.
+fn admit_correction(s: &mut Session, run: &mut Run, why: &str) -> Result<(), String> {
+    let input = TurnInput {
+        prompt: format!(
+            "Your final answer does not match the required JSON schema: {why}. \
+             Reply again with only a JSON value that matches the schema, no prose."
+        ),
+        origin: Some("schema_correction".into()),
+        ..Default::default()
+    };
+    admit(s, input, "user").map_err(|(_, m)| m)?;
+    run.turns.push(RunTurn {
+        id: current_turn(s).id,
+        purpose: "schema_correction".into(),
+        status: "in_progress".into(),
+    });
+    run.updated_at = rfc3339(now_ms());
+    persist_run(s, run);
+    let _ = s.shared.notify(&TurnStarted {
+        thread_id: s.id.clone(),
+        turn: current_turn(s),
+        queue_id: None,
+        run_id: Some(run.id.clone()),
+    });
+    Ok(())
+}
+
+/// Settles the run: its exit code and result are stored and announced (`run/updated`),
+/// waiting `run/interrupt` requests are answered, and the messages held back during
+/// the run are served.
+fn finish(
+    s: &mut Session,
+    mut run: Run,
+    mut result: RunResult,
+    waiting_replies: Vec<Responder>,
+    later: Vec<SessionMsg>,
+) {
+    let err = run.error.clone();
+    result.exit_code = exit_code(
+        &run.status,
+        err.as_ref().map(|e| e.category.as_str()),
+        err.as_ref().map(|e| e.code.as_str()),
+    );
+    run.result = Some(result);
+    let now = now_ms();
+    run.updated_at = rfc3339(now);
+    run.completed_at = Some(rfc3339(now));
+    persist_run(s, &run);
+    s.shared.live_runs.lock().remove(&run.id);
+    let _ = s
+        .shared
+        .notify(&RunUpdated(RunEnvelope { run: run.clone() }));
+    for r in waiting_replies {
+        r.ok(&RunEnvelope { run: run.clone() });
+    }
+    process_deferred(s, later);
+    s.drain_queue();
 }
 
 /// Finds a run by id: a live or finished ephemeral run in memory, else the store.

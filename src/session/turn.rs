@@ -111,7 +111,7 @@ pub fn accept_content_parts(parts: Option<Vec<Value>>, prompt: &str) -> Option<V
 /// Not refused during shutdown: a request in a session's mailbox was read before the
 /// shutdown began (the router refuses later ones), and the shutdown message queued
 /// behind it interrupts the turn it starts, which settles as `interrupted` with its
-/// input stored. Refusing it instead made the answer to a script's last `turn/start`
+/// input stored. Refusing it would make the answer to a script's last `turn/start`
 /// before end of input depend on a race. Continuations the host starts by itself
 /// (queued inputs, schema corrections) check [`crate::session::Host::is_closing`]
 /// first.
@@ -128,6 +128,70 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
     let mut row = TurnRow::new(&s.id, &turn_id, kind, now);
     row.provider = s.thread.provider.clone();
     row.model = s.thread.model.clone();
+    let mut user = opening_item(&turn_id, &input);
+    if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
+        s.thread.preview = preview(&input.prompt, 120);
+    }
+    s.thread.updated_at_ms = now;
+    let rows = AdmissionRows {
+        turn: row.clone(),
+        item: ItemRow {
+            thread_id: s.id.clone(),
+            turn_id: turn_id.clone(),
+            id: user.id.clone(),
+            item_type: user.item_type.clone(),
+            status: user.status.clone(),
+            seq: 0,
+            body: serde_json::to_value(&user).unwrap_or_default(),
+        },
+        thread: s.thread.clone(),
+    };
+    if s.store.is_none() {
+        if let Some(c) = &input.consume {
+            let mut done = c.clone();
+            done.state = wuu_store::input_state::CONSUMED.into();
+            s.input_put(done)?;
+        }
+    }
+    let committed = match s.store.as_mut() {
+        None => Ok(Admission::Admitted {
+            seq: 0,
+            reload: false,
+        }),
+        Some(st) => commit_admission(st, &owner, &input, &rows, now),
+    };
+    s.shared.threads_changed();
+    let admitted = committed.map_err(|e| match e {
+        wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
+        e => crate::session::host::store_error(&s.shared, &e),
+    });
+    match admitted {
+        Ok(Admission::Busy(o)) => {
+            return Err((
+                ErrorCode::ThreadBusy,
+                format!(
+                    "thread {:?} is executing in another wuu process (pid {} on {})",
+                    s.id, o.pid, o.host
+                ),
+            ))
+        }
+        Ok(Admission::Admitted { seq, reload }) => {
+            if s.store.is_some() {
+                user.seq = Some(seq);
+            }
+            install_turn(s, row, user, reload);
+        }
+        // Rolled back: the lease is as it was before (a busy store is not waited for a
+        // second time to give back a lease never taken).
+        Err(e) => return Err(e),
+    }
+    s.shared.registry.set_running(&s.running, true);
+    Ok(())
+}
+
+/// The item a turn opens with: the user message of `input`, or for an explicit
+/// continue a `meta/turn_continue` display marker (never sent to the model).
+fn opening_item(turn_id: &str, input: &TurnInput) -> ThreadItem {
     let mut user = ThreadItem::new(format!("{turn_id}-item-0001"), "user_message");
     user.status = Some("completed".into());
     user.role = Some("user".into());
@@ -160,120 +224,88 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
         user.cause = Some("meta/turn_continue".into());
         user.text = Some(source.clone());
     }
-    if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
-        s.thread.preview = preview(&input.prompt, 120);
-    }
-    s.thread.updated_at_ms = now;
-    let thread = s.thread.clone();
-    let item_row = ItemRow {
-        thread_id: s.id.clone(),
-        turn_id: turn_id.clone(),
-        id: user.id.clone(),
-        item_type: user.item_type.clone(),
-        status: user.status.clone(),
-        seq: 0,
-        body: serde_json::to_value(&user).unwrap_or_default(),
-    };
-    let row2 = row.clone();
-    let consume = input.consume.clone();
-    if s.store.is_none() {
-        if let Some(c) = &consume {
-            let mut done = c.clone();
+    user
+}
+
+/// The rows an admission writes: the new turn, its opening item and the conversation.
+struct AdmissionRows {
+    turn: TurnRow,
+    item: ItemRow,
+    thread: wuu_store::ThreadRow,
+}
+
+/// The admission transaction: takes the conversation's lease, claims the continued
+/// turn and consumes the stored input the turn takes (refused when another request
+/// got there first), and stores the turn with its opening item. One transaction,
+/// because every write transaction queues at the process's write gate.
+fn commit_admission(
+    st: &mut wuu_store::Store,
+    owner: &wuu_store::LeaseOwner,
+    input: &TurnInput,
+    rows: &AdmissionRows,
+    now: i64,
+) -> Result<Admission, wuu_store::StoreError> {
+    let thread_id = rows.turn.thread_id.as_str();
+    st.transaction(|tx| {
+        let reload = match tx.acquire_lease(thread_id, owner)? {
+            LeaseOutcome::Busy(o) => return Ok(Admission::Busy(o)),
+            // A dead owner's turn was settled as interrupted: history is reloaded.
+            LeaseOutcome::Acquired { settled, .. } => !settled.interrupted_turns.is_empty(),
+            LeaseOutcome::AlreadyHeld => false,
+        };
+        if let Some(source) = &input.continue_of {
+            if !tx.claim_continue_source(thread_id, source)? {
+                return Err(wuu_store::StoreError::Invalid(format!(
+                    "turn {source:?} was already continued"
+                )));
+            }
+        }
+        if let Some(c) = &input.consume {
+            // A concurrent edit or cancel keeps a stale input out of history.
+            let fresh = tx.get_input(&c.thread_id, &c.id)?;
+            let live = fresh.as_ref().is_some_and(|f| {
+                f.state == wuu_store::input_state::PENDING
+                    || f.state == wuu_store::input_state::HELD
+            });
+            if !live {
+                return Err(wuu_store::StoreError::Invalid(format!(
+                    "input {:?} was cancelled or already consumed",
+                    c.id
+                )));
+            }
+            let mut done = fresh.expect("checked");
             done.state = wuu_store::input_state::CONSUMED.into();
-            s.input_put(done)?;
+            done.updated_at_ms = now;
+            tx.upsert_input(&done)?;
         }
-    }
-    let continue_of = input.continue_of.clone();
-    let thread_id = s.id.clone();
-    // One transaction takes the lease and persists the turn with its user item (issue
-    // 15: every write transaction queues at the process's write gate).
-    let committed = match s.store.as_mut() {
-        None => Ok(Admission::Admitted {
-            seq: 0,
-            reload: false,
-        }),
-        Some(st) => st.transaction(|tx| {
-            let reload = match tx.acquire_lease(&thread_id, &owner)? {
-                LeaseOutcome::Busy(o) => return Ok(Admission::Busy(o)),
-                // A dead owner's turn was settled as interrupted: history is reloaded.
-                LeaseOutcome::Acquired { settled, .. } => !settled.interrupted_turns.is_empty(),
-                LeaseOutcome::AlreadyHeld => false,
-            };
-            if let Some(source) = &continue_of {
-                if !tx.claim_continue_source(&thread_id, source)? {
-                    return Err(wuu_store::StoreError::Invalid(format!(
-                        "turn {source:?} was already continued"
-                    )));
-                }
-            }
-            if let Some(c) = &consume {
-                // A concurrent edit or cancel keeps a stale input out of history.
-                let fresh = tx.get_input(&c.thread_id, &c.id)?;
-                let live = fresh.as_ref().is_some_and(|f| {
-                    f.state == wuu_store::input_state::PENDING
-                        || f.state == wuu_store::input_state::HELD
-                });
-                if !live {
-                    return Err(wuu_store::StoreError::Invalid(format!(
-                        "input {:?} was cancelled or already consumed",
-                        c.id
-                    )));
-                }
-                let mut done = fresh.expect("checked");
-                done.state = wuu_store::input_state::CONSUMED.into();
-                done.updated_at_ms = now;
-                tx.upsert_input(&done)?;
-            }
-            tx.insert_turn(&row2)?;
-            let seq = tx.upsert_item(&item_row)?;
-            tx.update_thread(&thread)?;
-            Ok(Admission::Admitted { seq, reload })
-        }),
+        tx.insert_turn(&rows.turn)?;
+        let seq = tx.upsert_item(&rows.item)?;
+        tx.update_thread(&rows.thread)?;
+        Ok(Admission::Admitted { seq, reload })
+    })
+}
+
+/// Makes the admitted turn the active one: after a dead owner's turns were settled
+/// (`reload`) the stored history is read again (it holds the settled turns and the new
+/// one), else the turn is appended.
+fn install_turn(s: &mut Session, row: TurnRow, user: ThreadItem, reload: bool) {
+    let reloaded = if reload {
+        match crate::session::lifecycle::load(&s.shared, &s.id) {
+            Ok(Some((_, _, turns))) => Some(turns),
+            _ => None,
+        }
+    } else {
+        None
     };
-    s.shared.threads_changed();
-    let admitted = committed.map_err(|e| match e {
-        wuu_store::StoreError::Invalid(m) => (ErrorCode::Error, m),
-        e => crate::session::host::store_error(&s.shared, &e),
-    });
-    match admitted {
-        Ok(Admission::Busy(o)) => {
-            return Err((
-                ErrorCode::ThreadBusy,
-                format!(
-                    "thread {:?} is executing in another wuu process (pid {} on {})",
-                    s.id, o.pid, o.host
-                ),
-            ))
+    match reloaded {
+        Some(turns) if turns.last().is_some_and(|t| t.row.id == row.id) => {
+            s.turns = turns;
         }
-        Ok(Admission::Admitted { seq, reload }) => {
-            if s.store.is_some() {
-                user.seq = Some(seq);
-            }
-            let reloaded = if reload {
-                // The settled turns and the new one, as stored.
-                match crate::session::lifecycle::load(&s.shared, &s.id) {
-                    Ok(Some((_, _, turns))) => Some(turns),
-                    _ => None,
-                }
-            } else {
-                None
-            };
-            match reloaded {
-                Some(turns) if turns.last().is_some_and(|t| t.row.id == row.id) => {
-                    s.turns = turns;
-                }
-                _ => s.turns.push(TurnState {
-                    row,
-                    items: vec![user],
-                }),
-            }
-        }
-        // Rolled back: the lease is as it was before (a busy store is not waited for a
-        // second time to give back a lease never taken).
-        Err(e) => return Err(e),
+        _ => s.turns.push(TurnState {
+            row,
+            items: vec![user],
+        }),
     }
-    s.shared.registry.set_running(&s.running, true);
-    Ok(())
 }
 
 /// What the admission transaction found.

@@ -1,0 +1,211 @@
+//! The turn's run loop: the engine runs the turn on its own thread while this (session)
+//! thread `select!`s over the engine's events, the session mailbox and the run
+//! deadline, so an interrupt or a steer is answered at once and forwarded to the engine
+//! as a control (spec `app-server.md` §4.9; `engines.md` §1.1).
+
+use super::{Driver, Stop};
+use crate::engine::{
+    Control, EngineEvent, EventSink, Limits, Outcome, Steering, TurnRequest, UserInput,
+    EVENT_CAPACITY,
+};
+use crate::session::registry::Mail;
+use crate::util::now_ms;
+use crossbeam_channel::{select, Receiver, Sender};
+use serde_json::Value;
+use std::time::Duration;
+use wuu_protocol::*;
+
+/// Decodes stored attachments (`{media_type, data}` values).
+fn attachments(v: Option<&[Value]>) -> Vec<Attachment> {
+    v.unwrap_or_default()
+        .iter()
+        .filter_map(|a| serde_json::from_value(a.clone()).ok())
+        .collect()
+}
+
+impl Driver<'_> {
+    /// Runs the conversation's engine on its own thread and projects its events here,
+    /// serving the mailbox meanwhile, until the engine drops its event channel. Returns
+    /// the engine's outcome; an engine thread that cannot start or panics is a failure.
+    pub(super) fn run_engine(&mut self) -> Outcome {
+        let mut engine = crate::session::engines::open(self.s);
+        let steering = engine.steering();
+        let req = self.request();
+        let (ev_tx, ev_rx) = crossbeam_channel::bounded(EVENT_CAPACITY);
+        // Controls are rare (at most one per request this session serves, and the
+        // mailbox is bounded); unbounded so the host never blocks on an engine that
+        // itself waits for the host.
+        let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let mailbox = self.s.rx.clone();
+        self.ctl = Some(ctl_tx.clone());
+        let joined = std::thread::scope(|sc| {
+            let spawned = std::thread::Builder::new()
+                .name(format!("wuu-engine-{}", engine.id()))
+                .spawn_scoped(sc, move || {
+                    let sink = EventSink::new(ev_tx);
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        engine.run_turn(req, &sink, &ctl_rx)
+                    }));
+                    (engine, outcome)
+                });
+            let handle = match spawned {
+                Ok(h) => h,
+                Err(e) => return Err(format!("cannot start the engine thread: {e}")),
+            };
+            self.select_loop(&ev_rx, &mailbox, &ctl_tx, steering);
+            drop(ctl_tx);
+            self.ctl = None;
+            self.take_store();
+            handle
+                .join()
+                .map_err(|_| "the engine thread failed".to_owned())
+        });
+        let outcome = match joined {
+            Ok((engine, Ok(outcome))) => {
+                // An external engine session (and its native host) outlives the turn.
+                if engine.id() != crate::engine::BUILTIN {
+                    self.s.engine = Some(engine);
+                }
+                outcome
+            }
+            Ok((_, Err(_))) | Err(_) => Outcome::Failed(Box::new(TurnError {
+                message: "internal error: the engine failed unexpectedly".into(),
+                code: Some("internal_error".into()),
+                category: Some("local".into()),
+                ..Default::default()
+            })),
+        };
+        self.revoke_questions();
+        outcome
+    }
+
+    /// Waits for the engine, a client or the deadline, one wake-up at a time, and
+    /// answers each; returns once the engine has dropped its event channel.
+    fn select_loop(
+        &mut self,
+        events: &Receiver<EngineEvent>,
+        mailbox: &Receiver<Mail>,
+        ctl: &Sender<Control>,
+        steering: Steering,
+    ) {
+        let mut stop_sent = false;
+        loop {
+            let wait = self.deadline_wait();
+            if events.is_empty() && mailbox.is_empty() {
+                // Nothing to do until the engine or a client speaks: the store
+                // connection goes back to the pool meanwhile (a streaming turn needs
+                // none, so busy sessions share a few warm ones).
+                self.s.release_store();
+            }
+            select! {
+                recv(events) -> ev => match ev {
+                    Ok(ev) => self.project_event(ev),
+                    Err(_) => break,
+                },
+                recv(mailbox) -> msg => if let Ok(m) = msg {
+                    self.take_store();
+                    self.on_mailbox(*m)
+                },
+                default(wait) => self.take_store(),
+            }
+            self.check_deadline();
+            self.forward_controls(ctl, steering, &mut stop_sent);
+        }
+    }
+
+    /// Tells the engine what the last wake-up asked of it: a stop becomes one
+    /// interrupt; otherwise a steer signal wakes an engine that takes steers at its
+    /// next step, or hands a native steering engine the steers it has not had yet.
+    fn forward_controls(
+        &mut self,
+        ctl: &Sender<Control>,
+        steering: Steering,
+        stop_sent: &mut bool,
+    ) {
+        if self.stop.is_some() {
+            if !*stop_sent {
+                *stop_sent = true;
+                let _ = ctl.send(Control::Interrupt);
+            }
+        } else if self.s.steer_signal {
+            self.s.steer_signal = false;
+            match steering {
+                Steering::NextStep => {
+                    let _ = ctl.send(Control::Steer(None));
+                }
+                Steering::Native => {
+                    for steer in self.native_steers() {
+                        let _ = ctl.send(Control::Steer(Some(steer)));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The engine's view of the admitted turn.
+    fn request(&self) -> TurnRequest {
+        let cfg = self.s.shared.config();
+        let agent = cfg.agent();
+        let row = &self.s.turns[self.turn_idx].row;
+        let input = self.s.turns[self.turn_idx]
+            .items
+            .first()
+            .filter(|i| i.item_type == "user_message")
+            .map(|i| UserInput {
+                prompt: i.text.clone().unwrap_or_default(),
+                images: attachments(i.images.as_deref()),
+                files: attachments(i.files.as_deref()),
+            })
+            .unwrap_or_default();
+        TurnRequest {
+            thread_id: self.s.id.clone(),
+            turn_id: row.id.clone(),
+            workspace_root: self.s.shared.opts.workdir.clone(),
+            cwd: std::path::PathBuf::from(&self.s.thread.cwd),
+            home: self.s.shared.opts.home.clone(),
+            provider_id: row.provider.clone(),
+            model: row.model.clone(),
+            effort: self.s.thread.effort.clone(),
+            permission_mode: crate::session::convert::stored_permission_mode(&self.s.thread),
+            instructions: cfg.config.instructions.clone(),
+            output_schema: self.opts.output_schema.clone(),
+            input,
+            engine_ref: crate::session::engines::engine_ref(&self.s.thread),
+            limits: Limits {
+                max_steps: agent.max_steps.unwrap_or(200).max(1),
+                bash_timeout_ms: agent.bash_timeout_ms.unwrap_or(120_000),
+                output_cap_bytes: agent.output_cap_bytes.unwrap_or(64 * 1024),
+                sandbox: crate::tools::sandbox::SandboxSettings {
+                    process_ledger: Some(self.s.shared.opts.home.clone()),
+                    ..crate::tools::sandbox::SandboxSettings::from_config(&cfg)
+                },
+                temperature: agent.temperature,
+            },
+        }
+    }
+
+    /// Takes a store connection again after a wait (see `run_engine`). When none can be
+    /// opened the turn stops: nothing more of it could be persisted.
+    pub(super) fn take_store(&mut self) {
+        if let Err((_, message)) = self.s.acquire_store() {
+            log::error!("turn of {}: {message}", self.s.id);
+            self.stop
+                .get_or_insert(Stop::Interrupt(format!("store unavailable: {message}")));
+        }
+    }
+
+    fn deadline_wait(&self) -> Duration {
+        match self.opts.deadline_ms {
+            Some(d) => Duration::from_millis((d - now_ms()).max(0) as u64),
+            None => Duration::from_secs(3600),
+        }
+    }
+
+    pub(super) fn check_deadline(&mut self) {
+        if let Some(d) = self.opts.deadline_ms {
+            if now_ms() >= d {
+                self.stop.get_or_insert(Stop::Interrupt("timeout".into()));
+            }
+        }
+    }
+}

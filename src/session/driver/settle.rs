@@ -1,0 +1,230 @@
+//! Settling a turn: how it ended (completed with its answer, failed, interrupted), its
+//! open items closed, its row, usage totals and lease written in one transaction, and
+//! exactly one terminal `turn/completed` / `turn/error` (spec `app-server.md` §4.3,
+//! §4.9, §6 rule 9).
+
+use super::{Driver, Stop, TurnEnd};
+use crate::engine::Outcome;
+use crate::util::{now_ms, rfc3339};
+use serde_json::json;
+use wuu_protocol::*;
+
+impl Driver<'_> {
+    /// How the turn ended, from the engine's outcome and any stop asked for meanwhile.
+    pub(super) fn end_of(&mut self, outcome: Outcome) -> TurnEnd {
+        if let Some(end) = self.stopped() {
+            // A stop the client was told about wins over an engine that finished while
+            // the session was still projecting (its backlog can be a whole provider
+            // read and a full outbox behind); a shutdown, a deadline or a store failure
+            // that comes after the answer leaves the turn completed.
+            if self.stop_acknowledged || !matches!(outcome, Outcome::Completed) {
+                return end;
+            }
+        }
+        match outcome {
+            Outcome::Completed => TurnEnd::Completed {
+                content: self.finish_answer(),
+            },
+            Outcome::Failed(e) => TurnEnd::Failed(e),
+            Outcome::Interrupted => TurnEnd::Interrupted("interrupted".into()),
+        }
+    }
+
+    /// The end a stop asked for (an interrupt, a deadline, an outbox overflow), if any.
+    fn stopped(&mut self) -> Option<TurnEnd> {
+        self.check_deadline();
+        match &self.stop {
+            Some(Stop::Interrupt(r)) => Some(TurnEnd::Interrupted(r.clone())),
+            Some(Stop::Overflow) => Some(TurnEnd::Failed(Box::new(TurnError {
+                message: "subscription overflow: the client stopped reading notifications".into(),
+                code: Some("subscription_overflow".into()),
+                category: Some("local".into()),
+                ..Default::default()
+            }))),
+            None => None,
+        }
+    }
+
+    /// The turn's answer: the message the engine marked final, else the open message,
+    /// which becomes the terminal answer.
+    pub(super) fn finish_answer(&mut self) -> String {
+        if let Some(content) = self.final_content.take() {
+            return content;
+        }
+        let Some(i) = self.agent_item.take() else {
+            return self.s.turns[self.turn_idx]
+                .items
+                .iter()
+                .rev()
+                .find(|i| i.item_type == "agent_message" && i.terminal)
+                .and_then(|i| i.text.clone())
+                .unwrap_or_default();
+        };
+        let content = self.s.turns[self.turn_idx].items[i]
+            .text
+            .clone()
+            .unwrap_or_default();
+        self.item(i).terminal = true;
+        self.complete_item(i, "completed");
+        self.s.turns[self.turn_idx].row.answer_ready_at_ms = Some(now_ms());
+        content
+    }
+
+    /// Completes in-progress message/reasoning items (keeping partial text) and fails
+    /// in-progress tool calls that never ran.
+    fn settle_open_items(&mut self) {
+        let n = self.s.turns[self.turn_idx].items.len();
+        for i in 0..n {
+            let it = &self.s.turns[self.turn_idx].items[i];
+            if it.status.as_deref() != Some("in_progress") {
+                continue;
+            }
+            match it.item_type.as_str() {
+                "tool_call" => {
+                    self.item(i).error = Some("not run: the tool call did not complete".into());
+                    self.complete_item(i, "failed");
+                }
+                "stream_reconnect" => self.complete_item(i, "failed"),
+                _ => self.complete_item(i, "completed"),
+            }
+        }
+        self.agent_item = None;
+        self.reasoning_item = None;
+        self.reconnect_item = None;
+    }
+
+    /// Settles the turn: row, usage totals, terminal notification, lease release.
+    pub(super) fn settle(&mut self, end: &TurnEnd) {
+        self.settle_open_items();
+        let now = now_ms();
+        self.mark_row(end, now);
+        if let TurnEnd::Failed(e) = end {
+            let i = self.new_item("error");
+            self.item(i).error = Some(e.message.clone());
+            self.announce_started(i);
+            self.complete_item(i, "failed");
+        }
+        let row = self.s.turns[self.turn_idx].row.clone();
+        let settled = self.store_settlement(&row, now);
+        self.s.thread.updated_at_ms = now;
+        self.emit_usage(true);
+        self.announce_end(end, &row, now);
+        crate::session::client_tools::turn_ended(&self.s.shared, &self.s.id, &row.id);
+        if settled {
+            self.s.shared.registry.set_running(&self.s.running, false);
+        } else {
+            // The lease is still ours: release it on its own.
+            crate::session::turn::release(self.s);
+        }
+        // An automatic title after a successful turn (logic in session/title.rs).
+        crate::session::title::after_turn(self.s, matches!(end, TurnEnd::Completed { .. }));
+    }
+
+    /// Writes the end into the turn's row: completion time, usage totals, permission
+    /// denials, status and (unless completed) the error.
+    fn mark_row(&mut self, end: &TurnEnd, now: i64) {
+        let denials = std::mem::take(&mut self.denials);
+        let row = &mut self.s.turns[self.turn_idx].row;
+        row.completed_at_ms = Some(now);
+        row.input_tokens = self.usage.input_tokens;
+        row.output_tokens = self.usage.output_tokens;
+        row.cache_read_tokens = self.usage.cache_read_tokens;
+        row.cache_creation_tokens = self.usage.cache_creation_tokens;
+        if !denials.is_empty() {
+            if !row.extra.is_object() {
+                row.extra = json!({});
+            }
+            row.extra["permission_denials"] = json!(denials);
+        }
+        match end {
+            TurnEnd::Completed { .. } => row.status = "completed".into(),
+            TurnEnd::Failed(e) => {
+                row.status = "failed".into();
+                row.error = serde_json::to_value(&**e).ok();
+            }
+            TurnEnd::Interrupted(reason) => {
+                row.status = "interrupted".into();
+                let message = match reason.as_str() {
+                    "archived" => "archived while the conversation was still running".into(),
+                    "timeout" => "interrupted: the run timed out".into(),
+                    "shutdown" => "interrupted: the server shut down".into(),
+                    _ => "interrupted by the user".to_owned(),
+                };
+                row.error = serde_json::to_value(TurnError {
+                    message,
+                    code: Some(reason.clone()),
+                    category: Some("cancelled".into()),
+                    ..Default::default()
+                })
+                .ok();
+            }
+        }
+    }
+
+    /// One transaction settles the row, records the conversation's activity time and
+    /// gives the lease back (each write transaction queues at the process's write
+    /// gate, so one instead of three); `running` is cleared once the turn is
+    /// announced. Returns whether it was stored.
+    fn store_settlement(&mut self, row: &wuu_store::TurnRow, now: i64) -> bool {
+        let id = self.s.id.clone();
+        let owner = self.s.shared.owner.clone();
+        match self.s.persist(|st| {
+            st.transaction(|tx| {
+                tx.update_turn(row)?;
+                tx.touch_thread(&id, now)?;
+                tx.release_lease(&id, &owner)
+            })
+        }) {
+            Ok(()) => true,
+            Err((_, e)) => {
+                log::error!("persisting turn {} failed: {e}", row.id);
+                false
+            }
+        }
+    }
+
+    /// Traces the settled turn and announces it: `turn/completed` with the answer, or
+    /// `turn/error` for a failed or interrupted turn.
+    fn announce_end(&mut self, end: &TurnEnd, row: &wuu_store::TurnRow, now: i64) {
+        let turn = crate::session::convert::turn_wire(&self.s.turns[self.turn_idx]);
+        let thread_id = self.thread_id();
+        self.trace.write(json!({
+            "type": "turn", "thread_id": thread_id, "turn_id": row.id, "status": row.status,
+            "usage": self.usage, "at": rfc3339(now),
+        }));
+        let trace_path = self.trace.path_string();
+        match end {
+            TurnEnd::Completed { content } => {
+                let n = TurnCompleted {
+                    thread_id,
+                    turn,
+                    content: content.clone(),
+                    input_tokens: self.usage.input_tokens,
+                    output_tokens: self.usage.output_tokens,
+                    cache_creation_tokens: Some(self.usage.cache_creation_tokens),
+                    cache_read_tokens: Some(self.usage.cache_read_tokens),
+                    finish_reason: row.finish_reason.clone(),
+                    stop_reason: row.stop_reason.clone(),
+                    truncated: Some(row.truncated),
+                    trace_path,
+                    awaiting_auto_continuation: false,
+                };
+                let _ = self.s.shared.notify(&n);
+            }
+            TurnEnd::Failed(_) | TurnEnd::Interrupted(_) => {
+                let e = turn.error.clone().unwrap_or_default();
+                let n = TurnErrorNotification {
+                    thread_id,
+                    turn_id: row.id.clone(),
+                    error: e.message.clone(),
+                    code: e.code.clone(),
+                    category: e.category.clone(),
+                    provider: e.provider.clone(),
+                    status_code: e.status_code,
+                    turn,
+                };
+                let _ = self.s.shared.notify(&n);
+            }
+        }
+    }
+}
