@@ -190,8 +190,8 @@ pub struct Host {
     /// Provider instances by id (built on first use; a replay provider's position in its
     /// cassette lives in its instance).
     pub providers: crate::provider::registry::Providers,
-    /// Live runs of this process: run id → conversation id.
-    pub live_runs: Mutex<std::collections::HashMap<String, String>>,
+    /// Live runs of this process and the runs of ephemeral conversations.
+    pub runs: super::run::Runs,
     /// Changes whenever this process changes conversations in the store (listing cache
     /// validity; see [`Host::threads_changed`]).
     pub list_gen: std::sync::atomic::AtomicU64,
@@ -203,8 +203,6 @@ pub struct Host {
     pub live: super::live_config::LiveConfig,
     /// Set once the lease thread has tried to open the database.
     pub store_checked: AtomicBool,
-    /// Runs of ephemeral conversations (never stored).
-    pub ephemeral_runs: Mutex<std::collections::HashMap<String, wuu_protocol::Run>>,
 }
 
 impl Host {
@@ -213,7 +211,7 @@ impl Host {
         self.config.read().clone()
     }
 
-    /// Sends a notification, waiting at most [`crate::outbound::NOTIFY_DEADLINE`] for room.
+    /// Sends a notification, waiting at most [`NOTIFY_DEADLINE`] for room.
     /// The params are serialized once, straight into the frame.
     pub fn notify<N: ServerNotification>(&self, n: &N) -> Result<(), Overflow> {
         let mut frame = crate::outbound::frames::notification_frame(n);
@@ -235,7 +233,7 @@ impl Host {
     /// Hands the delta frames gathered in `lines` ([`crate::outbound::frames::delta_frame_into`]) to the outbox
     /// through the turn's `lane` (its fair share of the outbox, [`crate::outbound::transport::Lane`]),
     /// as one hand-off, and leaves `lines` empty. Errors: [`Overflow`] when the client
-    /// has not read for [`crate::outbound::NOTIFY_DEADLINE`].
+    /// has not read for [`NOTIFY_DEADLINE`].
     pub fn send_deltas(&self, lane: &Lane, lines: &mut Lines) -> Result<(), Overflow> {
         self.outbox.send_lane(lane, lines, NOTIFY_DEADLINE)
     }

@@ -11,10 +11,50 @@ use crate::outbound::Responder;
 use crate::session::Host;
 use crate::session::{Session, SessionMsg};
 use crate::util::{new_id, now_ms, rfc3339};
+use parking_lot::Mutex;
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::sync::Arc;
 use wuu_protocol::*;
 use wuu_store::{RunRow, Store};
+
+/// The runs of one host that are not only in the store: which conversation executes each
+/// live run of this process (so `run/interrupt` reaches its session), and every run of
+/// an ephemeral conversation (never stored).
+#[derive(Default)]
+pub struct Runs {
+    live: Mutex<HashMap<String, String>>,
+    ephemeral: Mutex<HashMap<String, Run>>,
+}
+
+impl Runs {
+    /// Records that conversation `thread_id` executes run `run_id`.
+    fn started(&self, run_id: &str, thread_id: &str) {
+        self.live
+            .lock()
+            .insert(run_id.to_owned(), thread_id.to_owned());
+    }
+
+    /// Forgets the live run `run_id` (it settled).
+    fn settled(&self, run_id: &str) {
+        self.live.lock().remove(run_id);
+    }
+
+    /// The conversation executing the live run `run_id`.
+    fn live_thread(&self, run_id: &str) -> Option<String> {
+        self.live.lock().get(run_id).cloned()
+    }
+
+    /// Keeps the latest state of a run of an ephemeral conversation.
+    fn keep_ephemeral(&self, run: &Run) {
+        self.ephemeral.lock().insert(run.id.clone(), run.clone());
+    }
+
+    /// A run of an ephemeral conversation.
+    fn ephemeral(&self, run_id: &str) -> Option<Run> {
+        self.ephemeral.lock().get(run_id).cloned()
+    }
+}
 
 /// Correction turns allowed after a final answer that fails the output schema.
 pub const MAX_SCHEMA_CORRECTIONS: u32 = 2;
@@ -133,10 +173,7 @@ fn persist_run(s: &mut Session, run: &Run) {
         updated_at_ms: now_ms(),
     };
     if s.store.is_none() {
-        s.shared
-            .ephemeral_runs
-            .lock()
-            .insert(run.id.clone(), run.clone());
+        s.shared.runs.keep_ephemeral(run);
     }
     if let Err((_, e)) = s.persist(|st| st.upsert_run(&row)) {
         log::error!("persisting run {}: {e}", run.id);
@@ -238,10 +275,7 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
         status: "in_progress".into(),
     });
     persist_run(s, &run);
-    s.shared
-        .live_runs
-        .lock()
-        .insert(run.id.clone(), s.id.clone());
+    s.shared.runs.started(&run.id, &s.id);
     reply.ok(&RunEnvelope { run: run.clone() });
     let _ = s
         .shared
@@ -503,7 +537,7 @@ fn finish(
     run.updated_at = rfc3339(now);
     run.completed_at = Some(rfc3339(now));
     persist_run(s, &run);
-    s.shared.live_runs.lock().remove(&run.id);
+    s.shared.runs.settled(&run.id);
     let _ = s
         .shared
         .notify(&RunUpdated(RunEnvelope { run: run.clone() }));
@@ -520,8 +554,8 @@ fn stored_run(
     store: Option<&Store>,
     run_id: &str,
 ) -> Result<Option<(Run, String)>, String> {
-    if let Some(r) = shared.ephemeral_runs.lock().get(run_id) {
-        return Ok(Some((r.clone(), shared.owner.instance.clone())));
+    if let Some(r) = shared.runs.ephemeral(run_id) {
+        return Ok(Some((r, shared.owner.instance.clone())));
     }
     let Some(store) = store else { return Ok(None) };
     let Some(row) = store.get_run(run_id).map_err(|e| e.to_string())? else {
@@ -549,7 +583,7 @@ pub fn run_interrupt_catalog(
             "invalid params: run_id is required",
         );
     }
-    let live = shared.live_runs.lock().get(&run_id).cloned();
+    let live = shared.runs.live_thread(&run_id);
     if let Some(thread_id) = live {
         return shared.registry.dispatch(
             shared,
