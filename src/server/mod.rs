@@ -186,7 +186,6 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         live,
         store_error: Mutex::new(store_problem),
         list_gen: Default::default(),
-        store_checked: AtomicBool::new(false),
     });
     let shared = Arc::new_cyclic(|weak| Shared {
         host,
@@ -239,7 +238,6 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
                 home.join(wuu_store::DB_FILE).display()
             ));
         }
-        s.host.store_checked.store(true, Ordering::SeqCst);
     }
     let mut store = opened.ok();
     let mut last_version: Option<i64> = None;

@@ -201,8 +201,6 @@ pub struct Host {
     pub store_error: Mutex<Option<String>>,
     /// The live configuration: hand-edit detection, rejected edits, discovered skills.
     pub live: super::live_config::LiveConfig,
-    /// Set once the lease thread has tried to open the database.
-    pub store_checked: AtomicBool,
 }
 
 impl Host {
