@@ -8,7 +8,7 @@
 //! `browser_cdp {tab_id?, method, params?}`, `browser_set_visibility {tab_id, visible}`,
 //! `browser_close {tab_id}`; plus `browser_finalize {keep: [{tab_id, status}]}` when
 //! `browser/finalize` is advertised too. `tab_id` defaults to the conversation's most
-//! recently used tab.
+//! recently used tab. Each tool's call is a function in `tools`.
 //!
 //! # Ownership
 //! Tabs belong to a conversation. The server records the owner of every tab it opens or
