@@ -8,7 +8,7 @@
 //! `browser_cdp {tab_id?, method, params?}`, `browser_set_visibility {tab_id, visible}`,
 //! `browser_close {tab_id}`; plus `browser_finalize {keep: [{tab_id, status}]}` when
 //! `browser/finalize` is advertised too. `tab_id` defaults to the conversation's most
-//! recently used tab.
+//! recently used tab. Each tool's call is a function in `tools`.
 //!
 //! # Ownership
 //! Tabs belong to a conversation. The server records the owner of every tab it opens or
@@ -33,12 +33,13 @@
 //! timeout, an interrupt or shutdown ends the wait and emits
 //! `browser/request_cancelled {workdir, thread_id, request_id, reason}`.
 
+mod tools;
+
 use super::reverse;
 use crate::provider::ToolSpec;
 use crate::session::Host;
 use crate::tools::ToolOutcome;
 use parking_lot::Mutex;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -193,48 +194,6 @@ pub struct CallCtx<'a> {
     pub turn_id: &'a str,
     /// Set on interrupt.
     pub cancel: &'a AtomicBool,
-}
-
-#[derive(Deserialize)]
-struct OpenArgs {
-    url: String,
-}
-#[derive(Deserialize)]
-struct AttachArgs {
-    workspace_tab_id: String,
-}
-#[derive(Deserialize)]
-struct TabArgs {
-    #[serde(default)]
-    tab_id: Option<String>,
-    #[serde(default)]
-    format: Option<String>,
-}
-#[derive(Deserialize)]
-struct CdpArgs {
-    #[serde(default)]
-    tab_id: Option<String>,
-    method: String,
-    #[serde(default)]
-    params: Option<Value>,
-}
-#[derive(Deserialize)]
-struct VisibilityArgs {
-    tab_id: String,
-    visible: bool,
-}
-#[derive(Deserialize)]
-struct CloseArgs {
-    tab_id: String,
-}
-#[derive(Deserialize)]
-struct FinalizeArgs {
-    keep: Vec<BrowserKeep>,
-}
-
-fn parse<T: serde::de::DeserializeOwned>(name: &str, args: &str) -> Result<T, ToolOutcome> {
-    let text = if args.trim().is_empty() { "{}" } else { args };
-    serde_json::from_str(text).map_err(|e| error(format!("invalid arguments for {name}: {e}")))
 }
 
 impl Browser {
@@ -445,286 +404,9 @@ pub fn run_tool(ctx: &CallCtx, name: &str, args: &str) -> ToolOutcome {
              requests",
         );
     }
-    match run(ctx, name, args) {
+    match tools::run(ctx, name, args) {
         Ok(o) => o,
         Err(o) => o,
-    }
-}
-
-fn run(ctx: &CallCtx, name: &str, args: &str) -> Result<ToolOutcome, ToolOutcome> {
-    let b = &ctx.shared.browser;
-    let th = ctx.thread_id;
-    match name {
-        "browser_open" => {
-            let a: OpenArgs = parse(name, args)?;
-            let tab_id = format!("tab_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
-            b.state.lock().tabs.insert(
-                tab_id.clone(),
-                Tab {
-                    owner: th.to_owned(),
-                    workspace: false,
-                },
-            );
-            let sent = scope(ctx).and_then(|s| {
-                request(
-                    ctx.shared,
-                    ctx.cancel,
-                    &s,
-                    "browser/open_tab",
-                    json!({"tab_id": tab_id, "initial_url": a.url}),
-                )
-            });
-            if let Err(e) = sent {
-                b.forget_tab(&tab_id);
-                return Err(error(e));
-            }
-            b.touch(th, &tab_id);
-            Ok(ok(
-                format!("opened tab {tab_id} at {}", a.url),
-                json!({"tab_id": tab_id, "url": a.url}),
-            ))
-        }
-        "browser_attach" => {
-            let a: AttachArgs = parse(name, args)?;
-            let id = a.workspace_tab_id.trim().to_owned();
-            if id.is_empty() {
-                return Err(error("workspace_tab_id is empty"));
-            }
-            {
-                let mut st = b.state.lock();
-                match st.tabs.get(&id) {
-                    Some(t) if t.owner != th => {
-                        return Err(error(format!(
-                            "refused: workspace tab {id:?} is attached to another conversation"
-                        )))
-                    }
-                    Some(_) => {
-                        return Err(error(format!(
-                            "tab {id:?} is already attached to this conversation"
-                        )))
-                    }
-                    None => {
-                        st.tabs.insert(
-                            id.clone(),
-                            Tab {
-                                owner: th.to_owned(),
-                                workspace: true,
-                            },
-                        );
-                    }
-                }
-            }
-            let sent = scope(ctx).and_then(|s| {
-                request(
-                    ctx.shared,
-                    ctx.cancel,
-                    &s,
-                    "browser/open_tab",
-                    json!({"tab_id": id}),
-                )
-            });
-            if let Err(e) = sent {
-                b.forget_tab(&id);
-                return Err(error(e));
-            }
-            b.touch(th, &id);
-            Ok(ok(
-                format!("attached workspace tab {id} (borrowed: closing releases it)"),
-                json!({"tab_id": id, "workspace": true}),
-            ))
-        }
-        "browser_list_tabs" => {
-            let s = scope(ctx).map_err(error)?;
-            let v = request(ctx.shared, ctx.cancel, &s, "browser/list_tabs", json!({}))
-                .map_err(error)?;
-            let r: BrowserListTabsResult = serde_json::from_value(v)
-                .map_err(|e| error(format!("browser/list_tabs: bad result: {e}")))?;
-            let tabs: Vec<BrowserTab> = match (&r.tabs, &r.tab_ids) {
-                (Some(t), _) if !t.is_empty() => t.clone(),
-                (_, Some(ids)) => ids
-                    .iter()
-                    .map(|id| BrowserTab {
-                        tab_id: id.clone(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                _ => vec![],
-            };
-            {
-                let mut st = b.state.lock();
-                for t in &tabs {
-                    st.tabs.entry(t.tab_id.clone()).or_insert_with(|| Tab {
-                        owner: th.to_owned(),
-                        workspace: false,
-                    });
-                }
-            }
-            let workspace_tabs = r.workspace_tabs.unwrap_or_default();
-            let detail = json!({"tabs": tabs, "workspace_tabs": workspace_tabs});
-            Ok(ok(
-                serde_json::to_string_pretty(&detail).unwrap_or_default(),
-                detail,
-            ))
-        }
-        "browser_screenshot" => {
-            let a: TabArgs = parse(name, args)?;
-            let tab = b.resolve_tab(th, a.tab_id.as_deref()).map_err(error)?;
-            let format = a.format.unwrap_or_else(|| "png".into());
-            if format != "png" && format != "jpeg" {
-                return Err(error(format!("invalid format {format:?}: use png or jpeg")));
-            }
-            let dir = ctx.shared.opts.home.join("browser").join(th);
-            let _ = std::fs::create_dir_all(&dir);
-            let ext = if format == "jpeg" { "jpg" } else { "png" };
-            let dest = dir.join(format!("shot-{}.{ext}", uuid::Uuid::new_v4().simple()));
-            let s = scope(ctx).map_err(error)?;
-            let v = request(
-                ctx.shared,
-                ctx.cancel,
-                &s,
-                "browser/screenshot",
-                json!({"tab_id": tab, "dest_path": dest.to_string_lossy(), "format": format}),
-            )
-            .map_err(error)?;
-            let r: BrowserScreenshotResult = serde_json::from_value(v.clone())
-                .map_err(|e| error(format!("browser/screenshot: bad result: {e}")))?;
-            b.touch(th, &tab);
-            Ok(ok(
-                format!(
-                    "screenshot of tab {tab} ({}x{}) saved to {}",
-                    r.width, r.height, r.path
-                ),
-                v,
-            ))
-        }
-        "browser_cdp" => {
-            let a: CdpArgs = parse(name, args)?;
-            if a.method.trim().is_empty() {
-                return Err(error("method is empty (e.g. Runtime.evaluate)"));
-            }
-            let tab = b.resolve_tab(th, a.tab_id.as_deref()).map_err(error)?;
-            let s = scope(ctx).map_err(error)?;
-            let mut extra = json!({"tab_id": tab, "method": a.method});
-            if let Some(p) = a.params {
-                extra["params"] = p;
-            }
-            let v = request(ctx.shared, ctx.cancel, &s, "browser/cdp", extra).map_err(error)?;
-            let r: BrowserCdpResult = serde_json::from_value(v.clone())
-                .map_err(|e| error(format!("browser/cdp: bad result: {e}")))?;
-            b.touch(th, &tab);
-            let output = match (&r.path, &r.result) {
-                (Some(p), _) => format!(
-                    "the result ({} bytes) was written to {p}",
-                    r.size.unwrap_or(0)
-                ),
-                (None, Some(res)) => {
-                    let mut t = serde_json::to_string(res).unwrap_or_default();
-                    if t.len() > CDP_INLINE_CAP {
-                        let mut cut = CDP_INLINE_CAP;
-                        while !t.is_char_boundary(cut) {
-                            cut -= 1;
-                        }
-                        t.truncate(cut);
-                        t.push_str("… [truncated]");
-                    }
-                    t
-                }
-                (None, None) => "ok (no result)".into(),
-            };
-            Ok(ok(output, v))
-        }
-        "browser_set_visibility" => {
-            let a: VisibilityArgs = parse(name, args)?;
-            let tab = b.resolve_tab(th, Some(&a.tab_id)).map_err(error)?;
-            let s = scope(ctx).map_err(error)?;
-            request(
-                ctx.shared,
-                ctx.cancel,
-                &s,
-                "browser/set_visibility",
-                json!({"tab_id": tab, "visible": a.visible}),
-            )
-            .map_err(error)?;
-            Ok(ok(
-                format!(
-                    "tab {tab} is now {}",
-                    if a.visible { "visible" } else { "hidden" }
-                ),
-                json!({"tab_id": tab, "visible": a.visible}),
-            ))
-        }
-        "browser_close" => {
-            let a: CloseArgs = parse(name, args)?;
-            let tab = b.resolve_tab(th, Some(&a.tab_id)).map_err(error)?;
-            let workspace = b.state.lock().tabs.get(&tab).is_some_and(|t| t.workspace);
-            let s = scope(ctx).map_err(error)?;
-            request(
-                ctx.shared,
-                ctx.cancel,
-                &s,
-                "browser/close_tab",
-                json!({"tab_id": tab}),
-            )
-            .map_err(error)?;
-            b.forget_tab(&tab);
-            Ok(ok(
-                if workspace {
-                    format!("released workspace tab {tab} (the page stays open)")
-                } else {
-                    format!("closed tab {tab}")
-                },
-                json!({"tab_id": tab, "released": workspace}),
-            ))
-        }
-        "browser_finalize" => {
-            if !reverse::advertised(ctx.shared, "browser/finalize") {
-                return Err(error(
-                    "browser_finalize is unavailable: the client did not negotiate browser/finalize",
-                ));
-            }
-            let a: FinalizeArgs = parse(name, args)?;
-            for k in &a.keep {
-                if !KEEP_STATUSES.contains(&k.status.as_str()) {
-                    return Err(error(format!(
-                        "invalid status {:?} for tab {:?}: use persistent, handoff or deliverable",
-                        k.status, k.tab_id
-                    )));
-                }
-                b.check_owner(th, &k.tab_id).map_err(error)?;
-            }
-            let s = scope(ctx).map_err(error)?;
-            let exec = b.execution(th, ctx.turn_id);
-            match request(
-                ctx.shared,
-                ctx.cancel,
-                &s,
-                "browser/finalize",
-                json!({"keep": a.keep}),
-            ) {
-                Ok(v) => {
-                    let r: BrowserCleanupResult = serde_json::from_value(v.clone())
-                        .map_err(|e| error(format!("browser/finalize: bad result: {e}")))?;
-                    b.update_execution(th, &exec.execution_id, |e| {
-                        e.keep = a.keep.clone();
-                        e.keep_unknown = false;
-                    });
-                    b.apply_cleanup(th, &r);
-                    Ok(ok(
-                        format!(
-                            "finalized: kept [{}], closed [{}]",
-                            r.kept.join(", "),
-                            r.closed.join(", ")
-                        ),
-                        v,
-                    ))
-                }
-                Err(e) => {
-                    b.update_execution(th, &exec.execution_id, |x| x.keep_unknown = true);
-                    Err(error(e))
-                }
-            }
-        }
-        other => Err(error(format!("unknown browser tool {other:?}"))),
     }
 }
 

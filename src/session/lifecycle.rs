@@ -4,12 +4,13 @@
 
 use super::convert::{item_wire, thread_wire, TurnState};
 use super::{Session, SessionMsg, Snapshot};
+use crate::config::LoadedConfig;
 use crate::outbound::Responder;
 use crate::session::connections::PooledStore;
 use crate::session::Host;
 use crate::tools::PermissionMode;
 use crate::util::now_ms;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use wuu_protocol::*;
@@ -105,121 +106,16 @@ fn clean(s: &Option<String>) -> Option<String> {
 /// `thread/start`: validates the selection, then persists (unless ephemeral).
 pub fn create(shared: &Arc<Host>, p: ThreadStartParams) -> Result<Created, Refusal> {
     let cfg = shared.config();
-    let engine = clean(&p.engine)
-        .or_else(|| {
-            cfg.config
-                .engines
-                .as_ref()
-                .and_then(|e| clean(&e.default_engine))
-        })
-        .unwrap_or_else(|| "wuu".into());
-    // The selected engine must be available now; never a silent fallback (seed:
-    // default-engine rules). Refused before anything is stored.
-    if engine != crate::engine::BUILTIN {
-        if !crate::engine::catalog::known(&engine) {
-            return Err(invalid(format!(
-                "engine: unknown engine {:?}",
-                crate::util::clip(&engine, 100)
-            )));
-        }
-        if let Err(why) = crate::engine::catalog::available(
-            &engine,
-            cfg.config.engines.as_ref(),
-            &crate::engine::catalog::Env::current(),
-        ) {
-            return Err((ErrorCode::Error, why));
-        }
-    }
-    if let Some(w) = clean(&p.workspace) {
-        if w != "shared" {
-            return Err(invalid(format!(
-                "workspace: {w:?} is not supported (only \"shared\")"
-            )));
-        }
-    }
-    if let Some(w) = clean(&p.workspace_id) {
-        // Same rule as `--workspace-id` and `workspace/state/cleanup`: the id names a
-        // directory under `$WUU_HOME`, so `../x`, NUL bytes and long ids are refused.
-        if !crate::util::valid_workspace_id(&w) {
-            return Err(invalid(format!(
-                "workspace_id: {:?} is not a workspace id (use 1-128 letters, digits, '.', '_' or '-')",
-                crate::util::clip(&w, 40)
-            )));
-        }
-    }
-    if clean(&p.base_revision).is_some() {
-        return Err(invalid("base_revision: requires workspace \"worktree\""));
-    }
-    let mode = clean(&p.permission_mode)
-        .or_else(|| cfg.agent().permission_mode)
-        .unwrap_or_else(|| "standard".into());
-    if PermissionMode::parse(&mode).is_none() {
-        return Err(invalid(format!(
-            "permission_mode: {mode:?} is not one of standard, read_only, unconfined"
-        )));
-    }
-    let provider = clean(&p.provider).unwrap_or_else(|| cfg.default_provider());
-    let provider_cfg = cfg.provider(&provider);
-    if clean(&p.provider).is_some() && provider_cfg.is_none() {
-        return Err(invalid(format!("provider: {provider:?} is not configured")));
-    }
-    let model = clean(&p.model)
-        .or_else(|| {
-            if clean(&p.provider).is_none() {
-                Some(cfg.default_model()).filter(|m| !m.is_empty())
-            } else {
-                None
-            }
-        })
-        .or_else(|| provider_cfg.map(|c| c.model.clone()))
-        .unwrap_or_default();
-    // A model naming an alias selects its target (`LoadedConfig::alias`).
-    let (provider, model, alias_effort, alias_variant) =
-        match cfg.alias(clean(&p.provider).as_deref(), &model) {
-            Some(a) => {
-                if cfg.provider(&a.provider).is_none() {
-                    return Err(invalid(format!(
-                        "model alias {model:?} names provider {:?}, which is not configured",
-                        a.provider
-                    )));
-                }
-                (a.provider, a.model, a.effort, a.variant)
-            }
-            None => (provider, model, None, None),
-        };
-    let effort = clean(&p.effort)
-        .or_else(|| alias_effort.filter(|e| !e.is_empty()))
-        .or_else(|| cfg.agent().effort)
-        .unwrap_or_default();
-    let variant = alias_variant
-        .filter(|v| !v.is_empty() && clean(&p.effort).is_none())
-        .unwrap_or_else(|| effort.clone());
-    let cwd = match clean(&p.cwd) {
-        Some(c) => {
-            let path = Path::new(&c);
-            let abs = if path.is_absolute() {
-                path.to_path_buf()
-            } else {
-                shared.opts.workdir.join(path)
-            };
-            if !abs.is_dir() {
-                return Err(invalid(format!(
-                    "cwd: {} is not a directory",
-                    crate::util::clip(&abs.to_string_lossy(), 200)
-                )));
-            }
-            let abs = abs.canonicalize().unwrap_or(abs);
-            if !abs.starts_with(&shared.opts.workdir) {
-                return Err(invalid(format!(
-                    "cwd: {} is outside the workspace {}",
-                    crate::util::clip(&abs.to_string_lossy(), 200),
-                    shared.opts.workdir.display()
-                )));
-            }
-            abs
-        }
-        None => shared.opts.workdir.clone(),
-    };
+    let engine = select_engine(&cfg, &p)?;
+    check_workspace(&p)?;
+    let mode = select_mode(&cfg, &p)?;
+    let Selection {
+        provider,
+        model,
+        effort,
+        variant,
+    } = select_model(&cfg, &p)?;
+    let cwd = resolve_cwd(shared, &p)?;
     let ephemeral = p.ephemeral.unwrap_or(false);
     let now = now_ms();
     let thread = ThreadRow {
@@ -256,6 +152,160 @@ pub fn create(shared: &Arc<Host>, p: ThreadStartParams) -> Result<Created, Refus
         .map_err(|e| crate::session::host::store_refusal(shared, &e))?;
     shared.threads_changed();
     Ok((Some(store), thread, vec![]))
+}
+
+/// The engine of a new conversation: the requested one, else the configured default,
+/// else the built-in one. It must be available now; never a silent fallback (seed:
+/// default-engine rules), and it is refused before anything is stored.
+fn select_engine(cfg: &LoadedConfig, p: &ThreadStartParams) -> Result<String, Refusal> {
+    let engine = clean(&p.engine)
+        .or_else(|| {
+            cfg.config
+                .engines
+                .as_ref()
+                .and_then(|e| clean(&e.default_engine))
+        })
+        .unwrap_or_else(|| "wuu".into());
+    if engine != crate::engine::BUILTIN {
+        if !crate::engine::catalog::known(&engine) {
+            return Err(invalid(format!(
+                "engine: unknown engine {:?}",
+                crate::util::clip(&engine, 100)
+            )));
+        }
+        if let Err(why) = crate::engine::catalog::available(
+            &engine,
+            cfg.config.engines.as_ref(),
+            &crate::engine::catalog::Env::current(),
+        ) {
+            return Err((ErrorCode::Error, why));
+        }
+    }
+    Ok(engine)
+}
+
+/// Refuses workspace fields this server does not serve: a workspace other than
+/// `shared`, a `workspace_id` that is not a valid directory name, a `base_revision`.
+fn check_workspace(p: &ThreadStartParams) -> Result<(), Refusal> {
+    if let Some(w) = clean(&p.workspace) {
+        if w != "shared" {
+            return Err(invalid(format!(
+                "workspace: {w:?} is not supported (only \"shared\")"
+            )));
+        }
+    }
+    if let Some(w) = clean(&p.workspace_id) {
+        // Same rule as `--workspace-id` and `workspace/state/cleanup`: the id names a
+        // directory under `$WUU_HOME`, so `../x`, NUL bytes and long ids are refused.
+        if !crate::util::valid_workspace_id(&w) {
+            return Err(invalid(format!(
+                "workspace_id: {:?} is not a workspace id (use 1-128 letters, digits, '.', '_' or '-')",
+                crate::util::clip(&w, 40)
+            )));
+        }
+    }
+    if clean(&p.base_revision).is_some() {
+        return Err(invalid("base_revision: requires workspace \"worktree\""));
+    }
+    Ok(())
+}
+
+/// The permission mode of a new conversation: the requested one, else the configured
+/// default, else `standard`.
+fn select_mode(cfg: &LoadedConfig, p: &ThreadStartParams) -> Result<String, Refusal> {
+    let mode = clean(&p.permission_mode)
+        .or_else(|| cfg.agent().permission_mode)
+        .unwrap_or_else(|| "standard".into());
+    if PermissionMode::parse(&mode).is_none() {
+        return Err(invalid(format!(
+            "permission_mode: {mode:?} is not one of standard, read_only, unconfined"
+        )));
+    }
+    Ok(mode)
+}
+
+/// The provider, model, effort and variant of a new conversation.
+struct Selection {
+    provider: String,
+    model: String,
+    effort: String,
+    variant: String,
+}
+
+/// Resolves the model selection of a new conversation: the requested provider and
+/// model, falling back to the defaults; a model naming an alias selects its target.
+fn select_model(cfg: &LoadedConfig, p: &ThreadStartParams) -> Result<Selection, Refusal> {
+    let provider = clean(&p.provider).unwrap_or_else(|| cfg.default_provider());
+    let provider_cfg = cfg.provider(&provider);
+    if clean(&p.provider).is_some() && provider_cfg.is_none() {
+        return Err(invalid(format!("provider: {provider:?} is not configured")));
+    }
+    let model = clean(&p.model)
+        .or_else(|| {
+            if clean(&p.provider).is_none() {
+                Some(cfg.default_model()).filter(|m| !m.is_empty())
+            } else {
+                None
+            }
+        })
+        .or_else(|| provider_cfg.map(|c| c.model.clone()))
+        .unwrap_or_default();
+    // A model naming an alias selects its target (`LoadedConfig::alias`).
+    let (provider, model, alias_effort, alias_variant) =
+        match cfg.alias(clean(&p.provider).as_deref(), &model) {
+            Some(a) => {
+                if cfg.provider(&a.provider).is_none() {
+                    return Err(invalid(format!(
+                        "model alias {model:?} names provider {:?}, which is not configured",
+                        a.provider
+                    )));
+                }
+                (a.provider, a.model, a.effort, a.variant)
+            }
+            None => (provider, model, None, None),
+        };
+    let effort = clean(&p.effort)
+        .or_else(|| alias_effort.filter(|e| !e.is_empty()))
+        .or_else(|| cfg.agent().effort)
+        .unwrap_or_default();
+    let variant = alias_variant
+        .filter(|v| !v.is_empty() && clean(&p.effort).is_none())
+        .unwrap_or_else(|| effort.clone());
+    Ok(Selection {
+        provider,
+        model,
+        effort,
+        variant,
+    })
+}
+
+/// The working directory of a new conversation: `cwd` (relative to the server's
+/// workdir) must be a directory inside the workdir; the workdir when absent.
+fn resolve_cwd(shared: &Host, p: &ThreadStartParams) -> Result<PathBuf, Refusal> {
+    let Some(c) = clean(&p.cwd) else {
+        return Ok(shared.opts.workdir.clone());
+    };
+    let path = Path::new(&c);
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        shared.opts.workdir.join(path)
+    };
+    if !abs.is_dir() {
+        return Err(invalid(format!(
+            "cwd: {} is not a directory",
+            crate::util::clip(&abs.to_string_lossy(), 200)
+        )));
+    }
+    let abs = abs.canonicalize().unwrap_or(abs);
+    if !abs.starts_with(&shared.opts.workdir) {
+        return Err(invalid(format!(
+            "cwd: {} is outside the workspace {}",
+            crate::util::clip(&abs.to_string_lossy(), 200),
+            shared.opts.workdir.display()
+        )));
+    }
+    Ok(abs)
 }
 
 fn open(shared: &Host) -> Result<PooledStore, Refusal> {
