@@ -188,7 +188,7 @@ client_methods! {
     SettingsUsage => "settings/usage", UsageParams, SettingsUsageResult, |_| Route::Catalog;
     ThreadPreview => "thread/preview", ThreadPreviewParams, ThreadPreviewResult, |_| Route::Catalog;
     ThreadAttachmentRead => "thread/attachment/read", AttachmentReadParams, AttachmentReadResult, |_| Route::Catalog;
-    // Panels (issue 16): answered by `crate::panels` (work pools off the reader thread).
+    // Panels: answered by `crate::panels` (work pools off the reader thread).
     ConfigAdvancedUpdate => "config/advanced/update", ConfigAdvancedUpdateParams, ConfigAdvancedUpdateResult, |_| Route::Inline;
     ConfigGeneralUpdate => "config/general/update", ConfigGeneralUpdateParams, ConfigGeneralUpdateResult, |_| Route::Inline;
     ConfigProviderRemove => "config/provider/remove", ConfigProviderRemoveParams, ConfigProviderRemoveResult, |_| Route::Inline;
