@@ -1,5 +1,5 @@
 //! Methods the wuu desktop and phone clients call besides the core conversation methods
-//! (issue 12; shapes from the Go dispatcher `internal/appserver/server.go` and the
+//! (shapes from the Go dispatcher `internal/appserver/server.go` and the
 //! clients' code, spec `app-server.md` §3.1, §3.7, §5.8–§5.9):
 //! workspaces, conversation organization (pin, folders), previews, message edits,
 //! steer requeue, the context composition, and attachment reads.

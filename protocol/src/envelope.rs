@@ -54,8 +54,8 @@ impl From<u64> for RequestId {
     }
 }
 
-/// The string error codes of responses (spec §1.7 plus the specific codes the issue
-/// requires: `parse_error`, `invalid_request`, `method_not_found`, …).
+/// The string error codes of responses (spec §1.7 plus the protocol-level codes
+/// `parse_error`, `invalid_request`, `method_not_found`, …).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorCode {

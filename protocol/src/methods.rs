@@ -188,7 +188,7 @@ client_methods! {
     SettingsUsage => "settings/usage", UsageParams, SettingsUsageResult, |_| Route::Catalog;
     ThreadPreview => "thread/preview", ThreadPreviewParams, ThreadPreviewResult, |_| Route::Catalog;
     ThreadAttachmentRead => "thread/attachment/read", AttachmentReadParams, AttachmentReadResult, |_| Route::Catalog;
-    // Panels (issue 16): answered by `crate::panels` (work pools off the reader thread).
+    // Panels: answered by `crate::panels` (work pools off the reader thread).
     ConfigAdvancedUpdate => "config/advanced/update", ConfigAdvancedUpdateParams, ConfigAdvancedUpdateResult, |_| Route::Inline;
     ConfigGeneralUpdate => "config/general/update", ConfigGeneralUpdateParams, ConfigGeneralUpdateResult, |_| Route::Inline;
     ConfigProviderRemove => "config/provider/remove", ConfigProviderRemoveParams, ConfigProviderRemoveResult, |_| Route::Inline;
@@ -425,36 +425,18 @@ pub struct ThreadDeleteResult {
     pub thread_id: String,
 }
 
-/// `turn/start` (spec §3.2; seed: explicit continue).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TurnStartParams {
-    /// The conversation.
-    pub thread_id: String,
-    /// The user's message.
-    #[serde(default)]
-    pub prompt: Option<String>,
-    /// Image attachments.
-    #[serde(default)]
-    pub images: Option<Vec<Attachment>>,
-    /// File attachments.
-    #[serde(default)]
-    pub files: Option<Vec<Attachment>>,
-    /// Legacy: must equal the conversation's mode (cannot widen it).
-    #[serde(default)]
-    pub permission_mode: Option<String>,
-    /// `{path}` of the editor's active document (kept as metadata).
-    #[serde(default)]
-    pub active_document: Option<Value>,
-    /// Ordered presentation metadata (seed: content parts).
-    #[serde(default)]
-    pub content_parts: Option<Vec<Value>>,
-    /// Kept as the user item's `source_id`.
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// Explicit continue of this (latest) turn without a user message.
-    #[serde(default)]
-    pub resume_after_turn_id: Option<String>,
+params_with_input! {
+    /// `turn/start` (spec §3.2; seed: explicit continue).
+    pub struct TurnStartParams {
+        /// The conversation.
+        pub thread_id: String,
+        /// `{path}` of the editor's active document (kept as metadata).
+        #[serde(default)]
+        pub active_document: Option<Value>,
+        /// Explicit continue of this (latest) turn without a user message.
+        #[serde(default)]
+        pub resume_after_turn_id: Option<String>,
+    }
 }
 
 /// `{turn}`.

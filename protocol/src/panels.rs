@@ -1,4 +1,4 @@
-//! The panels around the conversation (issue 16): settings updates, live configuration
+//! The panels around the conversation (spec `app-server.md`): settings updates, live configuration
 //! notifications, instructions, skills and one-shot helpers.
 //!
 //! Sources: `spec/app-server.md` §3.4 (config/*, skill/list, instructions/list), §3.7

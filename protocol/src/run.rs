@@ -1,7 +1,7 @@
 //! Runs: automation executions spanning one or more turns (spec `app-server.md` §3.3,
 //! §5.4; seed: run/start).
 
-use crate::input::Attachment;
+use crate::input::params_with_input;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,42 +24,24 @@ pub struct RunRequestIntent {
     pub timeout_ms: Option<u64>,
 }
 
-/// `run/start`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RunStartParams {
-    /// The conversation.
-    pub thread_id: String,
-    /// The task.
-    #[serde(default)]
-    pub prompt: Option<String>,
-    /// Images.
-    #[serde(default)]
-    pub images: Option<Vec<Attachment>>,
-    /// Files.
-    #[serde(default)]
-    pub files: Option<Vec<Attachment>>,
-    /// Content parts (presentation metadata).
-    #[serde(default)]
-    pub content_parts: Option<Vec<Value>>,
-    /// Kept as the user item's `source_id`.
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// Legacy: must equal the conversation's mode.
-    #[serde(default)]
-    pub permission_mode: Option<String>,
-    /// `{mode: "start", max_turns?, timeout_ms?}`.
-    #[serde(default)]
-    pub request: Option<RunRequestIntent>,
-    /// JSON Schema the final answer must match (validated; up to two correction turns).
-    #[serde(default)]
-    pub output_schema: Option<Value>,
-    /// Turn budget (same as `request.max_turns`).
-    #[serde(default)]
-    pub max_turns: Option<u32>,
-    /// Deadline in ms (same as `request.timeout_ms`).
-    #[serde(default)]
-    pub timeout_ms: Option<u64>,
+params_with_input! {
+    /// `run/start`; the input's `prompt` is the task.
+    pub struct RunStartParams {
+        /// The conversation.
+        pub thread_id: String,
+        /// `{mode: "start", max_turns?, timeout_ms?}`.
+        #[serde(default)]
+        pub request: Option<RunRequestIntent>,
+        /// JSON Schema the final answer must match (validated; up to two correction turns).
+        #[serde(default)]
+        pub output_schema: Option<Value>,
+        /// Turn budget (same as `request.max_turns`).
+        #[serde(default)]
+        pub max_turns: Option<u32>,
+        /// Deadline in ms (same as `request.timeout_ms`).
+        #[serde(default)]
+        pub timeout_ms: Option<u64>,
+    }
 }
 
 /// `run/interrupt`.

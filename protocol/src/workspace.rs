@@ -1,4 +1,4 @@
-//! Workspace views (issue 16): the git panel (`workspace/git/status|changes|diff`) and
+//! Workspace views (spec `app-server.md`, workspace/*): the git panel (`workspace/git/status|changes|diff`) and
 //! the file browser (`workspace/directory/list`, `workspace/file/read|resolve|chunk`).
 //! The phone has no disk of its own and reads the workspace through these.
 //!

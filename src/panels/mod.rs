@@ -1,4 +1,4 @@
-//! The panels around the conversation (issue 16): settings updates
+//! The panels around the conversation (spec `app-server.md`): settings updates
 //! (`config/advanced/update`, `config/general/update`, `config/provider/remove`), live
 //! configuration (`config/changed`, `config/error`), instructions (`instructions/list`),
 //! skills (`skill/list`, the model's `load_skill` tool) and one-shot helpers

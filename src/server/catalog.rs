@@ -12,7 +12,10 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use wuu_protocol::{ClientRequest, ErrorCode, ThreadSearchHit, ThreadSearchResult};
+use wuu_protocol::{
+    ClientRequest, ErrorCode, ThreadResumeParams, ThreadSearchHit, ThreadSearchParams,
+    ThreadSearchResult,
+};
 use wuu_store::{Store, ThreadFilter};
 
 /// Jobs a pool queue holds; a job submitted to a full queue is answered `overloaded`
@@ -311,6 +314,9 @@ fn share_listing(
     shared_cache.push((filter, list_gen, gen, bytes));
 }
 
+/// Answers one catalog request on a pool worker: listings and search
+/// ([`list`], [`search`]), `thread/resume` without a `session_id` ([`resume_latest`]),
+/// and the other catalog families handed to their own modules.
 fn handle(
     shared: &Arc<Shared>,
     store: &mut Store,
@@ -318,135 +324,34 @@ fn handle(
     req: ClientRequest,
     reply: Responder,
 ) {
-    let workdir = shared.host.opts.workdir.to_string_lossy().into_owned();
-    let mut list = |filter: ThreadFilter, store: &Store, reply: Responder| {
-        let list_gen = shared
-            .host
-            .list_gen
-            .load(std::sync::atomic::Ordering::SeqCst);
-        let version = store.data_version().ok();
-        let gen = shared.host.registry.generation();
-        if let Some(v) = version {
-            if let Some((_, _, _, bytes)) = cache
-                .entries
-                .iter()
-                .find(|(f, dv, g, _)| *f == filter && *dv == v && *g == gen)
-            {
-                let bytes = bytes.clone();
-                share_listing(shared, filter, list_gen, gen, bytes.clone());
-                return reply.ok_raw(&bytes);
-            }
-        }
-        // One registry lock per listing (not one per conversation).
-        let running = shared.host.registry.running_ids();
-        // The last answer's size is a good guess of this one's.
-        let capacity = cache
-            .entries
-            .iter()
-            .find(|(f, ..)| *f == filter)
-            .map_or(4096, |(.., b)| b.len() + 1024);
-        match listing_json(store, &filter, |id| running.contains(id), capacity) {
-            Ok(bytes) => {
-                let bytes = Arc::new(bytes);
-                if let Some(v) = version {
-                    cache.entries.retain(|(f, ..)| *f != filter);
-                    cache.entries.truncate(7);
-                    cache.entries.push((filter.clone(), v, gen, bytes.clone()));
-                }
-                share_listing(shared, filter, list_gen, gen, bytes.clone());
-                reply.ok_raw(&bytes)
-            }
-            Err(e) => {
-                let (code, message) = crate::session::host::store_error(&shared.host, &e);
-                reply.err(code, format!("listing failed: {message}"))
-            }
-        }
-    };
+    let workdir = || shared.host.opts.workdir.to_string_lossy().into_owned();
     match req {
-        ClientRequest::ThreadList(p) => list(
-            ThreadFilter {
-                cwd: Some(p.cwd.filter(|c| !c.is_empty()).unwrap_or(workdir)),
+        ClientRequest::ThreadList(p) => {
+            let filter = ThreadFilter {
+                cwd: Some(p.cwd.filter(|c| !c.is_empty()).unwrap_or_else(workdir)),
                 archived: Some(false),
                 limit: None,
-            },
-            store,
-            reply,
-        ),
-        ClientRequest::ThreadListAll(_) => list(
-            ThreadFilter {
+            };
+            list(shared, store, cache, filter, reply)
+        }
+        ClientRequest::ThreadListAll(_) => {
+            let filter = ThreadFilter {
                 cwd: None,
                 archived: Some(false),
                 limit: None,
-            },
-            store,
-            reply,
-        ),
-        ClientRequest::ThreadListArchived(_) => list(
-            ThreadFilter {
+            };
+            list(shared, store, cache, filter, reply)
+        }
+        ClientRequest::ThreadListArchived(_) => {
+            let filter = ThreadFilter {
                 cwd: None,
                 archived: Some(true),
                 limit: None,
-            },
-            store,
-            reply,
-        ),
-        ClientRequest::ThreadSearch(p) => {
-            let limit = p.limit.unwrap_or(20).clamp(1, 100);
-            let query = p.query.unwrap_or_default();
-            let query = query.trim();
-            let result = if query.is_empty() {
-                store
-                    .list_threads(&ThreadFilter {
-                        cwd: None,
-                        archived: Some(false),
-                        limit: Some(limit),
-                    })
-                    .map(|rows| {
-                        rows.iter()
-                            .map(|r| ThreadSearchHit {
-                                thread: session::convert::thread_summary(&shared.host, r),
-                                snippet: None,
-                                message_seq: None,
-                            })
-                            .collect()
-                    })
-            } else {
-                store.search_threads(query, limit).map(|hits| {
-                    hits.iter()
-                        .map(|h| ThreadSearchHit {
-                            thread: session::convert::thread_summary(&shared.host, &h.thread),
-                            snippet: Some(h.snippet.clone()).filter(|s| !s.is_empty()),
-                            message_seq: h.item_seq,
-                        })
-                        .collect()
-                })
             };
-            match result {
-                Ok(results) => reply.ok(&ThreadSearchResult { results }),
-                Err(e) => {
-                    let (code, message) = crate::session::host::store_error(&shared.host, &e);
-                    reply.err(code, format!("search failed: {message}"))
-                }
-            }
+            list(shared, store, cache, filter, reply)
         }
-        ClientRequest::ThreadResume(p) => match store.latest_thread(&workdir) {
-            Ok(Some(row)) => shared.host.registry.dispatch(
-                &shared.host,
-                &row.id,
-                SessionMsg::Request {
-                    req: ClientRequest::ThreadResume(p),
-                    reply,
-                },
-            ),
-            Ok(None) => reply.err(
-                ErrorCode::ThreadNotFound,
-                format!("no sessions found for workspace {workdir}"),
-            ),
-            Err(e) => {
-                let (code, message) = crate::session::host::store_error(&shared.host, &e);
-                reply.err(code, message)
-            }
-        },
+        ClientRequest::ThreadSearch(p) => search(shared, store, p, reply),
+        ClientRequest::ThreadResume(p) => resume_latest(shared, store, &workdir(), p, reply),
         ClientRequest::ThreadAttachmentRead(p) => {
             session::attachments::serve_catalog(&shared.host, store, p, reply)
         }
@@ -485,6 +390,131 @@ fn handle(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),
         ),
+    }
+}
+
+/// Answers a listing (`thread/list`, `thread/listAll`, `thread/listArchived`) for
+/// `filter`: from the worker's cache while the store's data version and the registry
+/// generation are unchanged, else built fresh and cached; either way shared with the
+/// reader thread ([`share_listing`]).
+fn list(
+    shared: &Shared,
+    store: &Store,
+    cache: &mut ListCache,
+    filter: ThreadFilter,
+    reply: Responder,
+) {
+    let list_gen = shared
+        .host
+        .list_gen
+        .load(std::sync::atomic::Ordering::SeqCst);
+    let version = store.data_version().ok();
+    let gen = shared.host.registry.generation();
+    if let Some(v) = version {
+        if let Some((_, _, _, bytes)) = cache
+            .entries
+            .iter()
+            .find(|(f, dv, g, _)| *f == filter && *dv == v && *g == gen)
+        {
+            let bytes = bytes.clone();
+            share_listing(shared, filter, list_gen, gen, bytes.clone());
+            return reply.ok_raw(&bytes);
+        }
+    }
+    // One registry lock per listing (not one per conversation).
+    let running = shared.host.registry.running_ids();
+    // The last answer's size is a good guess of this one's.
+    let capacity = cache
+        .entries
+        .iter()
+        .find(|(f, ..)| *f == filter)
+        .map_or(4096, |(.., b)| b.len() + 1024);
+    match listing_json(store, &filter, |id| running.contains(id), capacity) {
+        Ok(bytes) => {
+            let bytes = Arc::new(bytes);
+            if let Some(v) = version {
+                cache.entries.retain(|(f, ..)| *f != filter);
+                cache.entries.truncate(7);
+                cache.entries.push((filter.clone(), v, gen, bytes.clone()));
+            }
+            share_listing(shared, filter, list_gen, gen, bytes.clone());
+            reply.ok_raw(&bytes)
+        }
+        Err(e) => {
+            let (code, message) = crate::session::host::store_error(&shared.host, &e);
+            reply.err(code, format!("listing failed: {message}"))
+        }
+    }
+}
+
+/// `thread/search`: the latest conversations for an empty query, else the full-text
+/// hits with their snippets (1–100 results, 20 by default).
+fn search(shared: &Shared, store: &Store, p: ThreadSearchParams, reply: Responder) {
+    let limit = p.limit.unwrap_or(20).clamp(1, 100);
+    let query = p.query.unwrap_or_default();
+    let query = query.trim();
+    let result = if query.is_empty() {
+        store
+            .list_threads(&ThreadFilter {
+                cwd: None,
+                archived: Some(false),
+                limit: Some(limit),
+            })
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| ThreadSearchHit {
+                        thread: session::convert::thread_summary(&shared.host, r),
+                        snippet: None,
+                        message_seq: None,
+                    })
+                    .collect()
+            })
+    } else {
+        store.search_threads(query, limit).map(|hits| {
+            hits.iter()
+                .map(|h| ThreadSearchHit {
+                    thread: session::convert::thread_summary(&shared.host, &h.thread),
+                    snippet: Some(h.snippet.clone()).filter(|s| !s.is_empty()),
+                    message_seq: h.item_seq,
+                })
+                .collect()
+        })
+    };
+    match result {
+        Ok(results) => reply.ok(&ThreadSearchResult { results }),
+        Err(e) => {
+            let (code, message) = crate::session::host::store_error(&shared.host, &e);
+            reply.err(code, format!("search failed: {message}"))
+        }
+    }
+}
+
+/// `thread/resume` without a `session_id`: hands the request to the workspace's latest
+/// conversation, or answers `thread_not_found` when it has none.
+fn resume_latest(
+    shared: &Shared,
+    store: &Store,
+    workdir: &str,
+    p: ThreadResumeParams,
+    reply: Responder,
+) {
+    match store.latest_thread(workdir) {
+        Ok(Some(row)) => shared.host.registry.dispatch(
+            &shared.host,
+            &row.id,
+            SessionMsg::Request {
+                req: ClientRequest::ThreadResume(p),
+                reply,
+            },
+        ),
+        Ok(None) => reply.err(
+            ErrorCode::ThreadNotFound,
+            format!("no sessions found for workspace {workdir}"),
+        ),
+        Err(e) => {
+            let (code, message) = crate::session::host::store_error(&shared.host, &e);
+            reply.err(code, message)
+        }
     }
 }
 

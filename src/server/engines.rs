@@ -9,7 +9,7 @@
 //!
 //! Quota hook: `include_quota: true` is handed to [`attach_quota`], the single place
 //! where account quota, `subscription_providers`, `local_usage` and `latest_request`
-//! are added (issue 14 wires its collectors there).
+//! are added (the usage collectors plug in there and nowhere else).
 
 use crate::engine::catalog::{self, Env};
 use crate::engine::codex;

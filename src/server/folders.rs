@@ -1,5 +1,5 @@
 //! Conversation folders: `sessionOrganization/list` and `sessionFolder/create|update|
-//! reorder|delete` (issue 12; shapes from the Go server: `{organization: {folders: [{id,
+//! reorder|delete` (shapes from the Go server: `{organization: {folders: [{id,
 //! name, sort_order, created_at, updated_at}]}}`, `{group}` for create/update). Folders
 //! are persisted in the store (`session_folders`); a conversation's folder is its
 //! `folder_id` (`thread/organization/update`). Deleting a folder moves its

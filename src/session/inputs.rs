@@ -206,12 +206,12 @@ impl Session {
     pub(crate) fn queue(&mut self, p: TurnQueueParams, reply: Responder) {
         let input = match engine::input_from(
             self,
-            p.prompt,
-            p.images,
-            p.files,
-            p.content_parts,
-            p.client_id.clone(),
-            p.permission_mode,
+            p.input.prompt,
+            p.input.images,
+            p.input.files,
+            p.input.content_parts,
+            p.input.client_id.clone(),
+            p.input.permission_mode,
         ) {
             Ok(i) => i,
             Err((c, m)) => return reply.err(c, m),

@@ -185,12 +185,12 @@ fn persist_run(s: &mut Session, run: &Run) {
 pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
     let input = match input_from(
         s,
-        p.prompt.clone(),
-        p.images.clone(),
-        p.files.clone(),
-        p.content_parts.clone(),
-        p.client_id.clone(),
-        p.permission_mode.clone(),
+        p.input.prompt.clone(),
+        p.input.images.clone(),
+        p.input.files.clone(),
+        p.input.content_parts.clone(),
+        p.input.client_id.clone(),
+        p.input.permission_mode.clone(),
     ) {
         Ok(i) => i,
         Err((c, m)) => return reply.err(c, m),

@@ -383,10 +383,17 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
         .map(str::trim)
         .filter(|t| !t.is_empty())
     {
-        let has_input = p.prompt.as_deref().is_some_and(|t| !t.trim().is_empty())
-            || p.images.as_ref().is_some_and(|v| !v.is_empty())
-            || p.files.as_ref().is_some_and(|v| !v.is_empty())
-            || p.content_parts.as_ref().is_some_and(|v| !v.is_empty());
+        let has_input = p
+            .input
+            .prompt
+            .as_deref()
+            .is_some_and(|t| !t.trim().is_empty())
+            || p.input.images.as_ref().is_some_and(|v| !v.is_empty())
+            || p.input.files.as_ref().is_some_and(|v| !v.is_empty())
+            || p.input
+                .content_parts
+                .as_ref()
+                .is_some_and(|v| !v.is_empty());
         if has_input {
             return reply.err(
                 ErrorCode::InvalidParams,
@@ -410,12 +417,12 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
     }
     let input = match input_from(
         s,
-        p.prompt,
-        p.images,
-        p.files,
-        p.content_parts,
-        p.client_id,
-        p.permission_mode,
+        p.input.prompt,
+        p.input.images,
+        p.input.files,
+        p.input.content_parts,
+        p.input.client_id,
+        p.input.permission_mode,
     ) {
         Ok(i) => i,
         Err((c, m)) => return reply.err(c, m),

@@ -24,7 +24,15 @@
 //! runs inference and never changes a selection.
 
 pub mod adapters;
+mod anthropic;
+mod chatgpt;
+mod codex_cli;
+mod deepseek;
 pub mod http;
+mod kimi;
+mod openrouter;
+mod values;
+mod zhipu;
 
 use crossbeam_channel::bounded;
 use serde_json::Value;
