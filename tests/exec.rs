@@ -457,6 +457,42 @@ fn invalid_schema_exits_2_without_a_request() {
 }
 
 #[test]
+fn special_files_as_inputs_are_refused_without_reading_them() {
+    // A FIFO blocked exec forever and /dev/zero grew it without bound: each input file is
+    // opened non-blocking and must be a regular file.
+    let env = Env::new();
+    let fifo = env.ws().join("pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    for special in [fifo.to_str().unwrap(), "/dev/zero"] {
+        for flag in ["--output-schema", "--image", "--file"] {
+            let mut child = env.spawn(&["--json", flag, special, "answer"]);
+            let code = wait_timeout(&mut child, Duration::from_secs(20));
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            assert_eq!(code, Some(2), "{flag} {special}: {err}");
+        }
+    }
+    // An oversized schema is refused by size, not read whole.
+    let big = env.ws().join("big.json");
+    let f = std::fs::File::create(&big).unwrap();
+    f.set_len(2 * 1024 * 1024).unwrap();
+    let o = env.run(&["--json", "--output-schema", "big.json", "answer"]);
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(
+        o.result()["error"]
+            .as_str()
+            .unwrap()
+            .contains("larger than"),
+        "{:?}",
+        o.result()
+    );
+    assert_eq!(env.fake.requests().len(), 0);
+}
+
+#[test]
 fn schema_correction_turn_then_structured_result() {
     let env = Env::new();
     let schema = json!({"type": "object", "required": ["answer"], "properties": {"answer": {"type": "integer"}}});

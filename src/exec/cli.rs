@@ -422,10 +422,16 @@ pub fn file_media_type(path: &Path) -> &'static str {
     }
 }
 
+/// Largest file `--image` / `--file` attach, in bytes (its base64 stays under the
+/// server's 64 MiB line limit).
+pub const MAX_ATTACHMENT_BYTES: u64 = 32 * 1024 * 1024;
+
 /// Reads one attachment (relative paths: relative to `base`; exec passes the process
 /// working directory, like every other path option) into its wire shape
 /// `{media_type, data(base64), filename?}` (spec §2.5). Errors: missing, a directory,
-/// empty, unreadable, or (images) an unknown image extension.
+/// not a regular file (a FIFO or device is refused before any read could block),
+/// larger than [`MAX_ATTACHMENT_BYTES`], empty, unreadable, or (images) an unknown
+/// image extension.
 pub fn load_attachment(
     base: &Path,
     path: &Path,
@@ -433,15 +439,7 @@ pub fn load_attachment(
 ) -> Result<serde_json::Value, InvalidInput> {
     let full = base.join(path);
     let flag = if image { "--image" } else { "--file" };
-    let meta = std::fs::metadata(&full)
-        .map_err(|e| InvalidInput(format!("{flag} {}: {e}", full.display())))?;
-    if meta.is_dir() {
-        return Err(InvalidInput(format!(
-            "{flag} {}: is a directory",
-            full.display()
-        )));
-    }
-    let bytes = std::fs::read(&full)
+    let bytes = crate::beneath::read_regular(&full, MAX_ATTACHMENT_BYTES)
         .map_err(|e| InvalidInput(format!("{flag} {}: {e}", full.display())))?;
     if bytes.is_empty() {
         return Err(InvalidInput(format!(

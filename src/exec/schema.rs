@@ -5,13 +5,18 @@
 use super::cli::InvalidInput;
 use serde_json::Value;
 
+/// Largest `--output-schema` file, in bytes.
+pub const MAX_SCHEMA_BYTES: u64 = 1024 * 1024;
+
 /// Reads and compiles an output schema (JSON Schema, default dialect 2020-12). Errors:
-/// unreadable, not JSON, not a valid schema (with the JSON pointer of the problem and
-/// the rule it breaks: [`crate::session::run::check_schema`]).
+/// unreadable, not a regular file (a FIFO or device is refused before any read could
+/// block), larger than [`MAX_SCHEMA_BYTES`], not JSON, not a valid schema (with the
+/// JSON pointer of the problem and the rule it breaks:
+/// [`crate::session::run::check_schema`]).
 pub fn load_schema(path: &std::path::Path) -> Result<Value, InvalidInput> {
-    let text = std::fs::read_to_string(path)
+    let bytes = crate::beneath::read_regular(path, MAX_SCHEMA_BYTES)
         .map_err(|e| InvalidInput(format!("--output-schema {}: {e}", path.display())))?;
-    let v: Value = serde_json::from_str(&text)
+    let v: Value = serde_json::from_slice(&bytes)
         .map_err(|e| InvalidInput(format!("--output-schema {}: not JSON: {e}", path.display())))?;
     if !(v.is_object() || v.is_boolean()) {
         return Err(InvalidInput(format!(
