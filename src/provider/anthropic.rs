@@ -35,12 +35,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use super::chat::{ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::request::{normalize_schema, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::{
-    normalize_schema, parse_data, same_origin, ChatRequest, ReasoningBlock, Role, StreamEvent,
-    ToolCall, Usage, WireParser,
-};
+use super::wire::{finished_arguments, parse_data, WireParser};
 
 /// `max_tokens` when the request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -370,26 +369,24 @@ impl WireParser for Parser {
                     // limit cut off at once. `message_stop` decides (stop reason).
                     self.empty_calls.push((id, name));
                 }
-                Some(Block::Tool { id, name, json }) => {
-                    match super::finished_arguments(&json, false) {
-                        Ok(arguments) => {
-                            self.any_tool_call = true;
-                            out.push(StreamEvent::ToolCallEnd {
-                                call: ToolCall {
-                                    id,
-                                    name,
-                                    arguments,
-                                    item_id: None,
-                                },
-                            });
-                        }
-                        Err(reason) => {
-                            log::warn!("tool call {id} ({name}) not run: {reason}");
-                            self.cut_off = true;
-                            out.push(StreamEvent::ToolCallCutOff { id, name, reason });
-                        }
+                Some(Block::Tool { id, name, json }) => match finished_arguments(&json, false) {
+                    Ok(arguments) => {
+                        self.any_tool_call = true;
+                        out.push(StreamEvent::ToolCallEnd {
+                            call: ToolCall {
+                                id,
+                                name,
+                                arguments,
+                                item_id: None,
+                            },
+                        });
                     }
-                }
+                    Err(reason) => {
+                        log::warn!("tool call {id} ({name}) not run: {reason}");
+                        self.cut_off = true;
+                        out.push(StreamEvent::ToolCallCutOff { id, name, reason });
+                    }
+                },
                 Some(Block::Thinking { text, signature }) => {
                     let sig = (!signature.is_empty()).then_some(signature);
                     let ev = self.reasoning_block(text, sig, None);
@@ -429,7 +426,7 @@ impl WireParser for Parser {
                 }
                 let cut = self.stop_reason.as_deref() == Some("max_tokens");
                 for (id, name) in std::mem::take(&mut self.empty_calls) {
-                    match super::finished_arguments("", cut) {
+                    match finished_arguments("", cut) {
                         Ok(arguments) => {
                             self.any_tool_call = true;
                             out.push(StreamEvent::ToolCallEnd {
@@ -508,10 +505,10 @@ impl WireParser for Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ChatMessage, FailureKind};
+    use crate::provider::chat::{ChatMessage, FailureKind};
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
-        crate::provider::parse_body(&mut Parser::new("a", "claude"), body)
+        crate::provider::wire::parse_body(&mut Parser::new("a", "claude"), body)
     }
 
     #[test]

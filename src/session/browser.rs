@@ -34,7 +34,7 @@
 //! `browser/request_cancelled {workdir, thread_id, request_id, reason}`.
 
 use super::reverse;
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use crate::session::Host;
 use crate::tools::ToolOutcome;
 use parking_lot::Mutex;

@@ -15,7 +15,7 @@ use crate::engine::{
     TurnRequest, UserInput, EVENT_CAPACITY,
 };
 use crate::outbound::transport::Overflow;
-use crate::provider::Usage;
+use crate::provider::chat::Usage;
 use crate::session::{Session, SessionMsg};
 use crate::util::{now_ms, rfc3339};
 use crossbeam_channel::select;

@@ -1,7 +1,7 @@
 //! Argument types of every tool, their JSON Schemas, and lenient-but-clear parsing.
 
 use super::{Fail, PermissionMode};
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -16,7 +16,7 @@ use super::{
     Answer, ApprovalDecision, ApprovalRequest, Control, Engine, EngineEvent, EventSink, Outcome,
     Question, Reconnecting, SteerInput, Steering, TurnRequest, UserInput,
 };
-use crate::provider::Usage;
+use crate::provider::chat::Usage;
 use crate::tools::PermissionMode;
 use crossbeam_channel::{never, select, Receiver, Sender};
 use parking_lot::Mutex;
