@@ -22,8 +22,9 @@ pub(crate) fn normalize_schema(schema: &Value) -> Value {
     s
 }
 
-/// `(name, schema, strict)` of [`ChatRequest::output_schema`](super::chat::ChatRequest::output_schema): either `{name, schema,
-/// strict?}` or a bare JSON Schema (named `output`).
+/// `(name, schema, strict)` of
+/// [`ChatRequest::output_schema`](super::chat::ChatRequest::output_schema): either
+/// `{name, schema, strict?}` or a bare JSON Schema (named `output`).
 pub(crate) fn output_schema_parts(v: &Value) -> (String, Value, bool) {
     match v.get("schema") {
         Some(schema) if schema.is_object() => (
