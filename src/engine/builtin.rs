@@ -13,9 +13,10 @@ use super::{
     context, trace::Trace, Control, Engine, EngineEvent, EventSink, HostTools, Outcome,
     Reconnecting, TurnRequest,
 };
-use crate::provider::{
-    self, ChatRequest, FailureKind, Provider, ProviderError, StreamEvent, ToolCall, Usage,
+use crate::provider::chat::{
+    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, Usage,
 };
+use crate::provider::{self, Provider};
 use crate::tools::{self, ToolContext, ToolEvent, ToolOutcome};
 use crate::util::now_ms;
 use crossbeam_channel::{never, select, Receiver};
@@ -151,7 +152,7 @@ impl Engine for Builtin {
             let cache_key = req.thread_id.chars().take(64).collect::<String>();
             let mut messages = start.messages;
             if let Some(note) = cut_note.take() {
-                messages.push(provider::ChatMessage::text(provider::Role::User, note));
+                messages.push(ChatMessage::text(Role::User, note));
             }
             let chat = ChatRequest {
                 model: req.model.clone(),

@@ -2,7 +2,7 @@
 //! root down to the cwd, configured instructions), and the `request_context` /
 //! `provider_state` diagnostics emitted as `turn/event` (spec `exec.md` §4.3 rows 25–26).
 
-use crate::provider::{ChatMessage, ToolSpec};
+use crate::provider::chat::{ChatMessage, ToolSpec};
 use crate::util::short_hash;
 use serde_json::{json, Value};
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! - `meta/turn_continue` display markers never reach the model.
 
 use super::TurnState;
-use crate::provider::{ChatMessage, ImageInput, ReasoningBlock, Role, ToolCall};
+use crate::provider::chat::{ChatMessage, ImageInput, ReasoningBlock, Role, ToolCall};
 use wuu_protocol::ThreadItem;
 
 /// Result text given to the model for a call whose outcome was never recorded.

@@ -27,7 +27,7 @@ pub mod context;
 pub mod history;
 pub mod trace;
 
-use crate::provider::{ChatMessage, ToolSpec, Usage};
+use crate::provider::chat::{ChatMessage, ToolSpec, Usage};
 use crate::tools::{PermissionMode, ToolHandle};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
@@ -39,7 +39,7 @@ use wuu_store::TurnRow;
 pub const BUILTIN: &str = "wuu";
 
 /// Capacity of the engine → host event channel, in sends (an [`EngineEvent::Batch`] of
-/// up to [`crate::provider::STREAM_BATCH_EVENTS`] deltas is one). A slow host (a client
+/// up to [`crate::provider::stream::STREAM_BATCH_EVENTS`] deltas is one). A slow host (a client
 /// that stops reading) blocks the engine: backpressure, never a silent drop. 4 sends
 /// hold at most 128 deltas. Kept small on purpose: a deep queue lets an engine read far
 /// ahead of its session, so with many conversations streaming at once the provider and

@@ -10,7 +10,8 @@
 //! (a cassette) is refused: an extra request would desynchronize its script.
 
 use crate::outbound::Responder;
-use crate::provider::{self, ChatMessage, ChatRequest, Provider, Role, StreamEvent};
+use crate::provider::chat::{ChatMessage, ChatRequest, Role, StreamEvent};
+use crate::provider::{self, Provider};
 use crate::session::Host;
 use crate::session::{SessionMsg, Snapshot};
 use std::sync::Arc;

@@ -35,12 +35,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
+use super::chat::{ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::request::{normalize_schema, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::{
-    normalize_schema, parse_data, same_origin, ChatRequest, ReasoningBlock, Role, StreamEvent,
-    ToolCall, Usage, WireParser,
-};
+use super::wire::{finished_arguments, parse_data, WireParser};
 
 /// `max_tokens` when the request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -263,6 +262,210 @@ impl Parser {
     }
 }
 
+impl Parser {
+    /// `message_start`: the message id and the initial usage.
+    fn message_start(&mut self, v: &Value) {
+        let Some(msg) = v.get("message") else { return };
+        self.message_id = msg.get("id").and_then(Value::as_str).map(str::to_string);
+        if let Some(u) = msg.get("usage") {
+            self.apply_usage(u, true);
+        }
+    }
+
+    /// `content_block_start`: opens block `index` (text, tool call, thinking, redacted
+    /// thinking), streaming what its start already carries.
+    fn block_start(&mut self, index: u64, v: &Value, out: &mut Vec<StreamEvent>) {
+        let Some(cb) = v.get("content_block") else {
+            return;
+        };
+        let s = |k: &str| cb.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let block = match cb.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let t = s("text");
+                if !t.is_empty() {
+                    out.push(StreamEvent::TextDelta { text: t });
+                }
+                Block::Text
+            }
+            Some("tool_use") | Some("server_tool_use") => {
+                let (id, name) = (s("id"), s("name"));
+                out.push(StreamEvent::ToolCallStart {
+                    id: id.clone(),
+                    name: name.clone(),
+                });
+                // Some compatible servers send the whole input here.
+                let json = match cb.get("input") {
+                    Some(Value::Object(m)) if !m.is_empty() => cb["input"].to_string(),
+                    _ => String::new(),
+                };
+                if !json.is_empty() {
+                    out.push(StreamEvent::ToolCallDelta {
+                        id: id.clone(),
+                        delta: json.clone(),
+                    });
+                }
+                Block::Tool { id, name, json }
+            }
+            Some("thinking") => {
+                let t = s("thinking");
+                if !t.is_empty() {
+                    out.push(StreamEvent::ReasoningDelta { text: t.clone() });
+                }
+                Block::Thinking {
+                    text: t,
+                    signature: s("signature"),
+                }
+            }
+            Some("redacted_thinking") => Block::Redacted { data: s("data") },
+            _ => Block::Other,
+        };
+        self.blocks.insert(index, block);
+    }
+
+    /// `content_block_delta`: text, tool input JSON, thinking text or signature of block
+    /// `index`.
+    fn block_delta(&mut self, index: u64, v: &Value, out: &mut Vec<StreamEvent>) {
+        let Some(d) = v.get("delta") else { return };
+        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
+        let block = self.blocks.get_mut(&index);
+        match (d.get("type").and_then(Value::as_str), block) {
+            (Some("text_delta"), _) if !s("text").is_empty() => {
+                out.push(StreamEvent::TextDelta {
+                    text: s("text").to_string(),
+                });
+            }
+            (Some("input_json_delta"), Some(Block::Tool { id, json, .. })) => {
+                let piece = s("partial_json");
+                if !piece.is_empty() {
+                    json.push_str(piece);
+                    out.push(StreamEvent::ToolCallDelta {
+                        id: id.clone(),
+                        delta: piece.to_string(),
+                    });
+                }
+            }
+            (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
+                let piece = s("thinking");
+                if !piece.is_empty() {
+                    text.push_str(piece);
+                    out.push(StreamEvent::ReasoningDelta {
+                        text: piece.to_string(),
+                    });
+                }
+            }
+            (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
+                signature.push_str(s("signature"));
+            }
+            _ => {}
+        }
+    }
+
+    /// `content_block_stop`: ends block `index`: a tool call with input ends or is
+    /// withdrawn, one without input waits for `message_stop`; thinking becomes a
+    /// `ReasoningDone`.
+    fn block_stop(&mut self, index: u64, out: &mut Vec<StreamEvent>) {
+        match self.blocks.remove(&index) {
+            Some(Block::Tool { id, name, json }) if json.trim().is_empty() => {
+                // No input at all: a tool without parameters, or a call the output
+                // limit cut off at once. `message_stop` decides (stop reason).
+                self.empty_calls.push((id, name));
+            }
+            Some(Block::Tool { id, name, json }) => {
+                let arguments = finished_arguments(&json, false);
+                if let Err(reason) = &arguments {
+                    log::warn!("tool call {id} ({name}) not run: {reason}");
+                }
+                self.end_call(id, name, arguments, out);
+            }
+            Some(Block::Thinking { text, signature }) => {
+                let sig = (!signature.is_empty()).then_some(signature);
+                let ev = self.reasoning_block(text, sig, None);
+                out.push(ev);
+            }
+            Some(Block::Redacted { data }) => {
+                let ev = self.reasoning_block(String::new(), None, Some(data));
+                out.push(ev);
+            }
+            _ => {}
+        }
+    }
+
+    /// A finished call: [`StreamEvent::ToolCallEnd`] with its `arguments`, or withdrawn
+    /// ([`StreamEvent::ToolCallCutOff`]) with the reason they are not runnable.
+    fn end_call(
+        &mut self,
+        id: String,
+        name: String,
+        arguments: Result<String, String>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        match arguments {
+            Ok(arguments) => {
+                self.any_tool_call = true;
+                out.push(StreamEvent::ToolCallEnd {
+                    call: ToolCall {
+                        id,
+                        name,
+                        arguments,
+                        item_id: None,
+                    },
+                });
+            }
+            Err(reason) => {
+                self.cut_off = true;
+                out.push(StreamEvent::ToolCallCutOff { id, name, reason });
+            }
+        }
+    }
+
+    /// `message_delta`: the stop reason and cumulative usage.
+    fn message_delta(&mut self, v: &Value) {
+        if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
+            self.stop_reason = Some(r.to_string());
+        }
+        if let Some(u) = v.get("usage") {
+            self.apply_usage(u, false);
+        }
+    }
+
+    /// `message_stop`: withdraws tool blocks never stopped, decides the calls without
+    /// input (withdrawn when the stop reason is `max_tokens`), and returns `Done`.
+    fn message_stop(&mut self, out: &mut Vec<StreamEvent>) -> StreamEvent {
+        // Tool blocks never stopped were cut off.
+        let open: Vec<u64> = self
+            .blocks
+            .iter()
+            .filter(|(_, b)| matches!(b, Block::Tool { .. }))
+            .map(|(i, _)| *i)
+            .collect();
+        for i in open {
+            if let Some(Block::Tool { id, name, .. }) = self.blocks.remove(&i) {
+                self.cut_off = true;
+                out.push(StreamEvent::ToolCallCutOff {
+                    id,
+                    name,
+                    reason: "the message ended before the call's input was complete".into(),
+                });
+            }
+        }
+        let cut = self.stop_reason.as_deref() == Some("max_tokens");
+        for (id, name) in std::mem::take(&mut self.empty_calls) {
+            self.end_call(id, name, finished_arguments("", cut), out);
+        }
+        let stop_reason = self
+            .stop_reason
+            .clone()
+            .or_else(|| self.any_tool_call.then(|| "tool_use".to_string()));
+        StreamEvent::Done {
+            usage: self.usage,
+            truncated: stop_reason.as_deref() == Some("max_tokens") || self.cut_off,
+            stop_reason,
+            response_id: self.message_id.clone(),
+            message_item_id: None,
+        }
+    }
+}
+
 impl WireParser for Parser {
     fn on_event(
         &mut self,
@@ -277,188 +480,12 @@ impl WireParser for Parser {
             .unwrap_or("");
         let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
         match ty {
-            "message_start" => {
-                let msg = v.get("message")?;
-                self.message_id = msg.get("id").and_then(Value::as_str).map(str::to_string);
-                if let Some(u) = msg.get("usage") {
-                    self.apply_usage(u, true);
-                }
-            }
-            "content_block_start" => {
-                let cb = v.get("content_block")?;
-                let s = |k: &str| cb.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-                let block = match cb.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        let t = s("text");
-                        if !t.is_empty() {
-                            out.push(StreamEvent::TextDelta { text: t });
-                        }
-                        Block::Text
-                    }
-                    Some("tool_use") | Some("server_tool_use") => {
-                        let (id, name) = (s("id"), s("name"));
-                        out.push(StreamEvent::ToolCallStart {
-                            id: id.clone(),
-                            name: name.clone(),
-                        });
-                        // Some compatible servers send the whole input here.
-                        let json = match cb.get("input") {
-                            Some(Value::Object(m)) if !m.is_empty() => cb["input"].to_string(),
-                            _ => String::new(),
-                        };
-                        if !json.is_empty() {
-                            out.push(StreamEvent::ToolCallDelta {
-                                id: id.clone(),
-                                delta: json.clone(),
-                            });
-                        }
-                        Block::Tool { id, name, json }
-                    }
-                    Some("thinking") => {
-                        let t = s("thinking");
-                        if !t.is_empty() {
-                            out.push(StreamEvent::ReasoningDelta { text: t.clone() });
-                        }
-                        Block::Thinking {
-                            text: t,
-                            signature: s("signature"),
-                        }
-                    }
-                    Some("redacted_thinking") => Block::Redacted { data: s("data") },
-                    _ => Block::Other,
-                };
-                self.blocks.insert(index, block);
-            }
-            "content_block_delta" => {
-                let d = v.get("delta")?;
-                let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
-                let block = self.blocks.get_mut(&index);
-                match (d.get("type").and_then(Value::as_str), block) {
-                    (Some("text_delta"), _) if !s("text").is_empty() => {
-                        out.push(StreamEvent::TextDelta {
-                            text: s("text").to_string(),
-                        });
-                    }
-                    (Some("input_json_delta"), Some(Block::Tool { id, json, .. })) => {
-                        let piece = s("partial_json");
-                        if !piece.is_empty() {
-                            json.push_str(piece);
-                            out.push(StreamEvent::ToolCallDelta {
-                                id: id.clone(),
-                                delta: piece.to_string(),
-                            });
-                        }
-                    }
-                    (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
-                        let piece = s("thinking");
-                        if !piece.is_empty() {
-                            text.push_str(piece);
-                            out.push(StreamEvent::ReasoningDelta {
-                                text: piece.to_string(),
-                            });
-                        }
-                    }
-                    (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
-                        signature.push_str(s("signature"));
-                    }
-                    _ => {}
-                }
-            }
-            "content_block_stop" => match self.blocks.remove(&index) {
-                Some(Block::Tool { id, name, json }) if json.trim().is_empty() => {
-                    // No input at all: a tool without parameters, or a call the output
-                    // limit cut off at once. `message_stop` decides (stop reason).
-                    self.empty_calls.push((id, name));
-                }
-                Some(Block::Tool { id, name, json }) => {
-                    match super::finished_arguments(&json, false) {
-                        Ok(arguments) => {
-                            self.any_tool_call = true;
-                            out.push(StreamEvent::ToolCallEnd {
-                                call: ToolCall {
-                                    id,
-                                    name,
-                                    arguments,
-                                    item_id: None,
-                                },
-                            });
-                        }
-                        Err(reason) => {
-                            log::warn!("tool call {id} ({name}) not run: {reason}");
-                            self.cut_off = true;
-                            out.push(StreamEvent::ToolCallCutOff { id, name, reason });
-                        }
-                    }
-                }
-                Some(Block::Thinking { text, signature }) => {
-                    let sig = (!signature.is_empty()).then_some(signature);
-                    let ev = self.reasoning_block(text, sig, None);
-                    out.push(ev);
-                }
-                Some(Block::Redacted { data }) => {
-                    let ev = self.reasoning_block(String::new(), None, Some(data));
-                    out.push(ev);
-                }
-                _ => {}
-            },
-            "message_delta" => {
-                if let Some(r) = v.pointer("/delta/stop_reason").and_then(Value::as_str) {
-                    self.stop_reason = Some(r.to_string());
-                }
-                if let Some(u) = v.get("usage") {
-                    self.apply_usage(u, false);
-                }
-            }
-            "message_stop" => {
-                // Tool blocks never stopped were cut off.
-                let open: Vec<u64> = self
-                    .blocks
-                    .iter()
-                    .filter(|(_, b)| matches!(b, Block::Tool { .. }))
-                    .map(|(i, _)| *i)
-                    .collect();
-                for i in open {
-                    if let Some(Block::Tool { id, name, .. }) = self.blocks.remove(&i) {
-                        self.cut_off = true;
-                        out.push(StreamEvent::ToolCallCutOff {
-                            id,
-                            name,
-                            reason: "the message ended before the call's input was complete".into(),
-                        });
-                    }
-                }
-                let cut = self.stop_reason.as_deref() == Some("max_tokens");
-                for (id, name) in std::mem::take(&mut self.empty_calls) {
-                    match super::finished_arguments("", cut) {
-                        Ok(arguments) => {
-                            self.any_tool_call = true;
-                            out.push(StreamEvent::ToolCallEnd {
-                                call: ToolCall {
-                                    id,
-                                    name,
-                                    arguments,
-                                    item_id: None,
-                                },
-                            });
-                        }
-                        Err(reason) => {
-                            self.cut_off = true;
-                            out.push(StreamEvent::ToolCallCutOff { id, name, reason });
-                        }
-                    }
-                }
-                let stop_reason = self
-                    .stop_reason
-                    .clone()
-                    .or_else(|| self.any_tool_call.then(|| "tool_use".to_string()));
-                return Some(Ok(StreamEvent::Done {
-                    usage: self.usage,
-                    truncated: stop_reason.as_deref() == Some("max_tokens") || self.cut_off,
-                    stop_reason,
-                    response_id: self.message_id.clone(),
-                    message_item_id: None,
-                }));
-            }
+            "message_start" => self.message_start(&v),
+            "content_block_start" => self.block_start(index, &v, out),
+            "content_block_delta" => self.block_delta(index, &v, out),
+            "content_block_stop" => self.block_stop(index, out),
+            "message_delta" => self.message_delta(&v),
+            "message_stop" => return Some(Ok(self.message_stop(out))),
             "error" => {
                 let (code, ty, msg) = error_fields(&v);
                 return Some(Err(classify_stream_error(
@@ -508,10 +535,10 @@ impl WireParser for Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ChatMessage, FailureKind};
+    use crate::provider::chat::{ChatMessage, FailureKind};
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
-        crate::provider::parse_body(&mut Parser::new("a", "claude"), body)
+        crate::provider::wire::parse_body(&mut Parser::new("a", "claude"), body)
     }
 
     #[test]

@@ -207,8 +207,8 @@ pub fn embedded_catalog(cfg: &LoadedConfig) -> Vec<CatalogProvider> {
 }
 
 pub fn without_models(c: &[CatalogProvider]) -> Vec<CatalogProvider> {
-    // Field by field: `..p.clone()` cloned every provider's model list only to drop it
-    // (most of `initialize`'s CPU with the embedded catalog).
+    // Field by field: `..p.clone()` would clone every provider's model list only to
+    // drop it, which is most of what `initialize` costs with the embedded catalog.
     c.iter()
         .map(|p| CatalogProvider {
             id: p.id.clone(),

@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::chat::{ChatRequest, FailureKind, ProviderError};
 use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
-use super::{
-    drive_sse, CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamSink,
-    WireParser, WireProtocol,
-};
+use super::wire::{drive_payloads, drive_sse, WireParser, WireProtocol};
+use super::{CancelToken, Provider, StreamSink};
 use crate::config::ProviderConfig;
 
 /// Default idle timeout of a stream (90 s): the longest silence accepted between two
@@ -398,7 +397,7 @@ pub(crate) fn handle_response(
         }
         // Some servers ignore `stream:true` and answer with the whole response at once.
         if let Some(datas) = parser.json_body_events(&v) {
-            return super::drive_payloads(datas, parser, sink);
+            return drive_payloads(datas, parser, sink);
         }
         let mut e = AttemptError::new(
             FailureKind::InvalidRequest,

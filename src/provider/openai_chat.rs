@@ -29,12 +29,11 @@ use serde_json::{json, Value};
 mod chunk;
 use chunk::{Chunk, Fragment};
 
+use super::chat::{ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::request::{normalize_schema, output_schema_parts, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::{
-    normalize_schema, output_schema_parts, parse_data, same_origin, synth_call_id, ChatMessage,
-    ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage, WireParser,
-};
+use super::wire::{finished_arguments, parse_data, synth_call_id, WireParser};
 
 /// Whether a `data:` payload is the `[DONE]` sentinel (surrounding whitespace allowed);
 /// a JSON chunk is told apart by its first byte.
@@ -270,7 +269,7 @@ impl Parser {
         if call.ended {
             return true;
         }
-        let arguments = match super::finished_arguments(&call.args, truncated) {
+        let arguments = match finished_arguments(&call.args, truncated) {
             Ok(a) => a,
             Err(reason) => {
                 call.ended = true;
@@ -523,10 +522,10 @@ impl WireParser for Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::FailureKind;
+    use crate::provider::chat::FailureKind;
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
-        crate::provider::parse_body(&mut Parser::new("p", "m"), body)
+        crate::provider::wire::parse_body(&mut Parser::new("p", "m"), body)
     }
 
     fn chunk(delta: Value, finish: Option<&str>) -> String {

@@ -28,12 +28,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
+use super::chat::{ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::request::{normalize_schema, output_schema_parts, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::{
-    normalize_schema, output_schema_parts, parse_data, same_origin, ChatMessage, ChatRequest,
-    ReasoningBlock, Role, StreamEvent, ToolCall, Usage, WireParser,
-};
+use super::wire::{finished_arguments, parse_data, WireParser};
 
 /// Longest `prompt_cache_key` sent (wuu clamps to 64).
 pub const MAX_PROMPT_CACHE_KEY: usize = 64;
@@ -295,7 +294,7 @@ impl Parser {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_string)
-            .unwrap_or_else(super::synth_call_id);
+            .unwrap_or_else(super::wire::synth_call_id);
         st.name = item
             .get("name")
             .and_then(Value::as_str)
@@ -339,7 +338,7 @@ impl Parser {
         }
         st.ended = true;
         let cut = truncated || item.get("status").and_then(Value::as_str) == Some("incomplete");
-        match super::finished_arguments(&st.args, cut) {
+        match finished_arguments(&st.args, cut) {
             Ok(arguments) => out.push(StreamEvent::ToolCallEnd {
                 call: ToolCall {
                     id: st.call_id.clone(),
@@ -662,10 +661,10 @@ impl WireParser for Parser {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ImageInput, ToolSpec};
+    use crate::provider::chat::{ImageInput, ToolSpec};
 
     fn events(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
-        crate::provider::parse_body(&mut Parser::new("openai", "m"), body)
+        crate::provider::wire::parse_body(&mut Parser::new("openai", "m"), body)
     }
 
     #[test]
@@ -712,17 +711,20 @@ mod tests {
         let (_, d) = events(
             "data: {\"type\":\"error\",\"sequence_number\":2,\"error\":{\"code\":\"rate_limit_exceeded\",\"message\":\"slow\"}}\n\n",
         );
-        assert_eq!(d.unwrap_err().kind, crate::provider::FailureKind::RateLimit);
+        assert_eq!(
+            d.unwrap_err().kind,
+            crate::provider::chat::FailureKind::RateLimit
+        );
         let (_, d) = events("data: {\"type\":\"response.failed\",\"response\":{\"id\":\"resp_f\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"boom\"}}}\n\n");
         let e = d.unwrap_err();
         assert_eq!(
             (e.kind, e.message.as_str(), e.retryable),
-            (crate::provider::FailureKind::Server, "boom", true)
+            (crate::provider::chat::FailureKind::Server, "boom", true)
         );
         let (_, d) = events("data: [DONE]\n\n");
         assert_eq!(
             d.unwrap_err().kind,
-            crate::provider::FailureKind::IncompleteStream
+            crate::provider::chat::FailureKind::IncompleteStream
         );
     }
 

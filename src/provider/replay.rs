@@ -26,11 +26,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::Value;
 
+use super::chat::{ChatRequest, FailureKind, ProviderError};
 use super::http::handle_response;
 use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
-use super::{
-    CancelToken, ChatRequest, FailureKind, Provider, ProviderError, StreamSink, WireProtocol,
-};
+use super::wire::WireProtocol;
+use super::{CancelToken, Provider, StreamSink};
 use crate::config::ProviderConfig;
 
 /// One recorded response.
@@ -258,7 +258,7 @@ pub fn render_events(protocol: WireProtocol, events: &[Value]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::{ChatMessage, Role, StreamEvent};
+    use crate::provider::chat::{ChatMessage, Role, StreamEvent};
     use serde_json::json;
 
     fn req() -> ChatRequest {

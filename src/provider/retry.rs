@@ -34,7 +34,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use super::{CancelToken, FailureKind, ProviderError, StreamEvent, StreamSink};
+use super::chat::{FailureKind, ProviderError, StreamEvent};
+use super::{CancelToken, StreamSink};
 use crate::config::ProviderConfig;
 
 /// Default initial backoff (1 s).
@@ -841,7 +842,7 @@ mod tests {
             },
             |_, sink| {
                 sink.event(StreamEvent::ToolCallEnd {
-                    call: super::super::ToolCall {
+                    call: super::super::chat::ToolCall {
                         id: "c".into(),
                         name: "x".into(),
                         arguments: "{}".into(),

@@ -36,7 +36,7 @@
 mod tools;
 
 use super::reverse;
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use crate::session::Host;
 use crate::tools::ToolOutcome;
 use parking_lot::Mutex;

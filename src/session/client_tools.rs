@@ -9,7 +9,7 @@
 //! thread and reports one [`ToolEvent::Done`]; [`ToolHandle::cancel`] (an interrupt)
 //! revokes its question or stops waiting for its reverse request.
 
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use crate::session::Host;
 use crate::tools::{ToolEvent, ToolHandle, ToolOutcome};
 use std::sync::atomic::AtomicBool;

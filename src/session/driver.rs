@@ -12,7 +12,7 @@
 use crate::engine::trace::Trace;
 use crate::engine::Control;
 use crate::outbound::transport::Overflow;
-use crate::provider::Usage;
+use crate::provider::chat::Usage;
 use crate::session::{Session, SessionMsg};
 use crate::util::now_ms;
 use serde_json::Value;

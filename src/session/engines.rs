@@ -10,7 +10,7 @@
 use super::Session;
 use crate::engine::builtin::Builtin;
 use crate::engine::{Engine, FailingEngine, HostTools, BUILTIN};
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use crate::session::Host;
 use crate::tools::{PermissionMode, ToolHandle};
 use std::sync::Arc;

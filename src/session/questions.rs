@@ -469,8 +469,8 @@ pub fn handle(shared: &Host, req: ClientRequest, reply: Responder) {
 pub const TOOL: &str = "ask_user";
 
 /// The `ask_user` tool spec.
-pub fn spec() -> crate::provider::ToolSpec {
-    crate::provider::ToolSpec {
+pub fn spec() -> crate::provider::chat::ToolSpec {
+    crate::provider::chat::ToolSpec {
         name: TOOL.into(),
         description: "Ask the user one or more questions and wait for the answer. Use \
             mode \"ask\" (default) for a form the user must answer or cancel; mode \

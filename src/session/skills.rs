@@ -40,7 +40,7 @@ pub fn skills(shared: &Host) -> Arc<Vec<Skill>> {
 }
 
 /// The `load_skill` spec, when the model may load any skill.
-pub fn tool_spec(shared: &Host) -> Option<crate::provider::ToolSpec> {
+pub fn tool_spec(shared: &Host) -> Option<crate::provider::chat::ToolSpec> {
     skill::spec(&skills(shared))
 }
 

@@ -10,7 +10,8 @@
 //! failed request leaves the title empty, so the next successful turn retries. Config
 //! `agent.auto_title: false` turns it off.
 
-use crate::provider::{self, ChatMessage, ChatRequest, Role, StreamEvent};
+use crate::provider;
+use crate::provider::chat::{ChatMessage, ChatRequest, Role, StreamEvent};
 use crate::session::{Session, SessionMsg};
 use parking_lot::Mutex;
 use std::collections::HashSet;

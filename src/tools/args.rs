@@ -1,7 +1,7 @@
 //! Argument types of every tool, their JSON Schemas, and lenient-but-clear parsing.
 
 use super::{Fail, PermissionMode};
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -132,199 +132,250 @@ fn spec(name: &str, description: String, parameters: Value) -> ToolSpec {
 
 /// All tool specs (see [`super::specs`]).
 pub(crate) fn specs(mode: PermissionMode) -> Vec<ToolSpec> {
-    let disabled = |s: &str| -> String {
-        if mode == PermissionMode::ReadOnly {
-            format!("{s} Disabled in read_only mode: calls are refused.")
-        } else {
-            s.to_string()
-        }
-    };
     vec![
-        spec(
-            "bash",
-            format!(
-                "Run a shell command with `bash -c` in the workspace. stdin is closed; stdout \
-                 and stderr are captured separately and streamed. The result shows the exit \
-                 code, stdout and stderr; long output is truncated (head and tail kept) and \
-                 the full output is saved to a file whose path is given. The whole process \
-                 group (including background jobs) is killed when the command ends, times \
-                 out, or is interrupted.{}",
-                match mode {
-                    PermissionMode::ReadOnly => {
-                        " read_only mode: the command runs in a read-only sandbox: it can read \
-                         the workspace and system files but write only to $TMPDIR (a private \
-                         temp dir); secret-looking environment variables are removed."
-                    }
-                    PermissionMode::Standard => {
-                        " The command runs in a sandbox: it can write only inside the \
-                         workspace and $TMPDIR (a private temp dir), read only the workspace, \
-                         system and toolchain directories; secret-looking environment \
-                         variables are removed."
-                    }
-                    PermissionMode::Unconfined => "",
-                }
-            ),
-            json!({
-                "type": "object",
-                "properties": {
-                    "command": {"type": "string", "description": "The command line, run by `bash -c`."},
-                    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds (default: host setting)."},
-                    "workdir": {"type": "string", "description": "Working directory, relative to the current directory (default: current directory)."}
-                },
-                "required": ["command"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "read_file",
-            "Read a text file. Returns numbered lines like `cat -n` (line number, tab, text), \
-             at most `limit` lines (default 2000) starting at 1-based line `offset` \
-             (default 1). Very long lines are cut. Binary files are refused."
-                .to_string(),
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
-                    "offset": {"type": "integer", "minimum": 1, "description": "First line to read, 1-based (default 1)."},
-                    "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to read (default 2000)."}
-                },
-                "required": ["path"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "write_file",
-            disabled(
-                "Write a file with the given content, replacing it if it exists. Parent \
-                 directories are created.",
-            ),
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
-                    "content": {"type": "string", "description": "The complete new file content."}
-                },
-                "required": ["path", "content"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "edit_file",
-            disabled(
-                "Replace an exact string in a file. `old_string` must match exactly \
-                 (including whitespace) and be unique in the file unless `replace_all` is \
-                 true; include enough surrounding context to make it unique.",
-            ),
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
-                    "old_string": {"type": "string", "description": "Exact text to replace (non-empty)."},
-                    "new_string": {"type": "string", "description": "Replacement text."},
-                    "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
-                },
-                "required": ["path", "old_string", "new_string"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "apply_patch",
-            disabled(
-                "Apply a patch that adds, deletes, updates or moves files. Format:\n\
-                 *** Begin Patch\n\
-                 *** Add File: path/new.txt\n\
-                 +line of the new file\n\
-                 *** Delete File: path/old.txt\n\
-                 *** Update File: path/file.rs\n\
-                 *** Move to: path/renamed.rs   (optional)\n\
-                 @@ optional line to anchor the hunk, e.g. fn main() {\n \
-                 context line (space prefix)\n\
-                 -removed line\n\
-                 +added line\n\
-                 *** End of File   (optional: hunk is at the end of the file)\n\
-                 *** End Patch\n\
-                 Paths are relative to the current directory. Give about 3 lines of context \
-                 around each change. The patch is all-or-nothing: if any hunk does not \
-                 apply, no file is changed.",
-            ),
-            json!({
-                "type": "object",
-                "properties": {
-                    "patch": {"type": "string", "description": "The full patch text, from `*** Begin Patch` to `*** End Patch`."}
-                },
-                "required": ["patch"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "list_files",
-            "List files and directories as an indented tree, respecting .gitignore. \
-             Directories end with `/`."
-                .to_string(),
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "Directory to list (default: current directory)."},
-                    "depth": {"type": "integer", "minimum": 1, "description": "How many levels deep to list (default 2)."}
-                },
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "grep",
-            "Search file contents with a regular expression (Rust regex syntax), respecting \
-             .gitignore and skipping binary files. Output lines are `path:line:text`."
-                .to_string(),
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "Regular expression, e.g. `fn\\s+main` or `(?i)todo`."},
-                    "path": {"type": "string", "description": "File or directory to search (default: current directory)."},
-                    "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs` or `src/**/*.ts`."}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "glob",
-            "Find files whose path (relative to the current directory) matches a glob, e.g. \
-             `**/*.rs` or `src/*.toml`, respecting .gitignore. `*` does not cross `/`; use \
-             `**` for any depth. Most recently modified files first."
-                .to_string(),
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "Glob pattern relative to the current directory."}
-                },
-                "required": ["pattern"],
-                "additionalProperties": false
-            }),
-        ),
-        spec(
-            "todo_write",
-            "Replace the task list shown to the user. Send the full list every time; keep \
-             at most one item `in_progress`."
-                .to_string(),
-            json!({
-                "type": "object",
-                "properties": {
-                    "todos": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "properties": {
-                                "content": {"type": "string", "description": "What to do."},
-                                "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}
-                            },
-                            "required": ["content", "status"],
-                            "additionalProperties": false
-                        }
-                    }
-                },
-                "required": ["todos"],
-                "additionalProperties": false
-            }),
-        ),
+        bash_spec(mode),
+        read_file_spec(),
+        write_file_spec(mode),
+        edit_file_spec(mode),
+        apply_patch_spec(mode),
+        list_files_spec(),
+        grep_spec(),
+        glob_spec(),
+        todo_write_spec(),
     ]
+}
+
+/// A description of a tool that writes, with the `read_only` refusal appended in that
+/// mode.
+fn disabled(mode: PermissionMode, s: &str) -> String {
+    if mode == PermissionMode::ReadOnly {
+        format!("{s} Disabled in read_only mode: calls are refused.")
+    } else {
+        s.to_string()
+    }
+}
+
+/// `bash`: its description says what the sandbox of `mode` allows.
+fn bash_spec(mode: PermissionMode) -> ToolSpec {
+    spec(
+        "bash",
+        format!(
+            "Run a shell command with `bash -c` in the workspace. stdin is closed; stdout \
+             and stderr are captured separately and streamed. The result shows the exit \
+             code, stdout and stderr; long output is truncated (head and tail kept) and \
+             the full output is saved to a file whose path is given. The whole process \
+             group (including background jobs) is killed when the command ends, times \
+             out, or is interrupted.{}",
+            match mode {
+                PermissionMode::ReadOnly => {
+                    " read_only mode: the command runs in a read-only sandbox: it can read \
+                     the workspace and system files but write only to $TMPDIR (a private \
+                     temp dir); secret-looking environment variables are removed."
+                }
+                PermissionMode::Standard => {
+                    " The command runs in a sandbox: it can write only inside the \
+                     workspace and $TMPDIR (a private temp dir), read only the workspace, \
+                     system and toolchain directories; secret-looking environment \
+                     variables are removed."
+                }
+                PermissionMode::Unconfined => "",
+            }
+        ),
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command line, run by `bash -c`."},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds (default: host setting)."},
+                "workdir": {"type": "string", "description": "Working directory, relative to the current directory (default: current directory)."}
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `read_file`.
+fn read_file_spec() -> ToolSpec {
+    spec(
+        "read_file",
+        "Read a text file. Returns numbered lines like `cat -n` (line number, tab, text), \
+         at most `limit` lines (default 2000) starting at 1-based line `offset` \
+         (default 1). Very long lines are cut. Binary files are refused."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
+                "offset": {"type": "integer", "minimum": 1, "description": "First line to read, 1-based (default 1)."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to read (default 2000)."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `write_file` (refused in `read_only`).
+fn write_file_spec(mode: PermissionMode) -> ToolSpec {
+    spec(
+        "write_file",
+        disabled(
+            mode,
+            "Write a file with the given content, replacing it if it exists. Parent \
+             directories are created.",
+        ),
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
+                "content": {"type": "string", "description": "The complete new file content."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `edit_file` (refused in `read_only`).
+fn edit_file_spec(mode: PermissionMode) -> ToolSpec {
+    spec(
+        "edit_file",
+        disabled(
+            mode,
+            "Replace an exact string in a file. `old_string` must match exactly \
+             (including whitespace) and be unique in the file unless `replace_all` is \
+             true; include enough surrounding context to make it unique.",
+        ),
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
+                "old_string": {"type": "string", "description": "Exact text to replace (non-empty)."},
+                "new_string": {"type": "string", "description": "Replacement text."},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."}
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `apply_patch` and its patch format (refused in `read_only`).
+fn apply_patch_spec(mode: PermissionMode) -> ToolSpec {
+    spec(
+        "apply_patch",
+        disabled(
+            mode,
+            "Apply a patch that adds, deletes, updates or moves files. Format:\n\
+             *** Begin Patch\n\
+             *** Add File: path/new.txt\n\
+             +line of the new file\n\
+             *** Delete File: path/old.txt\n\
+             *** Update File: path/file.rs\n\
+             *** Move to: path/renamed.rs   (optional)\n\
+             @@ optional line to anchor the hunk, e.g. fn main() {\n \
+             context line (space prefix)\n\
+             -removed line\n\
+             +added line\n\
+             *** End of File   (optional: hunk is at the end of the file)\n\
+             *** End Patch\n\
+             Paths are relative to the current directory. Give about 3 lines of context \
+             around each change. The patch is all-or-nothing: if any hunk does not \
+             apply, no file is changed.",
+        ),
+        json!({
+            "type": "object",
+            "properties": {
+                "patch": {"type": "string", "description": "The full patch text, from `*** Begin Patch` to `*** End Patch`."}
+            },
+            "required": ["patch"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `list_files`.
+fn list_files_spec() -> ToolSpec {
+    spec(
+        "list_files",
+        "List files and directories as an indented tree, respecting .gitignore. \
+         Directories end with `/`."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Directory to list (default: current directory)."},
+                "depth": {"type": "integer", "minimum": 1, "description": "How many levels deep to list (default 2)."}
+            },
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `grep`.
+fn grep_spec() -> ToolSpec {
+    spec(
+        "grep",
+        "Search file contents with a regular expression (Rust regex syntax), respecting \
+         .gitignore and skipping binary files. Output lines are `path:line:text`."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Regular expression, e.g. `fn\\s+main` or `(?i)todo`."},
+                "path": {"type": "string", "description": "File or directory to search (default: current directory)."},
+                "glob": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs` or `src/**/*.ts`."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `glob`.
+fn glob_spec() -> ToolSpec {
+    spec(
+        "glob",
+        "Find files whose path (relative to the current directory) matches a glob, e.g. \
+         `**/*.rs` or `src/*.toml`, respecting .gitignore. `*` does not cross `/`; use \
+         `**` for any depth. Most recently modified files first."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Glob pattern relative to the current directory."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `todo_write`.
+fn todo_write_spec() -> ToolSpec {
+    spec(
+        "todo_write",
+        "Replace the task list shown to the user. Send the full list every time; keep \
+         at most one item `in_progress`."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "todos": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "content": {"type": "string", "description": "What to do."},
+                            "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}
+                        },
+                        "required": ["content", "status"],
+                        "additionalProperties": false
+                    }
+                }
+            },
+            "required": ["todos"],
+            "additionalProperties": false
+        }),
+    )
 }

@@ -60,7 +60,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
 
-/// Permission modes (issue 3 §4).
+/// A thread's permission mode (`permission_mode`, spec `app-server.md`): what the tools
+/// may do, enforced as the module docs describe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
@@ -163,7 +164,7 @@ mod todo;
 #[cfg(test)]
 mod tests;
 
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

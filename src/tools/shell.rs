@@ -22,7 +22,7 @@
 use super::args::BashArgs;
 use super::paths::{self, Access};
 use super::{Cancel, Fail, PermissionMode, ToolContext, ToolEvent, ToolOutcome, KILL_GRACE};
-use crossbeam_channel::{RecvTimeoutError, SendTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 use serde_json::json;
 use std::collections::VecDeque;
@@ -30,7 +30,7 @@ use std::fs;
 use std::io::{self, BufWriter, Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -360,22 +360,8 @@ pub(crate) fn run(
     if a.command.trim().is_empty() {
         return Err(Fail::Error("command must not be empty".into()));
     }
-    let dir = match a.workdir.as_deref() {
-        Some(w) if !w.trim().is_empty() => {
-            let d = paths::resolve(ctx, w, Access::Read)?;
-            if !d.is_dir() {
-                return Err(Fail::Error(format!("workdir `{w}` is not a directory")));
-            }
-            d
-        }
-        _ => ctx.cwd.clone(),
-    };
-    let timeout_ms = match a.timeout_ms {
-        Some(t) if t > 0 => t,
-        _ if ctx.default_timeout_ms > 0 => ctx.default_timeout_ms,
-        _ => MAX_TIMEOUT_MS,
-    }
-    .min(MAX_TIMEOUT_MS);
+    let dir = workdir(&a, ctx)?;
+    let timeout_ms = timeout_ms(&a, ctx);
 
     super::sandbox::check(ctx)?;
     if let Err(e) = fs::create_dir_all(&ctx.temp_dir) {
@@ -384,9 +370,95 @@ pub(crate) fn run(
             ctx.temp_dir.display()
         )));
     }
+    let Started {
+        mut child,
+        pgid,
+        token,
+        chunks,
+    } = spawn(&a, ctx, &dir)?;
+
+    let mut output = Output::new(ctx);
+    let start = Instant::now();
+    let mut watch = Watch::new(start.checked_add(Duration::from_millis(timeout_ms)));
+    let mut pump = Pump {
+        chunks,
+        events,
+        pending: None,
+        readers_done: false,
+        consumer_gone: false,
+    };
+    let pipes_abandoned = loop {
+        let now = Instant::now();
+        watch.check(now, cancel, &mut child, pgid);
+        if let Some(at) = watch.exited_at {
+            if pump.drained() {
+                break false;
+            }
+            if now >= at + KILL_GRACE + PIPE_DRAIN_AFTER_KILL {
+                break !pump.readers_done;
+            }
+        }
+        pump.step(&mut output);
+    };
+    pump.finish();
+    output.finish(events);
+    watch.reap(pgid, &token);
+    super::process::ended(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
+
+    let elapsed_ms = start.elapsed().as_millis() as u64;
+    Ok(outcome(&Finished {
+        status: watch.status,
+        timed_out: watch.timed_out,
+        interrupted: watch.interrupted,
+        timeout_ms,
+        caps: &output.caps,
+        spill: &output.spill,
+        pipes_abandoned,
+        elapsed_ms,
+    }))
+}
+
+/// The directory the command runs in: `workdir` (resolved for reading, must be a
+/// directory) or the context's cwd.
+fn workdir(a: &BashArgs, ctx: &ToolContext) -> Result<PathBuf, Fail> {
+    match a.workdir.as_deref() {
+        Some(w) if !w.trim().is_empty() => {
+            let d = paths::resolve(ctx, w, Access::Read)?;
+            if !d.is_dir() {
+                return Err(Fail::Error(format!("workdir `{w}` is not a directory")));
+            }
+            Ok(d)
+        }
+        _ => Ok(ctx.cwd.clone()),
+    }
+}
+
+/// The call's timeout in ms: its own, else the context's default, else (and at most)
+/// [`MAX_TIMEOUT_MS`].
+fn timeout_ms(a: &BashArgs, ctx: &ToolContext) -> u64 {
+    match a.timeout_ms {
+        Some(t) if t > 0 => t,
+        _ if ctx.default_timeout_ms > 0 => ctx.default_timeout_ms,
+        _ => MAX_TIMEOUT_MS,
+    }
+    .min(MAX_TIMEOUT_MS)
+}
+
+/// A started command: its main child, process group, token, and the output chunks of
+/// its two reader threads (`(stream index, bytes)`).
+struct Started {
+    child: Child,
+    pgid: Pid,
+    token: String,
+    chunks: Receiver<(usize, Vec<u8>)>,
+}
+
+/// The shell command without its script: through the launcher, or (in `unconfined`
+/// when the launcher is unavailable) the shell directly in a group of its own.
+fn shell_command(ctx: &ToolContext) -> Result<Command, Fail> {
     // The launcher makes itself a session and process group leader (`setsid`, its pgid
     // is its pid) as its first act; a shell started directly gets a group of its own.
-    let mut cmd = match super::sandbox::launcher() {
+    match super::sandbox::launcher() {
         Ok(launcher) => {
             let mut c = Command::new(launcher);
             c.arg(super::sandbox::LAUNCHER_ARG)
@@ -397,25 +469,29 @@ pub(crate) fn run(
                 .args(super::sandbox::policy_args(ctx))
                 .arg("--")
                 .arg(shell_path());
-            c
+            Ok(c)
         }
         Err(e) if ctx.permission_mode == PermissionMode::Unconfined => {
             log::warn!("bash: {e}; running the shell directly (it will not die with the host)");
             let mut c = Command::new(shell_path());
             c.process_group(0);
-            c
+            Ok(c)
         }
-        Err(e) => {
-            return Err(Fail::Error(format!(
-                "cannot start the command sandbox: {e}"
-            )))
-        }
-    };
+        Err(e) => Err(Fail::Error(format!(
+            "cannot start the command sandbox: {e}"
+        ))),
+    }
+}
+
+/// Starts the command in `dir` with the sandbox's environment and a fresh token, and
+/// its two output reader threads. A reader that cannot start kills the group.
+fn spawn(a: &BashArgs, ctx: &ToolContext, dir: &Path) -> Result<Started, Fail> {
+    let mut cmd = shell_command(ctx)?;
     let token = uuid::Uuid::new_v4().simple().to_string();
     let mut child = cmd
         .arg("-c")
         .arg(&a.command)
-        .current_dir(&dir)
+        .current_dir(dir)
         .env_clear()
         .envs(super::sandbox::command_env(ctx))
         .env(super::process::TOKEN_VAR, &token)
@@ -432,7 +508,7 @@ pub(crate) fn run(
         })?;
     let pgid = Pid::from_child(&child);
     super::process::started(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
-    let (chunk_tx, chunk_rx) = crossbeam_channel::bounded::<(usize, Vec<u8>)>(16);
+    let (chunk_tx, chunks) = crossbeam_channel::bounded::<(usize, Vec<u8>)>(16);
     let mut reader_error = None;
     if let Some(out) = child.stdout.take() {
         if let Err(e) = spawn_reader(out, 0, chunk_tx.clone()) {
@@ -453,58 +529,179 @@ pub(crate) fn run(
             "internal error: cannot start output reader threads: {e}"
         )));
     }
+    Ok(Started {
+        child,
+        pgid,
+        token,
+        chunks,
+    })
+}
 
-    let cap = ctx.output_cap_bytes;
-    let mut caps = [Capture::new(cap), Capture::new(cap)];
-    // Streamed output is masked before it is sent (a secret split across reads too).
-    let mut masks: [crate::secrets::StreamRedactor; 2] = Default::default();
-    let mut spill = Spill {
-        redactor: Default::default(),
-        dir: ctx.spill_dir.clone(),
-        buffer: Vec::new(),
-        file: None,
-        path: None,
-        error: None,
-    };
-    let start = Instant::now();
-    let deadline = start.checked_add(Duration::from_millis(timeout_ms));
-    let mut status: Option<ExitStatus> = None;
-    let mut exited_at: Option<Instant> = None;
-    let mut term_at: Option<Instant> = None;
-    let mut kill_sent = false;
-    let mut timed_out = false;
-    let mut interrupted = false;
-    let mut readers_done = false;
-    let mut pipes_abandoned = false;
-    let mut consumer_gone = false;
-    let mut pending: Option<ToolEvent> = None;
+/// What is kept of both streams: the bounded captures, the masks of streamed output
+/// and the spill file.
+struct Output {
+    cap: usize,
+    caps: [Capture; 2],
+    /// Streamed output is masked before it is sent (a secret split across reads too).
+    masks: [crate::secrets::StreamRedactor; 2],
+    spill: Spill,
+}
 
-    loop {
-        let now = Instant::now();
-        if !interrupted && cancel.is_set() {
-            interrupted = true;
-            if term_at.is_none() {
-                signal_group(pgid, Signal::TERM);
-                term_at = Some(now);
+impl Output {
+    fn new(ctx: &ToolContext) -> Self {
+        let cap = ctx.output_cap_bytes;
+        Output {
+            cap,
+            caps: [Capture::new(cap), Capture::new(cap)],
+            masks: Default::default(),
+            spill: Spill {
+                redactor: Default::default(),
+                dir: ctx.spill_dir.clone(),
+                buffer: Vec::new(),
+                file: None,
+                path: None,
+                error: None,
+            },
+        }
+    }
+
+    /// Takes one chunk of stream `idx`; returns its masked, decoded text to stream
+    /// (empty when everything is held back).
+    fn push(&mut self, idx: usize, bytes: &[u8]) -> String {
+        let c = &mut self.caps[idx];
+        c.push(bytes);
+        self.spill.push(bytes, c.total > self.cap as u64);
+        c.dec.decode(&self.masks[idx].push(bytes))
+    }
+
+    /// Ends both streams: sends what the masks and decoders still hold, closes the
+    /// spill file.
+    fn finish(&mut self, events: &Sender<ToolEvent>) {
+        for (idx, c) in self.caps.iter_mut().enumerate() {
+            let held = self.masks[idx].finish();
+            let mut text = c.dec.decode(&held);
+            text.push_str(&c.dec.finish());
+            if !text.is_empty() {
+                let _ = events.send(ToolEvent::Output {
+                    stream: STREAMS[idx],
+                    text,
+                });
             }
         }
-        if exited_at.is_none() && !timed_out && deadline.is_some_and(|d| now >= d) {
-            timed_out = true;
-            if term_at.is_none() {
-                signal_group(pgid, Signal::TERM);
-                term_at = Some(now);
+        self.spill.finish();
+    }
+}
+
+/// Moves output from the reader threads to the event channel, one tick at a time, with
+/// backpressure: while an event waits for room, no chunk is read.
+struct Pump<'a> {
+    chunks: Receiver<(usize, Vec<u8>)>,
+    events: &'a Sender<ToolEvent>,
+    /// An event the channel had no room for yet.
+    pending: Option<ToolEvent>,
+    /// Both readers ended (their pipes closed).
+    readers_done: bool,
+    /// The event receiver is gone: output is still captured, no longer sent.
+    consumer_gone: bool,
+}
+
+impl Pump<'_> {
+    /// One step of at most [`TICK`]: sends the pending event, or takes the next chunk,
+    /// or (readers done) sleeps.
+    fn step(&mut self, output: &mut Output) {
+        if let Some(ev) = self.pending.take() {
+            match self.events.send_timeout(ev, TICK) {
+                Ok(()) => {}
+                Err(SendTimeoutError::Timeout(ev)) => self.pending = Some(ev),
+                Err(SendTimeoutError::Disconnected(_)) => self.consumer_gone = true,
             }
+        } else if !self.readers_done {
+            match self.chunks.recv_timeout(TICK) {
+                Ok((idx, bytes)) => {
+                    let text = output.push(idx, &bytes);
+                    if !text.is_empty() && !self.consumer_gone {
+                        self.pending = Some(ToolEvent::Output {
+                            stream: STREAMS[idx],
+                            text,
+                        });
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => self.readers_done = true,
+            }
+        } else {
+            thread::sleep(TICK);
         }
-        if let Some(t) = term_at {
-            if !kill_sent && now >= t + KILL_GRACE {
+    }
+
+    /// All output was read and sent.
+    fn drained(&self) -> bool {
+        self.readers_done && self.pending.is_none()
+    }
+
+    /// Stops reading (readers still running end when their pipe closes or on their next
+    /// send) and sends the pending event, waiting for room.
+    fn finish(self) {
+        drop(self.chunks);
+        if let Some(ev) = self.pending {
+            let _ = self.events.send(ev);
+        }
+    }
+}
+
+/// The command's end: cancel, timeout, the main child's exit, and the SIGTERM →
+/// SIGKILL escalation of its process group.
+struct Watch {
+    deadline: Option<Instant>,
+    status: Option<ExitStatus>,
+    exited_at: Option<Instant>,
+    term_at: Option<Instant>,
+    kill_sent: bool,
+    timed_out: bool,
+    interrupted: bool,
+}
+
+impl Watch {
+    fn new(deadline: Option<Instant>) -> Self {
+        Watch {
+            deadline,
+            status: None,
+            exited_at: None,
+            term_at: None,
+            kill_sent: false,
+            timed_out: false,
+            interrupted: false,
+        }
+    }
+
+    /// SIGTERM to the group, once.
+    fn term(&mut self, pgid: Pid, now: Instant) {
+        if self.term_at.is_none() {
+            signal_group(pgid, Signal::TERM);
+            self.term_at = Some(now);
+        }
+    }
+
+    /// One look at cancel, the deadline, the kill grace and the main child.
+    fn check(&mut self, now: Instant, cancel: &Cancel, child: &mut Child, pgid: Pid) {
+        if !self.interrupted && cancel.is_set() {
+            self.interrupted = true;
+            self.term(pgid, now);
+        }
+        if self.exited_at.is_none() && !self.timed_out && self.deadline.is_some_and(|d| now >= d) {
+            self.timed_out = true;
+            self.term(pgid, now);
+        }
+        if let Some(t) = self.term_at {
+            if !self.kill_sent && now >= t + KILL_GRACE {
                 signal_group(pgid, Signal::KILL);
-                kill_sent = true;
+                self.kill_sent = true;
             }
         }
-        if exited_at.is_none() {
+        if self.exited_at.is_none() {
             let exited = match child.try_wait() {
                 Ok(Some(st)) => {
-                    status = Some(st);
+                    self.status = Some(st);
                     true
                 }
                 Ok(None) => false,
@@ -514,96 +711,33 @@ pub(crate) fn run(
                 }
             };
             if exited {
-                exited_at = Some(now);
+                self.exited_at = Some(now);
                 // Background jobs of the command die with it.
-                if term_at.is_none() {
-                    signal_group(pgid, Signal::TERM);
-                    term_at = Some(now);
-                }
+                self.term(pgid, now);
             }
-        }
-        if let Some(at) = exited_at {
-            if readers_done && pending.is_none() {
-                break;
-            }
-            if now >= at + KILL_GRACE + PIPE_DRAIN_AFTER_KILL {
-                pipes_abandoned = !readers_done;
-                break;
-            }
-        }
-        if let Some(ev) = pending.take() {
-            match events.send_timeout(ev, TICK) {
-                Ok(()) => {}
-                Err(SendTimeoutError::Timeout(ev)) => pending = Some(ev),
-                Err(SendTimeoutError::Disconnected(_)) => consumer_gone = true,
-            }
-        } else if !readers_done {
-            match chunk_rx.recv_timeout(TICK) {
-                Ok((idx, bytes)) => {
-                    let c = &mut caps[idx];
-                    c.push(&bytes);
-                    spill.push(&bytes, c.total > cap as u64);
-                    let text = c.dec.decode(&masks[idx].push(&bytes));
-                    if !text.is_empty() && !consumer_gone {
-                        pending = Some(ToolEvent::Output {
-                            stream: STREAMS[idx],
-                            text,
-                        });
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => readers_done = true,
-            }
-        } else {
-            thread::sleep(TICK);
         }
     }
-    drop(chunk_rx);
-    if let Some(ev) = pending.take() {
-        let _ = events.send(ev);
-    }
-    for (idx, c) in caps.iter_mut().enumerate() {
-        let held = masks[idx].finish();
-        let mut text = c.dec.decode(&held);
-        text.push_str(&c.dec.finish());
-        if !text.is_empty() {
-            let _ = events.send(ToolEvent::Output {
-                stream: STREAMS[idx],
-                text,
-            });
-        }
-    }
-    spill.finish();
 
-    // No process of the group may outlive the call.
-    let term_at = term_at.unwrap_or_else(Instant::now);
-    while !kill_sent && group_alive(pgid) {
-        if Instant::now() >= term_at + KILL_GRACE {
+    /// Waits until no process of the group is left, sending SIGKILL after the grace
+    /// period; after a SIGKILL, also kills the processes carrying `token`.
+    fn reap(&mut self, pgid: Pid, token: &str) {
+        // No process of the group may outlive the call.
+        let term_at = self.term_at.unwrap_or_else(Instant::now);
+        while !self.kill_sent && group_alive(pgid) {
+            if Instant::now() >= term_at + KILL_GRACE {
+                signal_group(pgid, Signal::KILL);
+                self.kill_sent = true;
+            } else {
+                thread::sleep(TICK);
+            }
+        }
+        if self.kill_sent {
             signal_group(pgid, Signal::KILL);
-            kill_sent = true;
-        } else {
-            thread::sleep(TICK);
+            // The launcher was killed before it could end the command's other processes
+            // (without a PID namespace they outlive it): they carry the token.
+            super::process::kill_carriers(token);
         }
     }
-    if kill_sent {
-        signal_group(pgid, Signal::KILL);
-        // The launcher was killed before it could end the command's other processes
-        // (without a PID namespace they outlive it): they carry the token.
-        super::process::kill_carriers(&token);
-    }
-    super::process::ended(&ctx.sandbox, pgid.as_raw_nonzero().get(), &token);
-
-    let elapsed_ms = start.elapsed().as_millis() as u64;
-    Ok(outcome(&Finished {
-        status,
-        timed_out,
-        interrupted,
-        timeout_ms,
-        caps: &caps,
-        spill: &spill,
-        pipes_abandoned,
-        elapsed_ms,
-    }))
 }
 
 struct Finished<'a> {

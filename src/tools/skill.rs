@@ -23,7 +23,7 @@
 
 use super::ToolOutcome;
 use crate::beneath::{self, Kind, Root};
-use crate::provider::ToolSpec;
+use crate::provider::chat::ToolSpec;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

@@ -24,7 +24,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::parse_usage;
-use crate::provider::Usage;
+use crate::provider::chat::Usage;
 
 /// What the parser reads of one chunk.
 #[derive(Debug, Default, PartialEq)]
@@ -525,10 +525,11 @@ impl<'de> Deserialize<'de> for TokenDetails {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::chat::StreamEvent;
     use crate::provider::openai_chat::Parser;
     use crate::provider::retry::AttemptError;
     use crate::provider::sse::SseEvent;
-    use crate::provider::{StreamEvent, WireParser};
+    use crate::provider::wire::WireParser;
 
     /// A tiny deterministic generator (xorshift64*), so failures reproduce.
     struct Rng(u64);

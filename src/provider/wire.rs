@@ -1,0 +1,327 @@
+//! The wire protocols' common machinery (spec `providers.md` §0, §6.1): [`WireProtocol`]
+//! picks a protocol's body builder and parser, a [`WireParser`] turns one attempt's SSE
+//! events into normalized [`StreamEvent`]s, [`drive_sse`] and [`drive_payloads`] feed it,
+//! and the small helpers every parser shares ([`parse_data`], [`finished_arguments`],
+//! [`synth_call_id`]) live here.
+
+use serde_json::Value;
+
+use super::chat::{ChatRequest, StreamEvent};
+use super::{anthropic, openai_chat, openai_responses, retry, sse, CancelToken, StreamSink};
+
+/// One of the three HTTP wire protocols (used by both the HTTP and the replay provider).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireProtocol {
+    /// OpenAI Responses API (§1).
+    OpenAiResponses,
+    /// OpenAI Chat Completions and compatible servers (§2, §5).
+    OpenAiChat,
+    /// Anthropic Messages (§3).
+    Anthropic,
+}
+
+impl WireProtocol {
+    /// From a config `type` / cassette `protocol` value.
+    pub fn from_type(t: &str) -> Option<Self> {
+        match t {
+            "openai-responses" => Some(WireProtocol::OpenAiResponses),
+            "openai-compatible" => Some(WireProtocol::OpenAiChat),
+            "anthropic" => Some(WireProtocol::Anthropic),
+            _ => None,
+        }
+    }
+
+    /// The config `type` name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WireProtocol::OpenAiResponses => "openai-responses",
+            WireProtocol::OpenAiChat => "openai-compatible",
+            WireProtocol::Anthropic => "anthropic",
+        }
+    }
+
+    /// The JSON request body for `req`, sent by provider `provider_id`.
+    pub fn build_body(self, provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
+        match self {
+            WireProtocol::OpenAiResponses => openai_responses::build_body(provider_id, req),
+            WireProtocol::OpenAiChat => openai_chat::build_body(provider_id, base_url, req),
+            WireProtocol::Anthropic => anthropic::build_body(provider_id, req),
+        }
+    }
+
+    /// A fresh stream parser for one attempt.
+    pub(crate) fn parser(self, provider_id: &str, model: &str) -> Box<dyn WireParser> {
+        match self {
+            WireProtocol::OpenAiResponses => {
+                Box::new(openai_responses::Parser::new(provider_id, model))
+            }
+            WireProtocol::OpenAiChat => Box::new(openai_chat::Parser::new(provider_id, model)),
+            WireProtocol::Anthropic => Box::new(anthropic::Parser::new(provider_id, model)),
+        }
+    }
+}
+
+/// A protocol's SSE → [`StreamEvent`] state machine for one attempt.
+pub(crate) trait WireParser: Send {
+    /// Handles one SSE event, pushing normalized events to `out`. Returns `Some` when the
+    /// event is terminal: the `Done` event, or the attempt's failure.
+    fn on_event(
+        &mut self,
+        ev: &sse::SseEvent,
+        out: &mut Vec<StreamEvent>,
+    ) -> Option<Result<StreamEvent, retry::AttemptError>>;
+
+    /// The stream ended (EOF) without a terminal event.
+    fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, retry::AttemptError>;
+
+    /// A complete (non-streamed) JSON answer `v` to a streaming request, as the `data:`
+    /// payloads of the equivalent stream (fed through [`WireParser::on_event`]); `None`
+    /// when `v` is not an answer of this protocol.
+    fn json_body_events(&self, v: &Value) -> Option<Vec<String>>;
+}
+
+/// Feeds the `data:` payloads `datas` through `parser` as SSE events (see
+/// [`WireParser::json_body_events`]), forwarding events to `sink`.
+pub(crate) fn drive_payloads(
+    datas: Vec<String>,
+    parser: &mut dyn WireParser,
+    sink: &mut dyn StreamSink,
+) -> retry::AttemptOutcome {
+    use retry::AttemptOutcome;
+    let mut out = Vec::new();
+    let mut end = None;
+    for data in datas {
+        let ev = sse::SseEvent {
+            event: None,
+            data,
+            id: None,
+        };
+        if let Some(t) = parser.on_event(&ev, &mut out) {
+            end = Some(t);
+            break;
+        }
+    }
+    let end = end.unwrap_or_else(|| parser.on_eof(&mut out));
+    for ev in out {
+        if !sink.event(ev) {
+            return AttemptOutcome::Stopped;
+        }
+    }
+    match end {
+        Ok(done) => AttemptOutcome::Done(done),
+        Err(e) => AttemptOutcome::Failed(e),
+    }
+}
+
+/// Test helper: feeds a whole SSE `body` through `parser`, returning the events it
+/// pushed and its terminal result (or its end-of-stream verdict).
+#[cfg(test)]
+pub(crate) fn parse_body(
+    parser: &mut dyn WireParser,
+    body: &str,
+) -> (Vec<StreamEvent>, Result<StreamEvent, retry::AttemptError>) {
+    let mut out = vec![];
+    let mut r = sse::SseReader::new(body.as_bytes());
+    while let Some(ev) = r.next_event().expect("in-memory SSE") {
+        if let Some(t) = parser.on_event(&ev, &mut out) {
+            return (out, t);
+        }
+    }
+    let t = parser.on_eof(&mut out);
+    (out, t)
+}
+
+/// Parses a `data:` payload as JSON; `None` (logged) when it is not JSON.
+pub(crate) fn parse_data(ev: &sse::SseEvent) -> Option<Value> {
+    match serde_json::from_str::<Value>(&ev.data) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            // The length only: a piece of a secret split across events would pass the
+            // log redactor, which sees one line at a time.
+            log::warn!("ignoring non-JSON SSE data ({e}; {} bytes)", ev.data.len());
+            None
+        }
+    }
+}
+
+/// Feeds an SSE body through `parser`, forwarding events to `sink`, until a terminal
+/// event, EOF, an I/O error (a read timeout = stalled stream), or cancellation. The sink
+/// is flushed before every read of `reader` ([`StreamSink::flush`]).
+pub(crate) fn drive_sse<R: std::io::BufRead>(
+    reader: R,
+    parser: &mut dyn WireParser,
+    cancel: &CancelToken,
+    sink: &mut dyn StreamSink,
+) -> retry::AttemptOutcome {
+    use retry::{AttemptError, AttemptOutcome};
+    let mut sse = sse::SseReader::new(reader);
+    let mut out = Vec::new();
+    loop {
+        if cancel.is_cancelled() {
+            return AttemptOutcome::Stopped;
+        }
+        // Before a read that may wait, the sink hands over what it holds.
+        let mut stopped = false;
+        let mut flush = || {
+            stopped = !sink.flush();
+            !stopped
+        };
+        let step = match sse.next_event_ref_or(&mut flush) {
+            Ok(Some(ev)) => parser.on_event(ev, &mut out),
+            Ok(None) => {
+                if stopped || cancel.is_cancelled() {
+                    return AttemptOutcome::Stopped;
+                }
+                Some(parser.on_eof(&mut out))
+            }
+            Err(e) => {
+                if cancel.is_cancelled() {
+                    return AttemptOutcome::Stopped;
+                }
+                let stalled = matches!(
+                    e.kind(),
+                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+                ) || e.to_string().to_ascii_lowercase().contains("timeout");
+                Some(Err(AttemptError::incomplete(if stalled {
+                    format!("stream stalled: no data within the idle timeout ({e})")
+                } else {
+                    format!("stream interrupted: {e}")
+                })))
+            }
+        };
+        for ev in out.drain(..) {
+            if !sink.event(ev) {
+                return AttemptOutcome::Stopped;
+            }
+        }
+        match step {
+            None => {}
+            Some(Ok(done)) => return AttemptOutcome::Done(done),
+            Some(Err(e)) => return AttemptOutcome::Failed(e),
+        }
+    }
+}
+
+/// How a finished call's argument text ends up: `Ok(arguments)` (an empty text becomes
+/// `{}`, for tools without parameters) or `Err(reason)` when the call must not run: the
+/// text is not complete JSON, or it is empty while the output was cut off (`truncated`).
+pub(crate) fn finished_arguments(args: &str, truncated: bool) -> Result<String, String> {
+    if args.trim().is_empty() {
+        if truncated {
+            return Err("the output limit cut the call off before its arguments".into());
+        }
+        return Ok("{}".into());
+    }
+    match serde_json::from_str::<Value>(args) {
+        Ok(_) => Ok(args.to_string()),
+        Err(_) if truncated => Err(format!(
+            "the output limit cut the arguments off after {} bytes",
+            args.len()
+        )),
+        Err(e) => Err(format!(
+            "the arguments are not complete JSON ({e}) after {} bytes",
+            args.len()
+        )),
+    }
+}
+
+/// A unique synthesized tool-call id (`call_<24 hex>`), for servers that send none.
+pub(crate) fn synth_call_id() -> String {
+    let u = uuid::Uuid::new_v4().simple().to_string();
+    format!("call_{}", &u[..24])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::io::Read;
+    use std::rc::Rc;
+
+    /// A body that hands out `chunks` one per read, logging each read.
+    struct Chunks {
+        chunks: std::collections::VecDeque<&'static str>,
+        log: Rc<RefCell<Vec<String>>>,
+    }
+
+    impl Read for Chunks {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let Some(c) = self.chunks.pop_front() else {
+                return Ok(0);
+            };
+            self.log.borrow_mut().push(format!("read {c:?}"));
+            buf[..c.len()].copy_from_slice(c.as_bytes());
+            Ok(c.len())
+        }
+    }
+
+    /// A sink that holds every delta until flushed, logging what each flush hands over.
+    struct Holding {
+        held: Vec<String>,
+        log: Rc<RefCell<Vec<String>>>,
+    }
+
+    impl StreamSink for Holding {
+        fn event(&mut self, ev: StreamEvent) -> bool {
+            match ev {
+                StreamEvent::TextDelta { text } => self.held.push(text),
+                other => panic!("unexpected {other:?}"),
+            }
+            true
+        }
+        fn flush(&mut self) -> bool {
+            if !self.held.is_empty() {
+                let held = std::mem::take(&mut self.held).join(",");
+                self.log.borrow_mut().push(format!("flush {held}"));
+            }
+            true
+        }
+    }
+
+    fn chat_delta(text: &str) -> String {
+        format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
+    }
+
+    #[test]
+    fn drive_sse_flushes_what_it_parsed_before_every_read_that_may_wait() {
+        // The first read ends inside the third event: A and B must be handed over before
+        // the read that waits for the rest of C (holding them there would delay them by
+        // however long the network takes).
+        let a = chat_delta("A") + &chat_delta("B");
+        let c = chat_delta("C");
+        let (c1, c2) = c.split_at(20);
+        let first: &'static str = Box::leak(format!("{a}{c1}").into_boxed_str());
+        let second: &'static str = Box::leak(c2.to_owned().into_boxed_str());
+        let log = Rc::new(RefCell::new(vec![]));
+        let body = Chunks {
+            chunks: [first, second, "data: [DONE]\n\n"].into(),
+            log: log.clone(),
+        };
+        let mut sink = Holding {
+            held: vec![],
+            log: log.clone(),
+        };
+        let mut parser = openai_chat::Parser::new("p", "m");
+        let outcome = drive_sse(
+            std::io::BufReader::new(body),
+            &mut parser,
+            &CancelToken::new(),
+            &mut sink,
+        );
+        assert!(matches!(outcome, retry::AttemptOutcome::Done(_)));
+        let log = log.borrow();
+        let at = |what: &str| {
+            log.iter()
+                .position(|l| l == what)
+                .unwrap_or_else(|| panic!("no {what:?} in {log:#?}"))
+        };
+        assert!(
+            at("flush A,B") < at(&format!("read {second:?}")),
+            "{log:#?}"
+        );
+        assert!(
+            at("flush C") < at("read \"data: [DONE]\\n\\n\""),
+            "{log:#?}"
+        );
+    }
+}
