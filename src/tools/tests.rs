@@ -928,7 +928,10 @@ fn bash_escaped_sessions_end_with_the_command() {
         );
         let (_, o) = call_ctx("bash", &json!({ "command": cmd }).to_string(), ws.ctx(mode));
         let took = start.elapsed();
-        assert!(took < Duration::from_millis(2500), "{mode:?}: {took:?}");
+        // Not stalled (a generous bound: the machine may be loaded); the pipes were not
+        // abandoned, so the escaped processes ended with the command rather than being
+        // left holding them.
+        assert!(took < Duration::from_secs(10), "{mode:?}: {took:?}");
         assert!(o.output.contains("out"), "{}", o.output);
         assert!(!o.output.contains("stopped reading"), "{}", o.output);
         assert!(procs_with(&m).is_empty(), "{mode:?}: {:?}", procs_with(&m));
