@@ -34,7 +34,7 @@ pub fn ok_frame(id: &RequestId, size: usize, result: impl FnOnce(&mut Vec<u8>)) 
 /// One streaming delta notification (`item/agentMessage/delta`, `item/reasoning/delta`,
 /// `item/toolCall/delta`, `item/toolCall/outputDelta`), appended to `frame`:
 /// `{"method":M,"params":{"thread_id":…,"turn_id":…,"item_id":…,"delta":…[,"stream":…]}}`,
-/// byte for byte what the session host's `notify` writes for the protocol's delta structs
+/// byte for byte what `Outbox::notify` writes for the protocol's delta structs
 /// (field order and escaping included; a unit test compares them). Written by hand from
 /// borrowed strings: the hottest frame of the server, it skips serde and the
 /// per-delta copies of the ids. Sent through an outbox lane (`Outbox::send_lane`).

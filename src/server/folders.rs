@@ -144,7 +144,7 @@ fn serve(
             }
             for id in members {
                 if let Ok(Some(row)) = store.get_thread(&id) {
-                    let _ = shared.notify(&ThreadUpdated {
+                    let _ = shared.outbox.notify(&ThreadUpdated {
                         thread: crate::session::convert::thread_summary(shared, &row),
                     });
                 }

@@ -108,7 +108,7 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
             Responder::new(id, shared.host.outbox.clone(), "?")
                 .err(ErrorCode::MethodNotFound, format!("unknown method {m:?}"));
             if !answer {
-                let _ = shared.host.notify(&ProtocolError {
+                let _ = shared.host.outbox.notify(&ProtocolError {
                     code: "method_not_found".into(),
                     message: format!("unknown method {m:?}"),
                 });

@@ -65,7 +65,7 @@ impl Session {
                 reply.ok(&ThreadResult {
                     thread: thread.clone(),
                 });
-                let _ = self.shared.notify(&ThreadUpdated { thread });
+                let _ = self.shared.outbox.notify(&ThreadUpdated { thread });
             }
         }
     }
@@ -122,7 +122,7 @@ impl Session {
                     thread: thread.clone(),
                     draft,
                 });
-                let _ = self.shared.notify(&ThreadUpdated { thread });
+                let _ = self.shared.outbox.notify(&ThreadUpdated { thread });
             }
         }
     }

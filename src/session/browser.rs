@@ -359,7 +359,7 @@ fn request(
         Ok(v) => Ok(v),
         Err(e) => {
             if let Some(reason) = e.cancel_reason() {
-                let _ = shared.notify(&BrowserRequestCancelled {
+                let _ = shared.outbox.notify(&BrowserRequestCancelled {
                     workdir: scope.workdir.clone(),
                     thread_id: scope.thread_id.clone(),
                     request_id,

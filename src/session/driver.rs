@@ -159,7 +159,7 @@ impl<'a> Driver<'a> {
 
     fn notify<N: ServerNotification>(&mut self, n: &N) {
         self.send_deltas();
-        if let Err(Overflow) = self.s.shared.notify(n) {
+        if let Err(Overflow) = self.s.shared.outbox.notify(n) {
             log::error!("outbox overflow in {}; failing the turn", self.s.id);
             self.stop.get_or_insert(Stop::Overflow);
         }

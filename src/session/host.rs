@@ -5,13 +5,13 @@
 //! feature handlers above. DESIGN.md (shared state); spec `app-server.md` §2.
 
 use crate::config::{self, LoadedConfig};
-use crate::outbound::transport::{Lane, Lines, Outbox, Overflow, NOTIFY_DEADLINE};
+use crate::outbound::transport::Outbox;
 use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use wuu_protocol::{ClientCapabilities, ErrorCode, Notification, ServerNotification};
+use wuu_protocol::{ClientCapabilities, ErrorCode};
 use wuu_store::LeaseOwner;
 
 /// How the server was started.
@@ -207,43 +207,6 @@ impl Host {
     /// The current configuration.
     pub fn config(&self) -> Arc<LoadedConfig> {
         self.config.read().clone()
-    }
-
-    /// Sends a notification, waiting at most [`NOTIFY_DEADLINE`] for room.
-    /// The params are serialized once, straight into the frame.
-    pub fn notify<N: ServerNotification>(&self, n: &N) -> Result<(), Overflow> {
-        let mut frame = crate::outbound::frames::notification_frame(n);
-        if self.outbox.defer_content() && frame.len() > wuu_protocol::INLINE_IMAGE_CHARS {
-            // Deferred content: large images go by reference.
-            if let Ok(mut v) = serde_json::to_value(n) {
-                if crate::outbound::deferred::project_frame(&mut v) {
-                    frame = serde_json::to_vec(&Notification {
-                        method: N::METHOD.to_owned(),
-                        params: v,
-                    })
-                    .expect("serialize notification");
-                }
-            }
-        }
-        self.outbox.send_within(frame, NOTIFY_DEADLINE)
-    }
-
-    /// Hands the delta frames gathered in `lines` ([`crate::outbound::frames::delta_frame_into`]) to the outbox
-    /// through the turn's `lane` (its fair share of the outbox, [`crate::outbound::transport::Lane`]),
-    /// as one hand-off, and leaves `lines` empty. Errors: [`Overflow`] when the client
-    /// has not read for [`NOTIFY_DEADLINE`].
-    pub fn send_deltas(&self, lane: &Lane, lines: &mut Lines) -> Result<(), Overflow> {
-        self.outbox.send_lane(lane, lines, NOTIFY_DEADLINE)
-    }
-
-    /// Sends a notification given as a method and params.
-    pub fn notify_raw(&self, method: &str, params: serde_json::Value) -> Result<(), Overflow> {
-        let n = Notification {
-            method: method.to_owned(),
-            params,
-        };
-        let frame = serde_json::to_vec(&n).expect("serialize notification");
-        self.outbox.send_within(frame, NOTIFY_DEADLINE)
     }
 
     /// Invalidates cached listings: call after changing a conversation in the store.

@@ -152,7 +152,7 @@ impl Session {
     }
 
     fn notify_held(&self, error: Option<String>) {
-        let _ = self.shared.notify(&TurnHeld {
+        let _ = self.shared.outbox.notify(&TurnHeld {
             thread_id: self.id.clone(),
             messages: self.held_messages(),
             error,
@@ -273,7 +273,7 @@ impl Session {
         if hold {
             self.notify_held(None);
         } else {
-            let _ = self.shared.notify(&TurnQueued {
+            let _ = self.shared.outbox.notify(&TurnQueued {
                 queued: queued_of(&row),
                 message: message_of(&row),
             });
@@ -347,7 +347,7 @@ impl Session {
                     return reply.err(c, m);
                 }
                 reply.ok(&OkResult { ok: true });
-                let _ = self.shared.notify(&TurnDequeued {
+                let _ = self.shared.outbox.notify(&TurnDequeued {
                     thread_id: self.id.clone(),
                     queue_id: id,
                 });
@@ -395,7 +395,7 @@ impl Session {
                 if was_held {
                     self.notify_held(None);
                 }
-                let _ = self.shared.notify(&TurnUnsteered {
+                let _ = self.shared.outbox.notify(&TurnUnsteered {
                     thread_id: self.id.clone(),
                     steer_id: id,
                 });
@@ -441,14 +441,14 @@ impl Session {
                     state: "queued".into(),
                     queued: Some(queued_of(&row)),
                 });
-                let _ = self.shared.notify(&TurnUnsteered {
+                let _ = self.shared.outbox.notify(&TurnUnsteered {
                     thread_id: self.id.clone(),
                     steer_id: id,
                 });
                 if held {
                     self.notify_held(None);
                 } else {
-                    let _ = self.shared.notify(&TurnQueued {
+                    let _ = self.shared.outbox.notify(&TurnQueued {
                         queued: queued_of(&row),
                         message: message_of(&row),
                     });
@@ -550,7 +550,7 @@ impl Session {
             input.origin = Some(row.mode.clone());
             input.client_id = Some(row.id.clone());
             if row.mode == input_mode::QUEUE && row.state == input_state::PENDING {
-                let _ = self.shared.notify(&TurnDequeued {
+                let _ = self.shared.outbox.notify(&TurnDequeued {
                     thread_id: self.id.clone(),
                     queue_id: row.id.clone(),
                 });
@@ -585,13 +585,13 @@ impl Session {
             if entry.state == input_state::HELD {
                 self.notify_held(None);
             } else {
-                let _ = self.shared.notify(&TurnDequeued {
+                let _ = self.shared.outbox.notify(&TurnDequeued {
                     thread_id: self.id.clone(),
                     queue_id: entry.id.clone(),
                 });
             }
         }
-        let _ = self.shared.notify(&TurnSteered {
+        let _ = self.shared.outbox.notify(&TurnSteered {
             message: message_of(&row),
         });
         self.steer_signal = true;
@@ -616,7 +616,7 @@ impl Session {
                     turn_id: turn.id.clone(),
                     delivery: Some("active_turn".into()),
                 });
-                let _ = self.shared.notify(&TurnStarted {
+                let _ = self.shared.outbox.notify(&TurnStarted {
                     thread_id: self.id.clone(),
                     turn,
                     queue_id,
@@ -651,7 +651,7 @@ impl Session {
                 }
                 Ok(()) => {
                     let turn = engine::current_turn(self);
-                    let _ = self.shared.notify(&TurnStarted {
+                    let _ = self.shared.outbox.notify(&TurnStarted {
                         thread_id: self.id.clone(),
                         turn,
                         queue_id: Some(queue_id),

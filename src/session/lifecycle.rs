@@ -445,12 +445,12 @@ impl Session {
         reply.ok(&ThreadResult {
             thread: thread.clone(),
         });
-        let _ = self.shared.notify(&ThreadStarted { thread });
+        let _ = self.shared.outbox.notify(&ThreadStarted { thread });
     }
 
     /// Sends `thread/updated` with the current snapshot.
     pub fn notify_updated(&self) {
-        let _ = self.shared.notify(&ThreadUpdated {
+        let _ = self.shared.outbox.notify(&ThreadUpdated {
             thread: self.thread_wire(),
         });
     }
@@ -500,7 +500,7 @@ impl Session {
         let quiet = p.response_only.unwrap_or(false) || paged;
         reply.ok(&result);
         if !quiet {
-            let _ = self.shared.notify(&ThreadResumed(result));
+            let _ = self.shared.outbox.notify(&ThreadResumed(result));
         }
     }
 

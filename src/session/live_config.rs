@@ -138,7 +138,7 @@ pub fn config_tick(shared: &Host) {
                 .unwrap_or(&reason)
                 .to_owned();
             log::warn!("config edit rejected: {shown}: {reason}");
-            let _ = shared.notify(&wuu_protocol::ConfigError {
+            let _ = shared.outbox.notify(&wuu_protocol::ConfigError {
                 message: format!("{shown}: {reason} (the previous configuration stays in force)"),
                 path: shown,
                 reason,
@@ -159,7 +159,7 @@ pub fn config_tick(shared: &Host) {
             .join(", ")
     );
     let agent = cfg.agent();
-    let _ = shared.notify(&wuu_protocol::ConfigChanged {
+    let _ = shared.outbox.notify(&wuu_protocol::ConfigChanged {
         provider: cfg.default_provider(),
         model: cfg.default_model(),
         effort: agent.effort.clone(),

@@ -145,7 +145,7 @@ impl Questions {
             tx,
             deadline,
         });
-        let _ = shared.notify(&n);
+        let _ = shared.outbox.notify(&n);
         rx
     }
 
@@ -180,7 +180,7 @@ impl Questions {
         };
         let now = crate::util::rfc3339(crate::util::now_ms());
         for o in &taken {
-            let _ = shared.notify(&UserQuestionResolved {
+            let _ = shared.outbox.notify(&UserQuestionResolved {
                 thread_id: o.request.thread_id.clone(),
                 turn_id: o.request.turn_id.clone(),
                 request_id: o.request.request_id.clone(),

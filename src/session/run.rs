@@ -279,8 +279,9 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
     reply.ok(&RunEnvelope { run: run.clone() });
     let _ = s
         .shared
+        .outbox
         .notify(&RunStarted(RunEnvelope { run: run.clone() }));
-    let _ = s.shared.notify(&TurnStarted {
+    let _ = s.shared.outbox.notify(&TurnStarted {
         thread_id: s.id.clone(),
         turn: current_turn(s),
         queue_id: None,
@@ -507,7 +508,7 @@ fn admit_correction(s: &mut Session, run: &mut Run, why: &str) -> Result<(), Str
     });
     run.updated_at = rfc3339(now_ms());
     persist_run(s, run);
-    let _ = s.shared.notify(&TurnStarted {
+    let _ = s.shared.outbox.notify(&TurnStarted {
         thread_id: s.id.clone(),
         turn: current_turn(s),
         queue_id: None,
@@ -540,6 +541,7 @@ fn finish(
     s.shared.runs.settled(&run.id);
     let _ = s
         .shared
+        .outbox
         .notify(&RunUpdated(RunEnvelope { run: run.clone() }));
     for r in waiting_replies {
         r.ok(&RunEnvelope { run: run.clone() });

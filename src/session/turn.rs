@@ -405,7 +405,7 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
             Ok(()) => {
                 let turn = current_turn(s);
                 reply.ok(&TurnResult { turn: turn.clone() });
-                let _ = s.shared.notify(&TurnStarted {
+                let _ = s.shared.outbox.notify(&TurnStarted {
                     thread_id: s.id.clone(),
                     turn,
                     queue_id: None,
@@ -432,7 +432,7 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
     }
     let turn = current_turn(s);
     reply.ok(&TurnResult { turn: turn.clone() });
-    let _ = s.shared.notify(&TurnStarted {
+    let _ = s.shared.outbox.notify(&TurnStarted {
         thread_id: s.id.clone(),
         turn,
         queue_id: None,

@@ -95,7 +95,12 @@ impl Driver<'_> {
         if self.deltas.is_empty() {
             return;
         }
-        if let Err(Overflow) = self.s.shared.send_deltas(&self.lane, &mut self.deltas) {
+        if let Err(Overflow) = self
+            .s
+            .shared
+            .outbox
+            .send_deltas(&self.lane, &mut self.deltas)
+        {
             log::error!("outbox overflow in {}; failing the turn", self.s.id);
             self.stop.get_or_insert(Stop::Overflow);
         }

@@ -209,7 +209,7 @@ impl Driver<'_> {
                     trace_path,
                     awaiting_auto_continuation: false,
                 };
-                let _ = self.s.shared.notify(&n);
+                let _ = self.s.shared.outbox.notify(&n);
             }
             TurnEnd::Failed(_) | TurnEnd::Interrupted(_) => {
                 let e = turn.error.clone().unwrap_or_default();
@@ -223,7 +223,7 @@ impl Driver<'_> {
                     status_code: e.status_code,
                     turn,
                 };
-                let _ = self.s.shared.notify(&n);
+                let _ = self.s.shared.outbox.notify(&n);
             }
         }
     }
