@@ -3,7 +3,7 @@
 //! host keeps (refreshed from the providers on demand). Spec `app-server.md` §3.4
 //! (`config/model-catalog/providers`); seed: `catalog_providers`.
 
-use crate::config::LoadedConfig;
+use crate::config::{LoadedConfig, ProviderConfig};
 use parking_lot::{Mutex, MutexGuard};
 use wuu_protocol::{CatalogModel, CatalogProvider, ProviderSummary};
 
@@ -229,20 +229,26 @@ pub fn without_models(c: &[CatalogProvider]) -> Vec<CatalogProvider> {
 pub fn provider_summaries(cfg: &LoadedConfig) -> Vec<ProviderSummary> {
     cfg.config
         .providers
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(name, p)| ProviderSummary {
-            name,
-            provider_type: p.provider_type.clone(),
-            model: p.model.clone(),
-            base_url: (!p.base_url.is_empty()).then(|| p.base_url.clone()),
-            api_key_configured: p
-                .api_key_env
-                .as_ref()
-                .is_some_and(|e| std::env::var_os(e).is_some_and(|v| !v.is_empty())),
-            connection_locked: p.locked.unwrap_or(false),
-            models: p.models.clone().unwrap_or_default(),
-        })
+        .iter()
+        .flatten()
+        .map(|(name, p)| provider_summary(name, p))
         .collect()
+}
+
+/// Provider `name` configured as `p`, as clients see it: its type, default model, base
+/// URL, whether its key's environment variable is set (never the key itself), whether
+/// its connection is locked, and its models.
+pub fn provider_summary(name: &str, p: &ProviderConfig) -> ProviderSummary {
+    ProviderSummary {
+        name: name.to_owned(),
+        provider_type: p.provider_type.clone(),
+        model: p.model.clone(),
+        base_url: (!p.base_url.is_empty()).then(|| p.base_url.clone()),
+        api_key_configured: p
+            .api_key_env
+            .as_ref()
+            .is_some_and(|e| std::env::var_os(e).is_some_and(|v| !v.is_empty())),
+        connection_locked: p.locked.unwrap_or(false),
+        models: p.models.clone().unwrap_or_default(),
+    }
 }

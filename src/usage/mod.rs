@@ -26,9 +26,7 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-use wuu_protocol::{
-    EngineUsage, ErrorCode, ProviderSummary, SubscriptionProvider, SubscriptionQuota, UsageParams,
-};
+use wuu_protocol::{EngineUsage, ErrorCode, SubscriptionProvider, SubscriptionQuota, UsageParams};
 use wuu_store::{Store, UsageSnapshot};
 
 /// What one store scan read (zone-independent; each request aggregates it in its zone).
@@ -216,21 +214,6 @@ pub fn engine_list_usage(
     )
 }
 
-fn provider_summary(name: &str, p: &ProviderConfig) -> ProviderSummary {
-    ProviderSummary {
-        name: name.to_owned(),
-        provider_type: p.provider_type.clone(),
-        model: p.model.clone(),
-        base_url: (!p.base_url.is_empty()).then(|| p.base_url.clone()),
-        api_key_configured: p
-            .api_key_env
-            .as_ref()
-            .is_some_and(|e| std::env::var_os(e).is_some_and(|v| !v.is_empty())),
-        connection_locked: p.locked.unwrap_or(false),
-        models: p.models.clone().unwrap_or_default(),
-    }
-}
-
 /// [`engine_list_usage`] with its inputs explicit.
 pub fn list_usage(
     config: &Config,
@@ -285,7 +268,7 @@ pub fn list_usage(
             .as_ref()
             .map(|s| activity::activity(s, activity::Key::Service(name)));
         out.subscription_providers.push(SubscriptionProvider {
-            provider: provider_summary(name, p),
+            provider: crate::provider::catalog::provider_summary(name, p),
             quota,
             local_usage: act.as_ref().map(|a| a.local_usage.clone()),
             latest_request: act.and_then(|a| a.latest_request),
