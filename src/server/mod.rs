@@ -255,7 +255,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     }
     loop {
         // Between beats (every 3 s) the same thread polls the configuration files for
-        // hand edits (`panels::config_tick`, every 500 ms).
+        // hand edits (`session::live_config::config_tick`, every 500 ms).
         for _ in 0..6 {
             std::thread::sleep(crate::config::watch::TICK);
             match shared.upgrade() {

@@ -12,7 +12,7 @@
 //! `SKILL.md` written for it works unchanged).
 //!
 //! Limits: 500 folders per root, 256 KiB per `SKILL.md`. Files are read beneath their
-//! root (`tools::beneath`: the workspace for project skills, `$WUU_HOME/skills` for user
+//! root (`crate::beneath`: the workspace for project skills, `$WUU_HOME/skills` for user
 //! skills), regular files only, never blocking: larger files, FIFOs, and anything that
 //! resolves outside its root (a `SKILL.md`, a folder, or `.wuu` / `.wuu/skills` linked
 //! out of the workspace) are skipped with a warning on stderr.
