@@ -1,16 +1,16 @@
 //! The panels around the conversation (spec `app-server.md`): settings updates
-//! (`config/advanced/update`, `config/general/update`, `config/provider/remove`), live
-//! configuration (`config/changed`, `config/error`), instructions (`instructions/list`),
-//! skills (`skill/list`, the model's `load_skill` tool) and one-shot helpers
-//! (`text/polish`, `git/commit-message`, `thread/regenerate-title`).
+//! (`config/advanced/update`, `config/general/update`, `config/provider/remove`; the
+//! live configuration they change is `session::live_config`), workspace views
+//! (`workspace/*`), instructions (`instructions/list`), skills (`skill/list`; the
+//! model's `load_skill` tool is `session::skills`) and one-shot helpers (`text/polish`,
+//! `git/commit-message`, `thread/regenerate-title`).
 //!
 //! Threads: the router hands these requests to [`handle`] on the reader thread, which
-//! never touches the disk or the network: every request runs on one of two small work
-//! pools. The *views* pool (2 threads, queue of 64; a full queue makes the reader wait,
-//! like the catalog pool) serves quick disk work: config edits, listings. The *helpers*
-//! pool (2 threads, queue of 8) serves one-shot model calls of up to a minute; when its
-//! queue is full the request is refused at once with `error` ("retry shortly") instead
-//! of stalling the reader behind minutes of model latency.
+//! never touches the disk or the network and never waits for a queue: every request
+//! runs on one of two small work pools. The *views* pool (2 threads, queue of 64) serves
+//! quick disk work: config edits, listings. The *helpers* pool (2 threads, queue of 8)
+//! serves one-shot model calls of up to a minute. When a pool's queue is full the
+//! request is refused at once with the retryable `overloaded`.
 
 pub mod helpers;
 pub mod instructions;

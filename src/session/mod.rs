@@ -6,6 +6,10 @@
 //! the store when a request names a conversation that is not live ([`spawn_existing`]).
 //! Idle persisted sessions park (the thread ends; the state lives in the store).
 //! Ephemeral conversations never touch the database and never park.
+//!
+//! The module also holds what the sessions share: the [`registry`] of live
+//! conversations that owns their threads, and the [`Host`] bundle of handles (store
+//! connections, outbox, pending client requests, providers, runs, live configuration).
 
 pub mod actions;
 pub mod attachments;
