@@ -389,7 +389,7 @@ pub(crate) fn run(
     };
     let pipes_abandoned = loop {
         let now = Instant::now();
-        watch.check(now, cancel, &mut child, pgid);
+        watch.check(now, cancel, &mut child, pgid, &token);
         if let Some(at) = watch.exited_at {
             if pump.drained() {
                 break false;
@@ -683,7 +683,7 @@ impl Watch {
     }
 
     /// One look at cancel, the deadline, the kill grace and the main child.
-    fn check(&mut self, now: Instant, cancel: &Cancel, child: &mut Child, pgid: Pid) {
+    fn check(&mut self, now: Instant, cancel: &Cancel, child: &mut Child, pgid: Pid, token: &str) {
         if !self.interrupted && cancel.is_set() {
             self.interrupted = true;
             self.term(pgid, now);
@@ -696,6 +696,10 @@ impl Watch {
             if !self.kill_sent && now >= t + KILL_GRACE {
                 signal_group(pgid, Signal::KILL);
                 self.kill_sent = true;
+                // The launcher may die before it ended the command's other processes
+                // (its own grace runs as long as ours): end those that carry the token
+                // now, not after the pipes they hold were given up on.
+                super::process::kill_carriers(token);
             }
         }
         if self.exited_at.is_none() {

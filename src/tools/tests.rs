@@ -896,6 +896,48 @@ fn bash_cancel_escalates_to_sigkill() {
 }
 
 #[test]
+fn bash_cancel_ends_an_escaped_process_that_ignores_sigterm_at_the_grace() {
+    // Unconfined (no PID namespace): the launcher's own grace runs as long as the host's,
+    // so the host's SIGKILL of the group can end the launcher first. The escaped process
+    // that ignores SIGTERM must still end then, not after the host gave up on the pipes
+    // it holds.
+    let ws = Ws::new();
+    let m = marker();
+    let h = spawn(
+        "bash",
+        &json!({"command": format!(
+            "setsid bash -c 'trap \"\" TERM HUP; sleep 300; : {m}' & echo up; sleep 300; : {m}"
+        )})
+        .to_string(),
+        ws.ctx(PermissionMode::Unconfined),
+    );
+    assert!(matches!(
+        h.events.recv_timeout(Duration::from_secs(10)),
+        Ok(ToolEvent::Output { .. })
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+    // Make the race certain: the launcher, stopped, cannot end anything before the
+    // host's SIGKILL ends it.
+    let launcher = procs_with(&m)
+        .into_iter()
+        .find(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("__sandbox"))
+        })
+        .expect("the launcher");
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &launcher])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    h.cancel();
+    let (_, o) = collect(&h, Duration::from_secs(20));
+    assert_eq!(o.detail["interrupted"], true);
+    assert!(!o.output.contains("stopped reading"), "{}", o.output);
+    assert_no_procs(&m);
+}
+
+#[test]
 fn bash_dropped_handle_still_kills_the_group_at_the_end() {
     let ws = Ws::new();
     let m = marker();
