@@ -86,22 +86,14 @@ pub fn after_turn(s: &Session, succeeded: bool) {
     let req = ChatRequest {
         model: s.thread.model.clone(),
         system: TITLE_PROMPT.into(),
-        messages: vec![ChatMessage {
-            role: Role::User,
-            content: format!(
+        messages: vec![ChatMessage::text(
+            Role::User,
+            format!(
                 "User: {}\n\nAssistant: {}",
                 clip(&first_user, CONTEXT_CHARS),
                 clip(&answer, CONTEXT_CHARS)
             ),
-            images: vec![],
-            reasoning: vec![],
-            tool_calls: vec![],
-            tool_call_id: None,
-            is_error: false,
-            provider: None,
-            model: None,
-            item_id: None,
-        }],
+        )],
         tools: vec![],
         effort: None,
         max_output_tokens: Some(64),
