@@ -1058,3 +1058,68 @@ fn the_codex_child_gets_a_built_environment() {
         );
     }
 }
+
+#[test]
+fn engine_list_says_why_an_engine_is_off_and_engine_update_checks_the_path() {
+    let mut f = Fake::start("normal");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_codex.sh");
+    let find = |r: &Value, id: &str| -> Value {
+        r["engines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {id} in {r}"))
+    };
+    // A detected engine without an adapter, and one the user disabled, each say why.
+    let r = f.app.call(
+        "engine/update",
+        json!({"cursor": {"binary_path": script.to_string_lossy()},
+               "codex": {"enabled": false}}),
+    );
+    let cursor = find(&r, "cursor");
+    assert_eq!(
+        (&cursor["binary_ok"], &cursor["enabled"]),
+        (&json!(true), &json!(false))
+    );
+    assert!(
+        cursor["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no adapter"),
+        "{cursor}"
+    );
+    let codex = find(&f.app.call("engine/list", json!({})), "codex");
+    assert_eq!(codex["enabled"], false, "{codex}");
+    assert!(
+        codex["error"].as_str().unwrap_or("").contains("disabled"),
+        "{codex}"
+    );
+    // A binary_path must be an absolute path to an executable file.
+    let plain = f.ws.join("plain.txt");
+    std::fs::write(&plain, "not a program").unwrap();
+    for (bad, says) in [
+        (json!("bin/codex"), "absolute path"),
+        (json!(plain.to_string_lossy()), "not an executable file"),
+        (json!(f.ws.to_string_lossy()), "not an executable file"),
+        (json!("/nonexistent/codex"), "not an executable file"),
+    ] {
+        let e = f
+            .app
+            .call_err("engine/update", json!({"codex": {"binary_path": bad}}));
+        assert!(e["message"].as_str().unwrap().contains(says), "{bad}: {e}");
+    }
+    // Nothing was written for the refused paths; the config keeps the good one.
+    let cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(f.home.join("config.json")).unwrap())
+            .unwrap();
+    assert!(
+        cfg["engines"]["codex"].get("binary_path").is_none(),
+        "{cfg}"
+    );
+    assert_eq!(
+        cfg["engines"]["cursor"]["binary_path"],
+        script.to_string_lossy().as_ref()
+    );
+}

@@ -162,7 +162,8 @@ pub struct Detection {
     pub error: Option<String>,
 }
 
-fn is_executable(p: &Path) -> bool {
+/// Whether `p` is a regular file (after symlinks) with an execute bit set.
+pub fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
@@ -656,8 +657,22 @@ pub fn builtin_info() -> EngineInfo {
 pub fn describe(e: &Entry, engines: Option<&EnginesConfig>, env: &Env) -> (EngineInfo, Detection) {
     let settings = engines.and_then(|c| c.settings(e.id));
     let d = detect(e, settings, env);
-    let registered =
-        d.ok && ADAPTERS.contains(&e.id) && settings.and_then(|s| s.enabled) != Some(false);
+    let disabled = settings.and_then(|s| s.enabled) == Some(false);
+    let registered = d.ok && ADAPTERS.contains(&e.id) && !disabled;
+    // A detected binary that is still not enabled says why: the user's choice first
+    // (it holds whatever the build can do), then a missing adapter.
+    let error = if !d.ok {
+        d.error.clone()
+    } else if disabled {
+        Some(format!(
+            "{} is disabled in settings (engines.{}.enabled is false)",
+            e.name, e.id
+        ))
+    } else if !ADAPTERS.contains(&e.id) {
+        Some(format!("{} has no adapter in this build yet", e.name))
+    } else {
+        None
+    };
     let mut info = EngineInfo {
         id: e.id.into(),
         display_name: Some(e.name.into()),
@@ -666,7 +681,7 @@ pub fn describe(e: &Entry, engines: Option<&EnginesConfig>, env: &Env) -> (Engin
         enabled: registered,
         binary_path: d.path.as_ref().map(|p| p.to_string_lossy().into_owned()),
         binary_ok: d.ok,
-        error: d.error.clone(),
+        error,
         ..Default::default()
     };
     if registered {

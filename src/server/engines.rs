@@ -250,6 +250,26 @@ pub fn update(shared: &Arc<Host>, p: EngineUpdateParams, reply: Responder) {
                     ),
                 );
             }
+            if !b.is_empty() {
+                let path = std::path::Path::new(b);
+                let shown = crate::util::clip(b, 200);
+                if !path.is_absolute() {
+                    return reply.err(
+                        ErrorCode::InvalidParams,
+                        format!(
+                            "invalid params: {id}.binary_path must be an absolute path to an executable file, not {shown:?}"
+                        ),
+                    );
+                }
+                if !catalog::is_executable(path) {
+                    return reply.err(
+                        ErrorCode::InvalidParams,
+                        format!(
+                            "invalid params: {id}.binary_path {shown:?} is not an executable file"
+                        ),
+                    );
+                }
+            }
         }
     }
     let cfg = shared.config();
