@@ -28,6 +28,9 @@ pub const TAIL_LINES: usize = 6;
 /// Bytes of a command's output kept for its tail (the end of the output).
 const TAIL_BYTES: usize = 8 * 1024;
 
+/// Least time between two status updates from a command's output.
+const STATUS_EVERY: Duration = Duration::from_millis(50);
+
 /// Widest line shown for one line of command output, a command or an argument.
 const FIELD_CHARS: usize = 240;
 
@@ -105,6 +108,8 @@ fn paint(style: Style, text: &str) -> String {
 struct Running {
     label: String,
     started: Instant,
+    /// When the status line last took its output.
+    shown_at: Instant,
     /// The end of its output (at most about [`TAIL_BYTES`]).
     tail: String,
     /// Earlier output was dropped from `tail`.
@@ -292,6 +297,7 @@ impl Human {
                     Running {
                         label,
                         started: Instant::now(),
+                        shown_at: Instant::now(),
                         tail: String::new(),
                         cut: false,
                         newlines: 0,
@@ -302,7 +308,10 @@ impl Human {
             Event::CommandOutputDelta { info, delta } => {
                 if let Some(r) = self.commands.get_mut(&info.item_id) {
                     r.push(delta);
-                    if self.look.live {
+                    // The status line shows the latest output line, redrawn at most
+                    // every STATUS_EVERY however fast the output comes.
+                    if self.look.live && r.shown_at.elapsed() >= STATUS_EVERY {
+                        r.shown_at = Instant::now();
                         let last = r.last_line();
                         out.push(Paint::Status(Some(Status {
                             label: cut(&r.label, 60),
