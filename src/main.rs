@@ -36,7 +36,10 @@ fn main() -> ExitCode {
     }
     wuu::tools::sandbox::protect_host();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
-        .target(env_logger::Target::Stderr)
+        // Records go to stderr, through `wuu exec`'s progress painter while it owns it.
+        .target(env_logger::Target::Pipe(Box::new(
+            wuu::exec::painter::LogSink,
+        )))
         .format(|buf, record| {
             use std::io::Write;
             // The HTTP client's trace lines are hex dumps of raw wire bytes, 16 to a

@@ -26,6 +26,11 @@ the prompt; after `--` everything is prompt text.
 Options:
       --json                    JSONL event stream on stdout (one object per line,
                                 `result` last); progress otherwise goes to stderr
+  -q, --quiet                   (without --json) stderr shows only errors; stdout
+                                still gets the final message
+      --color WHEN              auto | always | never: colour and the live status
+                                line on stderr (auto: on a terminal, unless NO_COLOR
+                                is set)
       --provider NAME           provider id from the configuration
       --model ID                model
       --permission-mode MODE    standard | read_only | unconfined
@@ -79,6 +84,18 @@ pub enum Mode {
     Fork(String),
 }
 
+/// `--color`: when stderr progress is styled (and, on a terminal, live).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ColorWhen {
+    /// On a terminal, unless `NO_COLOR` (or `CLICOLOR=0`, `TERM=dumb`) says otherwise.
+    #[default]
+    Auto,
+    /// Always styled (also into a pipe or file).
+    Always,
+    /// Never styled: plain lines only.
+    Never,
+}
+
 /// Parsed options of one invocation.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -86,6 +103,10 @@ pub struct Options {
     pub mode: Mode,
     /// `--json`.
     pub json: bool,
+    /// `--quiet`: progress on stderr is off (errors and the final message stay).
+    pub quiet: bool,
+    /// `--color`.
+    pub color: ColorWhen,
     /// `--provider`.
     pub provider: Option<String>,
     /// `--model`.
@@ -159,6 +180,20 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
         match arg {
             Short('h') | Long("help") => return Ok(Command::Help),
             Long("json") => o.json = bool_flag(&mut p, "json")?,
+            Short('q') | Long("quiet") => o.quiet = bool_flag(&mut p, "quiet")?,
+            Long("color") | Long("colour") => {
+                let v = string(&mut p, "color")?;
+                o.color = match v.trim() {
+                    "auto" => ColorWhen::Auto,
+                    "always" => ColorWhen::Always,
+                    "never" => ColorWhen::Never,
+                    _ => {
+                        return Err(InvalidInput(format!(
+                            "invalid --color {v:?} (expected auto, always or never)"
+                        )))
+                    }
+                };
+            }
             Long("ephemeral") => o.ephemeral = bool_flag(&mut p, "ephemeral")?,
             Long("ignore-user-config") => {
                 o.ignore_user_config = bool_flag(&mut p, "ignore-user-config")?
@@ -573,6 +608,18 @@ mod tests {
         assert!(run(&["--max-turns", "-1", "x"]).is_err());
         assert!(run(&["--json=maybe", "x"]).is_err());
         assert!(!run(&["--json=false", "x"]).unwrap().json);
+        let o = run(&["-q", "--color", "never", "x"]).unwrap();
+        assert!(o.quiet);
+        assert_eq!(o.color, ColorWhen::Never);
+        assert_eq!(
+            run(&["--color=always", "x"]).unwrap().color,
+            ColorWhen::Always
+        );
+        assert_eq!(run(&["x"]).unwrap().color, ColorWhen::Auto);
+        assert!(run(&["--color", "sometimes", "x"])
+            .unwrap_err()
+            .0
+            .contains("auto, always or never"));
         assert!(matches!(parse(vec!["-h".into()]).unwrap(), Command::Help));
     }
 

@@ -37,6 +37,10 @@ pub struct FileChange {
     pub manifest_path: String,
     /// Destination of a move.
     pub move_path: String,
+    /// Lines added by the change (a shortest line diff; `0` when the tool did not say).
+    pub lines_added: u64,
+    /// Lines removed by the change (`0` when the tool did not say).
+    pub lines_removed: u64,
 }
 
 /// Fields of `subagent_*` events (§4.3 rows 21–23).
@@ -304,6 +308,13 @@ pub enum Event {
         status: String,
         /// Error text.
         error: String,
+        /// The command's exit code; `null` when it has none (killed by a signal, refused
+        /// before it ran, or not reported by the engine). From the tool's structured
+        /// result (`exit_code`). Addition over the Go stream.
+        exit_code: Option<i64>,
+        /// How long the command ran, in milliseconds (`0` when not reported). Addition
+        /// over the Go stream.
+        duration_ms: u64,
     },
     /// A `bash` item was withdrawn.
     CommandRemoved {
@@ -609,6 +620,8 @@ mod tests {
             },
             status: "completed".into(),
             error: String::new(),
+            exit_code: Some(0),
+            duration_ms: 5,
         };
         let v: Value = serde_json::from_slice(&e.to_line()).unwrap();
         for k in [
@@ -621,6 +634,8 @@ mod tests {
             "process_id",
             "status",
             "error",
+            "exit_code",
+            "duration_ms",
         ] {
             assert!(v.get(k).is_some(), "{k} missing in {v}");
         }

@@ -17,8 +17,8 @@
 //! 3 `permission_denied`, 4 `timeout`, 5 `interrupted`, anything else `failed`.
 //!
 //! Modules: [`cli`] (arguments), `run` (the invocation), `setup` and `thread` (before the
-//! run), [`project`] and [`events`] (the stream), `output`, [`writer`] and [`human`]
-//! (stdout/stderr), `cancel` (signals, deadline, interrupt), `result` and `schema` (the
+//! run), [`project`] and [`events`] (the stream), `output`, [`writer`] (stdout), [`human`]
+//! and [`painter`] (progress on stderr), `cancel` (signals, deadline, interrupt), `result` and `schema` (the
 //! terminal result), `exit` (exit codes), [`client`] (the in-process connection).
 
 mod cancel;
@@ -28,6 +28,7 @@ pub mod events;
 mod exit;
 pub mod human;
 mod output;
+pub mod painter;
 pub mod project;
 mod result;
 mod run;
@@ -134,11 +135,15 @@ fn run(opts: Options) -> i32 {
                 return code::INVALID_INPUT;
             }
         };
+    // `--quiet`: only errors, also from the log (unless RUST_LOG asks for more).
+    if opts.quiet && !opts.json && std::env::var_os("RUST_LOG").is_none() {
+        log::set_max_level(log::LevelFilter::Error);
+    }
     let human = if opts.json {
         None
     } else {
-        Some(human::Human::new(std::io::IsTerminal::is_terminal(
-            &std::io::stderr(),
+        Some(human::Human::new(human::Look::for_stderr(
+            opts.color, opts.quiet,
         )))
     };
     let out = Out {

@@ -37,9 +37,11 @@ impl Out {
         }
         match &mut self.human {
             Some(h) => {
-                h.on_event(ev);
+                h.on_event(ev, cancel, limit)?;
                 if let Event::Result(r) = ev {
                     if r.status == "completed" && !r.final_message.is_empty() {
+                        // Progress first: on a shared terminal the answer comes last.
+                        h.sync(cancel, limit)?;
                         let mut text = r.final_message.clone().into_bytes();
                         text.push(b'\n');
                         return self.send(text, cancel, limit);
@@ -74,18 +76,21 @@ impl Out {
     pub(super) fn finish(self, ctl: &Ctl, mut exit: i32) -> i32 {
         let Out {
             writer,
-            mut human,
+            human,
             result,
             stuck,
         } = self;
-        if let Some(h) = human.as_mut() {
-            h.clear_live();
-        }
         let limit = match (ctl.cancelled, ctl.deadline) {
             (Some(_), _) => Some(Instant::now() + OUTPUT_GRACE),
             (None, Some(d)) => Some(d.max(Instant::now() + OUTPUT_GRACE)),
             (None, None) => None,
         };
+        // Progress ends (its live line erased) before any `error:` line is printed.
+        if let Some(h) = human {
+            if !h.finish(limit) {
+                log::warn!("stderr did not take the progress output in time");
+            }
+        }
         let (flushed, write_error) = if stuck {
             (false, writer.error())
         } else {

@@ -562,10 +562,15 @@ impl Projector {
         });
         if name.trim() == "bash" {
             let info = self.command_info(&thread, &turn, &id, &name, Some(&args));
+            let detail = item
+                .pointer("/result_detail/structured_content")
+                .unwrap_or(&Value::Null);
             out.push(Event::CommandCompleted {
                 info,
                 status: status.clone(),
                 error,
+                exit_code: detail.get("exit_code").and_then(Value::as_i64),
+                duration_ms: u(detail, "duration_ms"),
             });
         }
         if status == "completed" {
@@ -668,6 +673,8 @@ pub fn file_changes(
         patch_journal_path: t(&d, "patch_journal_path"),
         manifest_path: t(&d, "manifest_path"),
         move_path: t(&d, "move_path"),
+        lines_added: u(&d, "lines_added"),
+        lines_removed: u(&d, "lines_removed"),
     };
     let over = |f: &Value| {
         let pick = |k: &str, dflt: &str| {
@@ -684,6 +691,8 @@ pub fn file_changes(
             action: pick("action", &base.action),
             old_file_sha: pick("old_file_sha", &base.old_file_sha),
             new_file_sha: pick("new_file_sha", &base.new_file_sha),
+            lines_added: u(f, "lines_added"),
+            lines_removed: u(f, "lines_removed"),
             ..base.clone()
         }
     };
@@ -776,11 +785,55 @@ mod tests {
     }
 
     #[test]
+    fn command_and_file_facts_come_from_the_structured_result() {
+        let mut p = Projector::new("T");
+        let bash = json!({"id":"B","type":"tool_call","name":"bash","arguments":"{\"command\":\"false\"}","status":"failed",
+            "error":"Exit code: 1","result_detail":{"is_error":true,"structured_content":{"exit_code":1,"duration_ms":37}}});
+        let evs = p.on_notification(
+            "item/completed",
+            &json!({"thread_id":"T","turn_id":"U","item":bash}),
+        );
+        let Some(Event::CommandCompleted {
+            exit_code,
+            duration_ms,
+            ..
+        }) = evs.last()
+        else {
+            panic!("{evs:?}")
+        };
+        assert_eq!((*exit_code, *duration_ms), (Some(1), 37));
+        // Killed by a signal, or no structured result: no exit code.
+        let killed = json!({"id":"K","type":"tool_call","name":"bash","arguments":"{}","status":"failed",
+            "result_detail":{"is_error":true,"structured_content":{"exit_code":null,"signal":9,"duration_ms":5}}});
+        let evs = p.on_notification(
+            "item/completed",
+            &json!({"thread_id":"T","turn_id":"U","item":killed}),
+        );
+        let Some(Event::CommandCompleted { exit_code, .. }) = evs.last() else {
+            panic!()
+        };
+        assert_eq!(*exit_code, None);
+        let v: Value = serde_json::from_slice(&evs.last().unwrap().to_line()).unwrap();
+        assert!(v["exit_code"].is_null(), "{v}");
+
+        let edit = json!({"id":"E","type":"tool_call","name":"edit_file","arguments":"{}","status":"completed",
+            "result_detail":{"is_error":false,"structured_content":{"path":"a.py","action":"modified","lines_added":3,"lines_removed":1}}});
+        let evs = p.on_notification(
+            "item/completed",
+            &json!({"thread_id":"T","turn_id":"U","item":edit}),
+        );
+        let Some(Event::FileChanged(fc)) = evs.last() else {
+            panic!()
+        };
+        assert_eq!((fc.lines_added, fc.lines_removed), (3, 1));
+    }
+
+    #[test]
     fn file_changes_from_structured_content() {
         let mut p = Projector::new("T");
         let item = json!({"id":"I","type":"tool_call","name":"apply_patch","arguments":"{}","status":"completed",
             "result_detail":{"is_error":false,"structured_content":{"workspace_revision":"r2",
-            "files":[{"path":"a.txt","action":"modified","old_file_sha":"o","new_file_sha":"n"},{"path":"b.txt","action":"created","new_file_sha":"m"}]}}});
+            "files":[{"path":"a.txt","action":"modified","old_file_sha":"o","new_file_sha":"n","lines_added":2,"lines_removed":2},{"path":"b.txt","action":"created","new_file_sha":"m","lines_added":5}]}}});
         let evs = p.on_notification(
             "item/completed",
             &json!({"thread_id":"T","turn_id":"U","item":item}),
@@ -806,6 +859,11 @@ mod tests {
             ("b.txt", "created", "r2")
         );
         assert_eq!(fc.old_file_sha, "");
+        assert_eq!((fc.lines_added, fc.lines_removed), (5, 0));
+        let Event::FileChanged(fc) = &evs[2] else {
+            panic!()
+        };
+        assert_eq!((fc.lines_added, fc.lines_removed), (2, 2));
     }
 
     #[test]

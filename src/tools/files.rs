@@ -226,6 +226,7 @@ fn file_detail(
     new: &[u8],
 ) -> serde_json::Value {
     let new_sha = sha256_hex(new);
+    let (added, removed) = super::diffstat::line_counts(old, Some(new));
     let rev = revision::record(
         &paths::workspace_root(ctx),
         &[(path.to_path_buf(), new_sha.clone())],
@@ -236,6 +237,8 @@ fn file_detail(
         "old_file_sha": sha_opt(old),
         "new_file_sha": new_sha,
         "workspace_revision": rev,
+        "lines_added": added,
+        "lines_removed": removed,
     })
 }
 

@@ -15,8 +15,8 @@
 //! | --- | --- |
 //! | `bash` | `{exit_code: int\|null, signal?: int, timed_out, interrupted, stdout_bytes, stderr_bytes, spill_path?, lossy_utf8, duration_ms}` |
 //! | `read_file` | `{path, total_lines, first_line, last_line, lossy_utf8}` |
-//! | `write_file`, `edit_file` | `{path, action: "created"\|"modified", old_file_sha, new_file_sha, workspace_revision}` |
-//! | `apply_patch` | `{files: [{path, move_path?, action: "created"\|"modified"\|"deleted"\|"moved", old_file_sha, new_file_sha}], workspace_revision}` |
+//! | `write_file`, `edit_file` | `{path, action: "created"\|"modified", old_file_sha, new_file_sha, workspace_revision, lines_added, lines_removed}` |
+//! | `apply_patch` | `{files: [{path, move_path?, action: "created"\|"modified"\|"deleted"\|"moved", old_file_sha, new_file_sha, lines_added, lines_removed}], workspace_revision}` |
 //! | `list_files` | `{entries, truncated, depth}` |
 //! | `grep` | `{matches, files, truncated}` |
 //! | `glob` | `{count, truncated}` |
@@ -150,6 +150,7 @@ pub struct ToolOutcome {
 // ---------------------------------------------------------------------------------------
 
 mod args;
+mod diffstat;
 mod files;
 mod patch;
 mod paths;

@@ -391,11 +391,15 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                     if old.is_some() { "M" } else { "A" },
                     paths::display(ctx, path)
                 ));
+                let (added, removed) =
+                    super::diffstat::line_counts(old.as_deref(), Some(content.as_bytes()));
                 files.push(json!({
                     "path": paths::display(ctx, path),
                     "action": action,
                     "old_file_sha": sha_opt(old.as_deref()),
                     "new_file_sha": sha_opt(Some(content.as_bytes())),
+                    "lines_added": added,
+                    "lines_removed": removed,
                 }));
             }
             Op::Delete { path: shown } => {
@@ -411,6 +415,8 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                     "action": "deleted",
                     "old_file_sha": sha_opt(Some(&old)),
                     "new_file_sha": "",
+                    "lines_added": 0,
+                    "lines_removed": super::diffstat::line_counts(Some(&old), None).1,
                 }));
             }
             Op::Update {
@@ -434,11 +440,14 @@ pub(crate) fn run(a: ApplyPatchArgs, ctx: &ToolContext) -> Result<ToolOutcome, F
                     apply_hunks(&text, hunks, shown)?
                 };
                 let new_bytes = new_text.into_bytes();
+                let (added, removed) = super::diffstat::line_counts(Some(&old), Some(&new_bytes));
                 let mut entry = json!({
                     "path": paths::display(ctx, path),
                     "action": "modified",
                     "old_file_sha": sha_opt(Some(&old)),
                     "new_file_sha": sha_opt(Some(&new_bytes)),
+                    "lines_added": added,
+                    "lines_removed": removed,
                 });
                 match (move_t, move_to) {
                     (Some(dest_t), Some(_)) if &dest_t.abs != path => {

@@ -256,6 +256,10 @@ fn write_file_creates_and_modifies_with_hashes() {
     assert_eq!(o.detail["new_file_sha"], sha("bye\n"));
     assert_ne!(o.detail["workspace_revision"].as_str().unwrap(), rev1);
     assert!(o.output.contains("modified"));
+    assert_eq!(
+        (&o.detail["lines_added"], &o.detail["lines_removed"]),
+        (&json!(1), &json!(1))
+    );
 }
 
 #[test]
@@ -272,6 +276,10 @@ fn edit_file_replaces_exact_text() {
     assert_eq!(o.detail["action"], "modified");
     assert_eq!(o.detail["old_file_sha"], sha("alpha beta\ngamma beta\n"));
     assert_eq!(o.detail["new_file_sha"], sha("ALPHA beta\ngamma beta\n"));
+    assert_eq!(
+        (&o.detail["lines_added"], &o.detail["lines_removed"]),
+        (&json!(1), &json!(1))
+    );
 
     let o = std_call(
         &ws,
@@ -365,6 +373,16 @@ four\n\
         files[3]["new_file_sha"],
         sha("fn a() {}\nfn b() { todo!() }\n")
     );
+    let counts: Vec<(u64, u64)> = files
+        .iter()
+        .map(|f| {
+            (
+                f["lines_added"].as_u64().unwrap(),
+                f["lines_removed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(counts, [(2, 0), (1, 1), (0, 1), (1, 1)]);
     assert_eq!(o.detail["workspace_revision"].as_str().unwrap().len(), 64);
     assert!(o.output.contains("A added/new.txt"));
     assert!(o.output.contains("D del.txt"));
