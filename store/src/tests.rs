@@ -1541,11 +1541,18 @@ fn side_chats_keep_their_messages_apart_and_go_with_their_conversation() {
     orphan.main_thread_id = "nope".into();
     assert!(store.save_side_thread(&orphan).is_err());
     // Activities are recorded per conversation.
-    store.save_activity("act_1", "m1", r#"{"id":"act_1"}"#).unwrap();
-    store.save_activity("act_1", "m1", r#"{"id":"act_1","state":"stopped"}"#).unwrap();
+    store
+        .save_activity("act_1", "m1", r#"{"id":"act_1"}"#)
+        .unwrap();
+    store
+        .save_activity("act_1", "m1", r#"{"id":"act_1","state":"stopped"}"#)
+        .unwrap();
     assert_eq!(
         store.activities_of("m1").unwrap(),
-        vec![("act_1".to_owned(), r#"{"id":"act_1","state":"stopped"}"#.to_owned())]
+        vec![(
+            "act_1".to_owned(),
+            r#"{"id":"act_1","state":"stopped"}"#.to_owned()
+        )]
     );
     // Deleting the main conversation deletes its side chat and activities.
     store.delete_thread("m1", false).unwrap();
