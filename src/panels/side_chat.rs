@@ -46,6 +46,24 @@ fn live() -> &'static Mutex<HashMap<String, Arc<AtomicBool>>> {
     LIVE.get_or_init(Default::default)
 }
 
+/// Forgets the live answer `flag` of `main` (not a newer one that replaced it).
+fn forget_live(main: &str, flag: &Arc<AtomicBool>) {
+    let mut l = live().lock();
+    if l.get(main).is_some_and(|f| Arc::ptr_eq(f, flag)) {
+        l.remove(main);
+    }
+}
+
+/// Forgets a live answer when its thread ends, also by a panic (a side chat must not stay
+/// busy forever).
+struct LiveGuard(String, Arc<AtomicBool>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        forget_live(&self.0, &self.1);
+    }
+}
+
 fn is_live(main: &str) -> bool {
     live().lock().contains_key(main)
 }
@@ -338,6 +356,7 @@ pub fn send(shared: &Arc<Host>, p: SideThreadSendParams, reply: Responder) {
     let spawned = std::thread::Builder::new()
         .name("wuu-side".into())
         .spawn(move || {
+            let _guard = LiveGuard(answer.row.main_thread_id.clone(), answer.cancel.clone());
             run(&s, answer);
         });
     if let Err(e) = spawned {
@@ -495,7 +514,7 @@ fn run(shared: &Arc<Host>, mut a: Answer) {
         }),
         Err(e) => Err(e),
     };
-    live().lock().remove(&main);
+    forget_live(&main, &a.cancel);
     match saved {
         Ok(true) => {}
         Ok(false) => return,
