@@ -158,6 +158,36 @@ fn bodies(fp: &FakeProvider) -> Vec<String> {
 }
 
 #[test]
+fn config_codex_models_lists_the_engine_catalogue() {
+    let Some(bin) = codex_bin() else { return };
+    let fp = FakeProvider::start();
+    let s = Setup::new(&fp, bin);
+    let mut app = s.app();
+    init(&mut app);
+    // desktop/src/main/index.ts, ipcMain.handle("wuu:config-codex-models"):
+    // appServerRequest(event, "config/codex/models", { provider: provider ?? "" });
+    // ConfigCodexModelsResult {providers, provider, model, effort?, models[{slug, …}]}.
+    let r = app.call("config/codex/models", json!({"provider": ""}));
+    assert_eq!(r["provider"], "codex", "{r}");
+    assert!(r["providers"].is_array());
+    let models = r["models"].as_array().unwrap().clone();
+    let listed = app.call("engine/list", json!({}))["engines"][1]["models"].clone();
+    let listed = listed.as_array().cloned().unwrap_or_default();
+    assert_eq!(models.len(), listed.len(), "{r}");
+    for (m, e) in models.iter().zip(&listed) {
+        assert_eq!(m["slug"], e["id"]);
+        assert_eq!(m["supported_in_api"], true);
+    }
+    if !models.is_empty() {
+        assert!(models.iter().any(|m| m["slug"] == r["model"]), "{r}");
+    }
+    // clients/mobile-web/src/lib/desktopBridge.ts loadCodexModels(provider) with
+    // provider undefined: `{}`.
+    let again = app.call("config/codex/models", json!({}));
+    assert_eq!(again["models"], r["models"]);
+}
+
+#[test]
 fn engine_list_reports_codex_and_refuses_unadapted_engines() {
     let Some(bin) = codex_bin() else { return };
     let fp = FakeProvider::start();

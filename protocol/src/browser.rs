@@ -53,6 +53,13 @@ macro_rules! scoped {
             /// The immutable execution id (only when `browser/turn_started` is negotiated).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub execution_id: Option<String>,
+            /// The conversation's browser activity (`activity/*`) this request belongs to.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub activity_id: Option<String>,
+            /// The activity's current control lease: a request carrying any other token
+            /// (one from before a takeover) must not act.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub lease_token: Option<String>,
             $( $(#[$fm])* pub $f: $t, )*
         }
     };
@@ -285,7 +292,8 @@ pub struct BrowserRequestCancelled {
     pub thread_id: String,
     /// The cancelled operation.
     pub request_id: String,
-    /// `timeout` | `interrupted` | `shutdown`.
+    /// `timeout` | `interrupted` | `shutdown` | `takeover` (the user took control of
+    /// the browser activity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }

@@ -4,11 +4,13 @@
 //! Sources: `spec/app-server.md` (envelope §1, methods §3, notifications §4, shapes §5)
 //! and the seeds, which win where they differ.
 
+pub mod activity;
 pub mod browser;
 pub mod clients;
 pub mod config;
 pub mod engines;
 pub mod envelope;
+pub mod extras;
 pub mod history;
 pub mod input;
 pub mod methods;
@@ -17,14 +19,17 @@ pub mod panels;
 pub mod questions;
 pub mod run;
 pub mod schema;
+pub mod side;
 pub mod thread;
 pub mod usage;
 pub mod workspace;
 
+pub use activity::*;
 pub use clients::*;
 pub use config::*;
 pub use engines::*;
 pub use envelope::*;
+pub use extras::*;
 pub use history::*;
 pub use input::*;
 pub use methods::*;
@@ -32,6 +37,7 @@ pub use notifications::*;
 pub use panels::*;
 pub use questions::*;
 pub use run::*;
+pub use side::*;
 pub use thread::*;
 pub use usage::*;
 pub use workspace::*;

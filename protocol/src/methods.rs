@@ -10,14 +10,17 @@
 //! [`ClientRequest::route`], and [`METHODS`] (used for the JSON Schema export).
 //! Adding a method is one row.
 
+use crate::activity::*;
 use crate::clients::*;
 use crate::config::*;
 use crate::engines::*;
+use crate::extras::*;
 use crate::history::*;
 use crate::input::*;
 use crate::panels::*;
 use crate::questions::*;
 use crate::run::*;
+use crate::side::*;
 use crate::thread::*;
 use crate::usage::*;
 use crate::workspace::*;
@@ -204,6 +207,30 @@ client_methods! {
     WorkspaceFileRead => "workspace/file/read", WorkspaceViewParams, FileReadResult, |_| Route::Inline;
     WorkspaceFileResolve => "workspace/file/resolve", WorkspaceViewParams, FileResolveResult, |_| Route::Inline;
     WorkspaceFileChunk => "workspace/file/chunk", WorkspaceViewParams, FileChunkResult, |_| Route::Inline;
+    // Side chats, browser activities and the clients' remaining calls (`crate::side`,
+    // `crate::activity`, `crate::extras`): answered off the reader by `crate::panels`.
+    SideThreadOpen => "sideThread/open", SideThreadParams, SideThreadOpenResult, |_| Route::Inline;
+    SideThreadGetHistory => "sideThread/getHistory", SideThreadParams, SideThreadHistoryResult, |_| Route::Inline;
+    SideThreadSendMessage => "sideThread/sendMessage", SideThreadSendParams, SideThreadSendResult, |_| Route::Inline;
+    SideThreadInterrupt => "sideThread/interrupt", SideThreadParams, OkResult, |_| Route::Inline;
+    SideThreadReset => "sideThread/reset", SideThreadParams, OkResult, |_| Route::Inline;
+    ActivityList => "activity/list", ActivityListParams, ActivityListResult, |_| Route::Inline;
+    ActivityTakeover => "activity/takeover", ActivityActionParams, ActivityActionResult, |_| Route::Inline;
+    ActivityRelease => "activity/release", ActivityActionParams, ActivityReleaseResult, |_| Route::Inline;
+    ActivityStop => "activity/stop", ActivityActionParams, ActivityActionResult, |_| Route::Inline;
+    ThreadTextSnapshot => "thread/textSnapshot", TextSnapshotParams, TextSnapshotResult, |_| Route::Inline;
+    MessageImageRead => "message/image/read", MessageImageReadParams, MessageImageReadResult, |_| Route::Inline;
+    ConfigCodexCredentials => "config/codex/credentials", EmptyParams, CodexCredentialsResult, |_| Route::Inline;
+    ConfigCodexModels => "config/codex/models", CodexModelsParams, CodexModelsResult, |_| Route::Catalog;
+    AuthXaiLoginStart => "auth/xai/login/start", EmptyParams, XaiLoginStartResult, |_| Route::Inline;
+    AuthXaiLoginPoll => "auth/xai/login/poll", XaiLoginParams, XaiLoginPollResult, |_| Route::Inline;
+    AuthXaiLoginCancel => "auth/xai/login/cancel", XaiLoginParams, OkResult, |_| Route::Inline;
+    ThreadControlTake => "thread/control/take", LegacyParams, LegacyResult, |_| Route::Inline;
+    ThreadControlReturn => "thread/control/return", LegacyParams, LegacyResult, |_| Route::Inline;
+    DevicePushRegister => "device/push_register", LegacyParams, LegacyResult, |_| Route::Inline;
+    DevicePushUnregister => "device/push_unregister", LegacyParams, LegacyResult, |_| Route::Inline;
+    ProjectWork => "project/work", LegacyParams, LegacyResult, |_| Route::Inline;
+    ProjectSession => "project/session", LegacyParams, LegacyResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

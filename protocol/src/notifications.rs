@@ -1,10 +1,12 @@
 //! The table of server → client notifications (spec §4) and their params.
 
+use crate::activity::{ActivityControlChanged, ActivityStarted, ActivityStopped, ActivityUpdated};
 use crate::browser::BrowserRequestCancelled;
 use crate::methods::ThreadResumeResult;
 use crate::panels::{ConfigChanged, ConfigError};
 use crate::questions::{UserQuestionRequested, UserQuestionResolved};
 use crate::run::{RunStarted, RunUpdated};
+use crate::side::SideThreadEvent;
 use crate::thread::*;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde::{Deserialize, Serialize};
@@ -71,6 +73,11 @@ notifications! {
     "browser/request_cancelled" => BrowserRequestCancelled;
     "config/changed" => ConfigChanged;
     "config/error" => ConfigError;
+    "sideThread/event" => SideThreadEvent;
+    "activity/started" => ActivityStarted;
+    "activity/updated" => ActivityUpdated;
+    "activity/control_changed" => ActivityControlChanged;
+    "activity/stopped" => ActivityStopped;
 }
 
 /// `thread/started {thread}`.

@@ -2,8 +2,10 @@
 //! (`config/advanced/update`, `config/general/update`, `config/provider/remove`; the
 //! live configuration they change is `session::live_config`), workspace views
 //! (`workspace/*`), instructions (`instructions/list`), skills (`skill/list`; the
-//! model's `load_skill` tool is `session::skills`) and one-shot helpers (`text/polish`,
-//! `git/commit-message`, `thread/regenerate-title`).
+//! model's `load_skill` tool is `session::skills`), one-shot helpers (`text/polish`,
+//! `git/commit-message`, `thread/regenerate-title`), side chats (`sideThread/*`), the
+//! browser activities' handlers (`activity/*`, state in `session::activity`), the xAI
+//! sign-in (`auth/xai/login/*`) and the clients' remaining reads (`extras`).
 //!
 //! Threads: the router hands these requests to [`handle`] on the reader thread, which
 //! never touches the disk or the network and never waits for a queue: every request
@@ -12,11 +14,14 @@
 //! serves one-shot model calls of up to a minute. When a pool's queue is full the
 //! request is refused at once with the retryable `overloaded`.
 
+pub mod extras;
 pub mod helpers;
 pub mod instructions;
 pub mod settings;
+pub mod side_chat;
 pub mod skills;
 pub mod workspace;
+pub mod xai_login;
 
 use crate::outbound::Responder;
 use crate::session::Host;
@@ -162,6 +167,45 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         | ClientRequest::WorkspaceFileChunk(_)) => {
             on_views(shared, reply, move |s, r| workspace::handle(s, req, r))
         }
+        ClientRequest::SideThreadOpen(p) => {
+            on_views(shared, reply, move |s, r| side_chat::open(s, p, r))
+        }
+        ClientRequest::SideThreadGetHistory(p) => {
+            on_views(shared, reply, move |s, r| side_chat::get_history(s, p, r))
+        }
+        ClientRequest::SideThreadSendMessage(p) => {
+            on_views(shared, reply, move |s, r| side_chat::send(s, p, r))
+        }
+        ClientRequest::SideThreadInterrupt(p) => side_chat::interrupt(shared, p, reply),
+        ClientRequest::SideThreadReset(p) => {
+            on_views(shared, reply, move |s, r| side_chat::reset(s, p, r))
+        }
+        req @ (ClientRequest::ActivityList(_)
+        | ClientRequest::ActivityTakeover(_)
+        | ClientRequest::ActivityRelease(_)
+        | ClientRequest::ActivityStop(_)) => on_views(shared, reply, move |s, r| {
+            crate::session::activity::handle(s, req, r)
+        }),
+        ClientRequest::AuthXaiLoginStart(_) => on_helpers(shared, reply, xai_login::start),
+        ClientRequest::AuthXaiLoginPoll(p) => {
+            on_helpers(shared, reply, move |s, r| xai_login::poll(s, p, r))
+        }
+        ClientRequest::AuthXaiLoginCancel(p) => xai_login::cancel(shared, p, reply),
+        ClientRequest::MessageImageRead(p) => {
+            on_views(shared, reply, move |s, r| extras::message_image(s, p, r))
+        }
+        ClientRequest::ThreadTextSnapshot(p) => {
+            on_views(shared, reply, move |s, r| extras::text_snapshot(s, p, r))
+        }
+        ClientRequest::ConfigCodexCredentials(_) => {
+            on_views(shared, reply, extras::codex_credentials)
+        }
+        req @ (ClientRequest::ThreadControlTake(_)
+        | ClientRequest::ThreadControlReturn(_)
+        | ClientRequest::DevicePushRegister(_)
+        | ClientRequest::DevicePushUnregister(_)
+        | ClientRequest::ProjectWork(_)
+        | ClientRequest::ProjectSession(_)) => reply.err(ErrorCode::Error, extras::legacy(&req)),
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not an inline method", other.method()),

@@ -386,6 +386,7 @@ fn handle(
         }
         ClientRequest::EngineList(p) => super::engines::list(shared, p, reply),
         ClientRequest::EngineUpdate(p) => super::engines::update(&shared.host, p, reply),
+        ClientRequest::ConfigCodexModels(p) => super::engines::codex_models(shared, p, reply),
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),

@@ -345,3 +345,74 @@ fn edit_user_config(
     })
     .map(|_| ())
 }
+
+/// `config/codex/models`: the Codex engine's model catalogue (the same discovery and
+/// cache as `engine/list`). `provider` must be empty or `codex`. Errors: the Codex engine
+/// is disabled or not installed, or its discovery failed (the message says which).
+pub fn codex_models(shared: &Arc<super::Shared>, p: CodexModelsParams, reply: Responder) {
+    let asked = p.provider.as_deref().map(str::trim).unwrap_or("");
+    if !asked.is_empty() && asked != codex::ID {
+        return reply.err(
+            ErrorCode::InvalidParams,
+            format!(
+                "invalid params: provider: {:?} is not the Codex engine (send \"\" or \"codex\")",
+                crate::util::clip(asked, 200)
+            ),
+        );
+    }
+    let host = &shared.host;
+    let list = build(host, &host.opts.workdir, true, false);
+    let Some(info) = list.engines.into_iter().find(|e| e.id == codex::ID) else {
+        return reply.err(
+            ErrorCode::Error,
+            "the Codex engine is not known to this build",
+        );
+    };
+    if !info.enabled {
+        return reply.err(
+            ErrorCode::Error,
+            "the Codex engine is disabled (engines.codex.enabled: false)",
+        );
+    }
+    if !info.binary_ok {
+        return reply.err(
+            ErrorCode::Error,
+            format!(
+                "the Codex engine is not installed: {}",
+                info.error.as_deref().unwrap_or("no codex binary found")
+            ),
+        );
+    }
+    let models = info.models.unwrap_or_default();
+    if models.is_empty() {
+        if let Some(e) = info.models_error {
+            return reply.err(
+                ErrorCode::Error,
+                format!("Codex model discovery failed: {e}"),
+            );
+        }
+    }
+    let default = models
+        .iter()
+        .find(|m| m.is_default == Some(true))
+        .or_else(|| models.first());
+    let model = default.map(|m| m.id.clone()).unwrap_or_default();
+    let effort = default.and_then(|m| m.default_effort.clone());
+    reply.ok(&CodexModelsResult {
+        providers: crate::provider::catalog::provider_summaries(&host.config()),
+        provider: codex::ID.into(),
+        model,
+        effort,
+        variant: None,
+        models: models
+            .into_iter()
+            .map(|m| CodexModelSummary {
+                slug: m.id,
+                display_name: m.display_name,
+                default_reasoning_level: m.default_effort,
+                supported_reasoning: m.supported_efforts.unwrap_or_default(),
+                supported_in_api: true,
+            })
+            .collect(),
+    })
+}

@@ -181,6 +181,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         reverse: Default::default(),
         questions: Default::default(),
         browser: Default::default(),
+        activities: Default::default(),
         providers: Default::default(),
         runs: Default::default(),
         live,

@@ -342,7 +342,9 @@ fn workdir(shared: &Host) -> String {
     shared.opts.workdir.to_string_lossy().into_owned()
 }
 
-/// Sends one request and waits; on a stopped wait emits `browser/request_cancelled`.
+/// Sends one request under the conversation's browser activity lease and waits; on a
+/// stopped wait emits `browser/request_cancelled` (reason `takeover` when the user took
+/// control meanwhile). Refused without sending while the user holds control.
 fn request(
     shared: &Host,
     cancel: &AtomicBool,
@@ -350,13 +352,44 @@ fn request(
     method: &str,
     extra: Value,
 ) -> Result<Value, String> {
+    let grant = shared.activities.acquire(shared, &scope.thread_id)?;
+    let tab = extra
+        .get("tab_id")
+        .and_then(|t| t.as_str())
+        .map(str::to_owned);
     let request_id = uuid::Uuid::new_v4().simple().to_string();
-    let params = scope.params(&request_id, extra);
-    let r = shared
-        .reverse
-        .call(shared, method, params, reverse::timeout(shared), cancel);
+    let mut params = scope.params(&request_id, extra);
+    params["activity_id"] = json!(grant.activity_id);
+    params["lease_token"] = json!(grant.lease_token);
+    let r = shared.reverse.call_watching(
+        shared,
+        method,
+        params,
+        reverse::timeout(shared),
+        cancel,
+        &grant.revoked,
+    );
+    let revoked = grant.revoked.load(std::sync::atomic::Ordering::SeqCst);
     match r {
-        Ok(v) => Ok(v),
+        Ok(v) if !revoked => {
+            shared.activities.acted(shared, &grant, tab.as_deref());
+            Ok(v)
+        }
+        Ok(_) => Err(format!(
+            "{method}: control revoked: the user took over the browser; the action may have \
+             partly run, do not replay it"
+        )),
+        Err(e) if revoked && e == reverse::CallError::Interrupted => {
+            let _ = shared.outbox.notify(&BrowserRequestCancelled {
+                workdir: scope.workdir.clone(),
+                thread_id: scope.thread_id.clone(),
+                request_id,
+                reason: Some("takeover".into()),
+            });
+            Err(format!(
+                "{method}: control revoked: the user took over the browser"
+            ))
+        }
         Err(e) => {
             if let Some(reason) = e.cancel_reason() {
                 let _ = shared.outbox.notify(&BrowserRequestCancelled {

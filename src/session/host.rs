@@ -187,6 +187,8 @@ pub struct Host {
     pub questions: crate::session::questions::Questions,
     /// Browser tab ownership and executions.
     pub browser: crate::session::browser::Browser,
+    /// Browser activities (`activity/*`): who controls each conversation's browser.
+    pub activities: crate::session::activity::Activities,
     /// Provider instances by id (built on first use; a replay provider's position in its
     /// cassette lives in its instance).
     pub providers: crate::provider::registry::Providers,

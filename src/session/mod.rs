@@ -12,6 +12,7 @@
 //! connections, outbox, pending client requests, providers, runs, live configuration).
 
 pub mod actions;
+pub mod activity;
 pub mod attachments;
 pub mod browser;
 pub mod client_tools;

@@ -121,16 +121,31 @@ impl Pending {
         timeout: Duration,
         cancel: &AtomicBool,
     ) -> Result<serde_json::Value, CallError> {
+        self.call_watching(shared, method, params, timeout, cancel, cancel)
+    }
+
+    /// [`Pending::call`] that also ends with [`CallError::Interrupted`] when `revoked` is
+    /// set (a browser activity's lease revoked by a user takeover).
+    pub fn call_watching(
+        &self,
+        shared: &Host,
+        method: &str,
+        params: serde_json::Value,
+        timeout: Duration,
+        cancel: &AtomicBool,
+        revoked: &AtomicBool,
+    ) -> Result<serde_json::Value, CallError> {
+        let cancelled = || cancel.load(Ordering::SeqCst) || revoked.load(Ordering::SeqCst);
         if !advertised(shared, method) {
             return Err(CallError::NotAdvertised(method.to_owned()));
         }
-        if cancel.load(Ordering::SeqCst) {
+        if cancelled() {
             return Err(CallError::Interrupted);
         }
         let (id, rx) = self.send(shared, method, params)?;
         let deadline = Instant::now() + timeout;
         loop {
-            if cancel.load(Ordering::SeqCst) {
+            if cancelled() {
                 self.forget(&id);
                 return Err(CallError::Interrupted);
             }

@@ -28,6 +28,7 @@ mod processes;
 mod records;
 mod rows;
 mod schema;
+mod side;
 mod skills;
 mod store;
 mod threads;
@@ -44,6 +45,7 @@ pub use rows::{
     LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, SearchHit, SettledTurn, ThreadFilter,
     ThreadRow, ThreadView, TurnRow, TurnWithItems, UsageRow,
 };
+pub use side::{SideMessageRow, SideThreadRow};
 pub use skills::SkillUseCount;
 pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
 pub use threads::SNIPPET_CHARS;

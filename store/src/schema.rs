@@ -234,6 +234,39 @@ BEGIN
           AND json_valid(new.body) AND json_type(new.body, '$.text') = 'text';
 END;
 "#,
+    // 8: side chats (`sideThread/*`): at most one per main conversation (deleted with
+    // it), and its own messages, never part of the main history; browser activities. `IF NOT
+    // EXISTS`: a store whose `user_version` was set back re-runs it harmlessly.
+    r#"
+CREATE TABLE IF NOT EXISTS side_threads (
+    main_thread_id TEXT    NOT NULL PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+    id             TEXT    NOT NULL,
+    status         TEXT    NOT NULL,
+    revision       INTEGER NOT NULL,
+    created_at_ms  INTEGER NOT NULL,
+    updated_at_ms  INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS side_messages (
+    main_thread_id TEXT    NOT NULL REFERENCES side_threads (main_thread_id) ON DELETE CASCADE,
+    seq            INTEGER NOT NULL,
+    id             TEXT    NOT NULL,
+    role           TEXT    NOT NULL,
+    text           TEXT    NOT NULL,
+    status         TEXT,
+    error          TEXT,
+    created_at_ms  INTEGER NOT NULL,
+    PRIMARY KEY (main_thread_id, seq)
+) STRICT;
+-- browser activities (`activity/*`): the last known state of each, as its wire JSON,
+-- so a listing after a restart reports the ones that ended with their process.
+CREATE TABLE IF NOT EXISTS activities (
+    id            TEXT    NOT NULL PRIMARY KEY,
+    thread_id     TEXT    NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    body          TEXT    NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS activities_by_thread ON activities (thread_id);
+"#,
 ];
 
 /// The schema version this build migrates to.

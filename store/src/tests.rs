@@ -1495,3 +1495,74 @@ fn cached_statements_are_not_compiled_again_on_every_call() {
     );
     drop(dir);
 }
+
+#[test]
+fn side_chats_keep_their_messages_apart_and_go_with_their_conversation() {
+    let (_d, mut store) = open_tmp();
+    store.insert_thread(&thread("m1", "/w", 1)).unwrap();
+    let mut row = SideThreadRow {
+        main_thread_id: "m1".into(),
+        id: "side_1".into(),
+        status: "running".into(),
+        revision: 1,
+        created_at_ms: 5,
+        updated_at_ms: 5,
+    };
+    let q = SideMessageRow {
+        id: "q".into(),
+        role: "user".into(),
+        text: "status?".into(),
+        status: None,
+        error: None,
+        created_at_ms: 5,
+    };
+    let mut a = SideMessageRow {
+        id: "a".into(),
+        role: "assistant".into(),
+        text: String::new(),
+        status: Some("streaming".into()),
+        error: None,
+        created_at_ms: 5,
+    };
+    store.save_side_turn(&row, &q).unwrap();
+    store.save_side_message("m1", &a).unwrap();
+    a.text = "running tests".into();
+    a.status = Some("completed".into());
+    row.status = "completed".into();
+    row.revision = 2;
+    store.save_side_turn(&row, &a).unwrap();
+    assert_eq!(store.side_thread("m1").unwrap(), Some(row.clone()));
+    let msgs = store.side_messages("m1").unwrap();
+    assert_eq!(msgs, vec![q, a]);
+    // The main history is untouched.
+    assert!(store.load_history("m1").unwrap().is_empty());
+    // A side chat needs a stored main conversation.
+    let mut orphan = row.clone();
+    orphan.main_thread_id = "nope".into();
+    assert!(store.save_side_thread(&orphan).is_err());
+    // Activities are recorded per conversation.
+    store
+        .save_activity("act_1", "m1", r#"{"id":"act_1"}"#)
+        .unwrap();
+    store
+        .save_activity("act_1", "m1", r#"{"id":"act_1","state":"stopped"}"#)
+        .unwrap();
+    assert_eq!(
+        store.activities_of("m1").unwrap(),
+        vec![(
+            "act_1".to_owned(),
+            r#"{"id":"act_1","state":"stopped"}"#.to_owned()
+        )]
+    );
+    // Deleting the main conversation deletes its side chat and activities.
+    store.delete_thread("m1", false).unwrap();
+    assert_eq!(store.side_thread("m1").unwrap(), None);
+    assert!(store.side_messages("m1").unwrap().is_empty());
+    assert!(store.activities_of("m1").unwrap().is_empty());
+    // Reset.
+    store.insert_thread(&thread("m2", "/w", 1)).unwrap();
+    row.main_thread_id = "m2".into();
+    store.save_side_thread(&row).unwrap();
+    assert!(store.delete_side_thread("m2").unwrap());
+    assert!(!store.delete_side_thread("m2").unwrap());
+}

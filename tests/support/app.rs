@@ -112,6 +112,8 @@ pub struct App {
     pub home: PathBuf,
     pub workdir: PathBuf,
     extra_args: Vec<String>,
+    /// Extra environment of the process (kept for [`App::restart`]).
+    env: Vec<(String, String)>,
     _dirs: Option<(tempfile::TempDir, tempfile::TempDir)>,
 }
 
@@ -190,6 +192,10 @@ impl App {
             home: home.to_path_buf(),
             workdir: workdir.to_path_buf(),
             extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             _dirs: None,
         }
     }
@@ -209,8 +215,13 @@ impl App {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let args: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         let dirs = self._dirs.take();
-        let mut fresh = App::spawn_in(&self.home, &self.workdir, &args);
+        let mut fresh = App::spawn_full(&self.home, &self.workdir, &args, &env);
         fresh._dirs = dirs;
         *self = fresh;
     }
