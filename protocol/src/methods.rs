@@ -16,6 +16,7 @@ use crate::engines::*;
 use crate::history::*;
 use crate::input::*;
 use crate::panels::*;
+use crate::processes::*;
 use crate::questions::*;
 use crate::run::*;
 use crate::thread::*;
@@ -204,6 +205,11 @@ client_methods! {
     WorkspaceFileRead => "workspace/file/read", WorkspaceViewParams, FileReadResult, |_| Route::Inline;
     WorkspaceFileResolve => "workspace/file/resolve", WorkspaceViewParams, FileResolveResult, |_| Route::Inline;
     WorkspaceFileChunk => "workspace/file/chunk", WorkspaceViewParams, FileChunkResult, |_| Route::Inline;
+    ProcessList => "process/list", ProcessListParams, ProcessListResult, |_| Route::Inline;
+    ProcessRead => "process/read", ProcessReadParams, ProcessReadResult, |_| Route::Inline;
+    ProcessWrite => "process/write", ProcessWriteParams, ProcessWriteResult, |_| Route::Inline;
+    ProcessResize => "process/resize", ProcessResizeParams, ProcessResult, |_| Route::Inline;
+    ProcessStop => "process/stop", ProcessStopParams, ProcessResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

@@ -3,17 +3,20 @@
 //! live configuration they change is `session::live_config`), workspace views
 //! (`workspace/*`), instructions (`instructions/list`), skills (`skill/list`; the
 //! model's `load_skill` tool is `session::skills`) and one-shot helpers (`text/polish`,
-//! `git/commit-message`, `thread/regenerate-title`).
+//! `git/commit-message`, `thread/regenerate-title`) and background processes
+//! (`process/*`).
 //!
 //! Threads: the router hands these requests to [`handle`] on the reader thread, which
 //! never touches the disk or the network and never waits for a queue: every request
 //! runs on one of two small work pools. The *views* pool (2 threads, queue of 64) serves
 //! quick disk work: config edits, listings. The *helpers* pool (2 threads, queue of 8)
-//! serves one-shot model calls of up to a minute. When a pool's queue is full the
+//! serves one-shot model calls of up to a minute. The *processes* pool (4 threads,
+//! queue of 32) serves `process/*`, whose reads may wait up to 30 s. When a pool's queue is full the
 //! request is refused at once with the retryable `overloaded`.
 
 pub mod helpers;
 pub mod instructions;
+pub mod processes;
 pub mod settings;
 pub mod skills;
 pub mod workspace;
@@ -56,6 +59,37 @@ impl Pool {
 fn views() -> &'static Pool {
     static P: OnceLock<Pool> = OnceLock::new();
     P.get_or_init(|| Pool::start("panels", 2, 64))
+}
+
+fn process_pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| Pool::start("processes", 4, 32))
+}
+
+/// Runs `f` on the process pool (`process/*`: reads that wait, stops that wait for the
+/// end), or refuses at once (`overloaded`) when its queue is full.
+fn on_processes(
+    shared: &Arc<Host>,
+    reply: Responder,
+    f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
+) {
+    let s = shared.clone();
+    let slot = Arc::new(Mutex::new(Some(reply)));
+    let slot2 = slot.clone();
+    let job: Job = Box::new(move || {
+        let Some(reply) = slot2.lock().take() else {
+            return;
+        };
+        f(&s, reply)
+    });
+    if process_pool().tx.try_send(job).is_err() {
+        if let Some(reply) = slot.lock().take() {
+            reply.err(
+                ErrorCode::Overloaded,
+                "overloaded: too many process requests are waiting (32); nothing was done, retry shortly",
+            );
+        }
+    }
 }
 
 fn helper_pool() -> &'static Pool {
@@ -161,6 +195,13 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         | ClientRequest::WorkspaceFileResolve(_)
         | ClientRequest::WorkspaceFileChunk(_)) => {
             on_views(shared, reply, move |s, r| workspace::handle(s, req, r))
+        }
+        req @ (ClientRequest::ProcessList(_)
+        | ClientRequest::ProcessRead(_)
+        | ClientRequest::ProcessWrite(_)
+        | ClientRequest::ProcessResize(_)
+        | ClientRequest::ProcessStop(_)) => {
+            on_processes(shared, reply, move |s, r| processes::handle(s, req, r))
         }
         other => reply.err(
             ErrorCode::InternalError,

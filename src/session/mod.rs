@@ -13,6 +13,7 @@
 
 pub mod actions;
 pub mod attachments;
+pub mod background;
 pub mod browser;
 pub mod client_tools;
 pub mod connections;
