@@ -52,23 +52,25 @@ impl Lab {
 
     /// Runs one turn to its end; returns its `turn/completed` params.
     fn turn(&mut self, prompt: &str) -> Value {
-        self.app
-            .call("turn/start", json!({"thread_id": self.tid, "prompt": prompt}));
+        self.app.call(
+            "turn/start",
+            json!({"thread_id": self.tid, "prompt": prompt}),
+        );
         self.turn_end()
     }
 
     fn turn_end(&mut self) -> Value {
         let tid = self.tid.clone();
-        self.app
-            .wait_for("turn end", |v| {
-                (v["method"] == "turn/completed" || v["method"] == "turn/error")
-                    && v["params"]["thread_id"] == json!(tid)
-            })["params"]
+        self.app.wait_for("turn end", |v| {
+            (v["method"] == "turn/completed" || v["method"] == "turn/error")
+                && v["params"]["thread_id"] == json!(tid)
+        })["params"]
             .clone()
     }
 
     fn list(&mut self) -> Vec<Value> {
-        self.app.call("process/list", json!({"thread_id": self.tid}))["processes"]
+        self.app
+            .call("process/list", json!({"thread_id": self.tid}))["processes"]
             .as_array()
             .unwrap()
             .clone()
@@ -138,6 +140,16 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// A Python the sandbox can run: the system one (a `python3` shim under `$HOME`, such as
+/// pyenv's, is hidden from commands with the rest of the user's home).
+fn python() -> &'static str {
+    if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    }
+}
+
 fn bash_bg(command: &str) -> String {
     json!({"command": command, "run_in_background": true}).to_string()
 }
@@ -151,23 +163,32 @@ fn model_runs_a_server_in_the_background_and_a_client_stops_another() {
     lab.fake.push(Script::tool_call(
         "call_1",
         "bash",
-        &bash_bg(&format!("python3 -u -m http.server {port} --bind 127.0.0.1")),
+        &bash_bg(&format!(
+            "{} -u -m http.server {port} --bind 127.0.0.1",
+            python()
+        )),
     ));
     lab.fake.push(Script::text(&["started"]));
     let t0 = Instant::now();
     let end = lab.turn("serve the workspace");
     assert_eq!(end["turn"]["status"], "completed", "{end}");
-    assert!(t0.elapsed() < Duration::from_secs(15), "the start did not return at once");
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "the start did not return at once"
+    );
     let procs = lab.list();
     assert_eq!(procs.len(), 1, "{procs:?}");
     let id = procs[0]["id"].as_str().unwrap().to_owned();
     assert_eq!(procs[0]["status"], "running");
     assert_eq!(procs[0]["owner_id"], json!(lab.tid));
-    assert!(lab.sent().contains(&format!("Started background process {id}")));
+    assert!(lab
+        .sent()
+        .contains(&format!("Started background process {id}")));
 
     // Turn 2: fetch a page from it with another bash call, read its log, stop it.
     let fetch = format!(
-        "for i in $(seq 100); do python3 -c 'import urllib.request;print(urllib.request.urlopen(\"http://127.0.0.1:{port}/hello.txt\").read().decode())' 2>/dev/null && exit 0; sleep 0.1; done; exit 1"
+        "for i in $(seq 100); do {} -c 'import urllib.request;print(urllib.request.urlopen(\"http://127.0.0.1:{port}/hello.txt\").read().decode())' 2>/dev/null && exit 0; sleep 0.1; done; exit 1",
+        python()
     );
     lab.fake.push(Script::tool_call(
         "call_2",
@@ -188,9 +209,15 @@ fn model_runs_a_server_in_the_background_and_a_client_stops_another() {
     let end = lab.turn("fetch, read the log, stop");
     assert_eq!(end["turn"]["status"], "completed", "{end}");
     let sent = lab.sent();
-    assert!(sent.contains("hello from the workspace"), "the page was not fetched");
+    assert!(
+        sent.contains("hello from the workspace"),
+        "the page was not fetched: {sent}"
+    );
     // http.server logs each request to stderr: `"GET /hello.txt HTTP/1.1" 200`.
-    assert!(sent.contains("GET /hello.txt"), "the log was not read: {sent}");
+    assert!(
+        sent.contains("GET /hello.txt"),
+        "the log was not read: {sent}"
+    );
     let procs = lab.list();
     assert_eq!(procs[0]["status"], "stopped", "{procs:?}");
     // The client reads the same log.
@@ -198,7 +225,10 @@ fn model_runs_a_server_in_the_background_and_a_client_stops_another() {
         "process/read",
         json!({"thread_id": lab.tid, "process_id": id, "offset_bytes": 0}),
     );
-    assert!(r["output"].as_str().unwrap().contains("GET /hello.txt"), "{r}");
+    assert!(
+        r["output"].as_str().unwrap().contains("GET /hello.txt"),
+        "{r}"
+    );
     assert_eq!(r["start_offset"], 0);
     assert_eq!(r["end_offset"], r["total_bytes"]);
 
@@ -250,9 +280,11 @@ fn a_killed_host_leaves_no_process_and_a_restart_reports_it_exited() {
     });
     lab.app.child.kill().unwrap();
     lab.app.child.wait().unwrap();
-    wait_until("no process left after kill -9", Duration::from_secs(5), || {
-        lab.pids().is_empty()
-    });
+    wait_until(
+        "no process left after kill -9",
+        Duration::from_secs(5),
+        || lab.pids().is_empty(),
+    );
     lab.app = spawn(&lab.home, &lab.ws);
     let procs = lab.list();
     assert_eq!(procs.len(), 1, "{procs:?}");
@@ -283,9 +315,11 @@ fn the_limit_is_a_clear_error_and_archive_ends_the_processes() {
         "thread/archive",
         json!({"thread_id": lab.tid, "archived": true}),
     );
-    wait_until("no process left after archive", Duration::from_secs(8), || {
-        lab.pids().is_empty()
-    });
+    wait_until(
+        "no process left after archive",
+        Duration::from_secs(8),
+        || lab.pids().is_empty(),
+    );
     wait_until("stopped", Duration::from_secs(5), || {
         lab.list()[0]["status"] == "stopped"
     });
@@ -338,7 +372,10 @@ fn clients_write_to_stdin_and_resize_a_terminal() {
         "process/resize",
         json!({"thread_id": lab.tid, "process_id": pipe, "cols": 100, "rows": 30}),
     );
-    assert!(e["message"].as_str().unwrap().contains("no terminal"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("no terminal"),
+        "{e}"
+    );
     let r = lab.app.call(
         "process/resize",
         json!({"thread_id": lab.tid, "process_id": tty, "cols": 100, "rows": 30}),
@@ -359,10 +396,15 @@ fn clients_write_to_stdin_and_resize_a_terminal() {
         "process/resize",
         json!({"thread_id": lab.tid, "process_id": tty, "cols": 1, "rows": 30}),
     );
-    assert!(e["message"].as_str().unwrap().contains("out of range"), "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("out of range"),
+        "{e}"
+    );
     for id in [&pipe, &tty] {
-        lab.app
-            .call("process/stop", json!({"thread_id": lab.tid, "process_id": id}));
+        lab.app.call(
+            "process/stop",
+            json!({"thread_id": lab.tid, "process_id": id}),
+        );
     }
     wait_until("no process left", Duration::from_secs(5), || {
         lab.pids().is_empty()

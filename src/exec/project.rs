@@ -521,9 +521,13 @@ impl Projector {
         let parsed: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
         // A `process` control call reads as `process ACTION ID`.
         let command = if name.trim() == "process" {
-            format!("process {} {}", s(&parsed, "action"), s(&parsed, "process_id"))
-                .trim_end()
-                .to_owned()
+            format!(
+                "process {} {}",
+                s(&parsed, "action"),
+                s(&parsed, "process_id")
+            )
+            .trim_end()
+            .to_owned()
         } else {
             s(&parsed, "command")
         };

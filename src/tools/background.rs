@@ -341,9 +341,8 @@ impl Processes {
             .envs(super::sandbox::command_env(ctx))
             .env(super::process::TOKEN_VAR, &token);
         let (reader, input, master): (fs::File, fs::File, Option<OwnedFd>) = if spec.tty {
-            let (master, slave) = open_pty().map_err(|e| {
-                Fail::Error(format!("cannot open a pseudo-terminal: {e}"))
-            })?;
+            let (master, slave) = open_pty()
+                .map_err(|e| Fail::Error(format!("cannot open a pseudo-terminal: {e}")))?;
             let dup = |f: &OwnedFd| {
                 f.try_clone()
                     .map_err(|e| Fail::Error(format!("cannot duplicate a descriptor: {e}")))
@@ -745,7 +744,10 @@ impl Proc {
                 }
                 if self
                     .changed
-                    .wait_until(&mut out, deadline.min(Instant::now() + Duration::from_millis(50)))
+                    .wait_until(
+                        &mut out,
+                        deadline.min(Instant::now() + Duration::from_millis(50)),
+                    )
                     .timed_out()
                     && Instant::now() >= deadline
                 {

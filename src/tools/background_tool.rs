@@ -30,7 +30,11 @@ fn line(s: &Summary) -> String {
 }
 
 /// `bash` with `run_in_background`: starts the process and returns at once.
-pub(crate) fn start(a: &BashArgs, ctx: &ToolContext, dir: &std::path::Path) -> Result<ToolOutcome, Fail> {
+pub(crate) fn start(
+    a: &BashArgs,
+    ctx: &ToolContext,
+    dir: &std::path::Path,
+) -> Result<ToolOutcome, Fail> {
     let t = table(ctx)?;
     let s = t.start(
         StartSpec {
@@ -74,7 +78,10 @@ pub(crate) fn run(a: ProcessArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<
             } else {
                 all.iter().map(|s| line(s) + "\n").collect()
             };
-            Ok(ToolOutcome::ok(text, json!({"action": "list", "processes": all})))
+            Ok(ToolOutcome::ok(
+                text,
+                json!({"action": "list", "processes": all}),
+            ))
         }
         "read" => {
             let id = id()?;
@@ -85,8 +92,14 @@ pub(crate) fn run(a: ProcessArgs, ctx: &ToolContext, cancel: &Cancel) -> Result<
             let (s, r) = loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let slice = left.min(Duration::from_millis(200)).as_millis() as u64;
-                let (s, r) = t.read(id, a.offset_bytes, max, slice, true).map_err(Fail::Error)?;
-                if !r.output.is_empty() || s.status != "running" || left.is_zero() || cancel.is_set() {
+                let (s, r) = t
+                    .read(id, a.offset_bytes, max, slice, true)
+                    .map_err(Fail::Error)?;
+                if !r.output.is_empty()
+                    || s.status != "running"
+                    || left.is_zero()
+                    || cancel.is_set()
+                {
                     break (s, r);
                 }
             };

@@ -159,6 +159,7 @@ pub struct ToolOutcome {
 
 mod args;
 pub mod background;
+mod background_tool;
 mod files;
 mod patch;
 mod paths;
@@ -168,7 +169,6 @@ pub mod sandbox;
 mod search;
 mod shell;
 pub mod skill;
-mod background_tool;
 mod todo;
 
 #[cfg(test)]
