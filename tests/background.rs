@@ -433,3 +433,43 @@ fn an_exit_wakes_the_idle_conversation_into_a_continuation_turn() {
     assert_eq!(lab.list()[0]["status"], "exited");
     assert_eq!(lab.list()[0]["exit_code"], 0);
 }
+
+#[test]
+fn an_exit_during_a_turn_reaches_the_model_at_its_next_step() {
+    let mut lab = Lab::new(json!({}));
+    lab.fake.push(Script::tool_call(
+        "call_1",
+        "bash",
+        &bash_bg("sleep 0.3; echo quick job done"),
+    ));
+    // The model is busy while the process ends.
+    lab.fake.push(Script::tool_call(
+        "call_2",
+        "bash",
+        &json!({"command": "sleep 2"}).to_string(),
+    ));
+    lab.fake.push(Script::text(&["saw it"]));
+    let end = lab.turn("work");
+    assert_eq!(end["turn"]["status"], "completed", "{end}");
+    let reqs = lab.fake.requests();
+    assert_eq!(
+        reqs.len(),
+        3,
+        "no continuation turn: the exit steered this one"
+    );
+    let last = reqs[2].body.to_string();
+    assert!(last.contains("<process_notification>"), "{last}");
+    assert!(last.contains("quick job done"), "{last}");
+    // It is part of this turn's history (a steer), not a new turn.
+    let items = end["turn"]["items"].as_array().unwrap();
+    assert!(
+        items.iter().any(|i| i["type"] == "user_message"
+            && i["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("process_notification")),
+        "{items:?}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(lab.fake.requests().len(), 3);
+}

@@ -803,6 +803,41 @@ mod tests {
     }
 
     #[test]
+    fn background_process_calls_use_the_command_family() {
+        let mut p = Projector::new("T");
+        p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U"}}));
+        // The bash call that starts a background process names it in its result.
+        let args = r#"{"command":"sleep 9","run_in_background":true}"#;
+        let done = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash",
+            "arguments":args,"status":"completed",
+            "result_detail":{"is_error":false,"structured_content":{"process_id":"bp_1","background":true}}}});
+        let evs = p.on_notification("item/completed", &done);
+        assert_eq!(
+            kinds(&evs),
+            [
+                "tool_started",
+                "command_started",
+                "tool_completed",
+                "command_completed"
+            ]
+        );
+        let Event::CommandCompleted { info, .. } = &evs[3] else {
+            panic!()
+        };
+        assert_eq!(info.process_id, "bp_1");
+        // A control call: `process ACTION ID`.
+        let args = r#"{"action":"stop","process_id":"bp_1"}"#;
+        let started = json!({"thread_id":"T","turn_id":"U","item":{"id":"J","type":"tool_call","name":"process","arguments":args}});
+        let evs = p.on_notification("item/started", &started);
+        assert_eq!(kinds(&evs), ["tool_started", "command_started"]);
+        let Event::CommandStarted(info) = &evs[1] else {
+            panic!()
+        };
+        assert_eq!(info.command, "process stop bp_1");
+        assert_eq!(info.process_id, "bp_1");
+    }
+
+    #[test]
     fn file_changes_from_structured_content() {
         let mut p = Projector::new("T");
         let item = json!({"id":"I","type":"tool_call","name":"apply_patch","arguments":"{}","status":"completed",
