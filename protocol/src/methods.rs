@@ -18,6 +18,7 @@ use crate::extras::*;
 use crate::history::*;
 use crate::input::*;
 use crate::panels::*;
+use crate::processes::*;
 use crate::questions::*;
 use crate::run::*;
 use crate::side::*;
@@ -231,6 +232,11 @@ client_methods! {
     DevicePushUnregister => "device/push_unregister", LegacyParams, LegacyResult, |_| Route::Inline;
     ProjectWork => "project/work", LegacyParams, LegacyResult, |_| Route::Inline;
     ProjectSession => "project/session", LegacyParams, LegacyResult, |_| Route::Inline;
+    ProcessList => "process/list", ProcessListParams, ProcessListResult, |_| Route::Inline;
+    ProcessRead => "process/read", ProcessReadParams, ProcessReadResult, |_| Route::Inline;
+    ProcessWrite => "process/write", ProcessWriteParams, ProcessWriteResult, |_| Route::Inline;
+    ProcessResize => "process/resize", ProcessResizeParams, ProcessResult, |_| Route::Inline;
+    ProcessStop => "process/stop", ProcessStopParams, ProcessResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

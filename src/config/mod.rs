@@ -129,6 +129,10 @@ pub struct AgentConfig {
     /// Bytes of each command output stream kept inline (default 64 KiB).
     #[serde(default)]
     pub output_cap_bytes: Option<usize>,
+    /// Concurrent background processes per conversation (`bash` `run_in_background`;
+    /// default 8).
+    #[serde(default)]
+    pub max_background_processes: Option<u32>,
     /// Generate titles automatically after successful turns (default true).
     #[serde(default)]
     pub auto_title: Option<bool>,

@@ -486,6 +486,8 @@ impl Builtin {
             output_cap_bytes: req.limits.output_cap_bytes,
             temp_dir: req.home.join("tmp").join(&req.thread_id),
             sandbox: req.limits.sandbox.clone(),
+            background: req.background.clone(),
+            max_background: req.limits.max_background,
         };
         let started = now_ms();
         let handle = if self.host_tools.handles(&call.name) {

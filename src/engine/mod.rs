@@ -81,6 +81,9 @@ pub struct Limits {
     /// Sampling temperature of every model request (`agent.temperature`, 0 ..= 2);
     /// `None` leaves it to the provider.
     pub temperature: Option<f64>,
+    /// Concurrent background processes per conversation
+    /// (`agent.max_background_processes`).
+    pub max_background: usize,
 }
 
 impl Default for Limits {
@@ -91,6 +94,7 @@ impl Default for Limits {
             output_cap_bytes: 64 * 1024,
             sandbox: Default::default(),
             temperature: None,
+            max_background: crate::tools::background::DEFAULT_LIMIT,
         }
     }
 }
@@ -127,6 +131,8 @@ pub struct TurnRequest {
     pub engine_ref: Option<String>,
     /// Loop limits.
     pub limits: Limits,
+    /// The conversation's background processes (see [`crate::tools::background`]).
+    pub background: Option<std::sync::Arc<crate::tools::background::Processes>>,
 }
 
 /// A steer handed to an engine that steers natively (`engines.md` §1.9).

@@ -448,7 +448,7 @@ impl Projector {
                 turn_id: turn.clone(),
                 item_id: id.clone(),
             });
-            if t.name.trim() == "bash" {
+            if is_command_tool(&t.name) {
                 out.push(Event::CommandRemoved {
                     thread_id: thread,
                     turn_id: turn,
@@ -499,7 +499,7 @@ impl Projector {
             name: name.clone(),
             arguments,
         });
-        if name.trim() == "bash" {
+        if is_command_tool(&name) {
             let info = self.command_info(&thread, &turn, &id, &name, Some(args));
             if let Some(t) = self.tools.get_mut(&id) {
                 t.cmd = Some(info.clone());
@@ -519,13 +519,25 @@ impl Projector {
     ) -> CommandInfo {
         let raw = args.unwrap_or("");
         let parsed: Value = serde_json::from_str(raw).unwrap_or(Value::Null);
+        // A `process` control call reads as `process ACTION ID`.
+        let command = if name.trim() == "process" {
+            format!(
+                "process {} {}",
+                s(&parsed, "action"),
+                s(&parsed, "process_id")
+            )
+            .trim_end()
+            .to_owned()
+        } else {
+            s(&parsed, "command")
+        };
         CommandInfo {
             thread_id: thread.to_owned(),
             turn_id: turn.to_owned(),
             item_id: id.to_owned(),
             name: name.to_owned(),
             arguments: redact(raw),
-            command: redact(&s(&parsed, "command")),
+            command: redact(&command),
             process_id: s(&parsed, "process_id"),
         }
     }
@@ -560,11 +572,17 @@ impl Projector {
             status: status.clone(),
             error: error.clone(),
         });
-        if name.trim() == "bash" {
-            let info = self.command_info(&thread, &turn, &id, &name, Some(&args));
+        if is_command_tool(&name) {
+            let mut info = self.command_info(&thread, &turn, &id, &name, Some(&args));
             let detail = item
                 .pointer("/result_detail/structured_content")
                 .unwrap_or(&Value::Null);
+            // A background start names its process only in the result.
+            if info.process_id.is_empty() {
+                if let Some(p) = detail.get("process_id").and_then(Value::as_str) {
+                    info.process_id = p.to_owned();
+                }
+            }
             out.push(Event::CommandCompleted {
                 info,
                 status: status.clone(),
@@ -629,6 +647,12 @@ impl Projector {
             _ => Event::SubagentUpdated,
         }(ev))
     }
+}
+
+/// Tools whose calls also use the command event family (seed: "Background-process
+/// control calls also use this family"): `bash` and the `process` tool.
+fn is_command_tool(name: &str) -> bool {
+    matches!(name.trim(), "bash" | "process")
 }
 
 /// `file_changed` events of a completed tool item (§4.4): from
@@ -826,6 +850,41 @@ mod tests {
             panic!()
         };
         assert_eq!((fc.lines_added, fc.lines_removed), (3, 1));
+    }
+
+    #[test]
+    fn background_process_calls_use_the_command_family() {
+        let mut p = Projector::new("T");
+        p.on_notification("turn/started", &json!({"thread_id":"T","turn":{"id":"U"}}));
+        // The bash call that starts a background process names it in its result.
+        let args = r#"{"command":"sleep 9","run_in_background":true}"#;
+        let done = json!({"thread_id":"T","turn_id":"U","item":{"id":"I","type":"tool_call","name":"bash",
+            "arguments":args,"status":"completed",
+            "result_detail":{"is_error":false,"structured_content":{"process_id":"bp_1","background":true}}}});
+        let evs = p.on_notification("item/completed", &done);
+        assert_eq!(
+            kinds(&evs),
+            [
+                "tool_started",
+                "command_started",
+                "tool_completed",
+                "command_completed"
+            ]
+        );
+        let Event::CommandCompleted { info, .. } = &evs[3] else {
+            panic!()
+        };
+        assert_eq!(info.process_id, "bp_1");
+        // A control call: `process ACTION ID`.
+        let args = r#"{"action":"stop","process_id":"bp_1"}"#;
+        let started = json!({"thread_id":"T","turn_id":"U","item":{"id":"J","type":"tool_call","name":"process","arguments":args}});
+        let evs = p.on_notification("item/started", &started);
+        assert_eq!(kinds(&evs), ["tool_started", "command_started"]);
+        let Event::CommandStarted(info) = &evs[1] else {
+            panic!()
+        };
+        assert_eq!(info.command, "process stop bp_1");
+        assert_eq!(info.process_id, "bp_1");
     }
 
     #[test]

@@ -5,18 +5,21 @@
 //! model's `load_skill` tool is `session::skills`), one-shot helpers (`text/polish`,
 //! `git/commit-message`, `thread/regenerate-title`), side chats (`sideThread/*`), the
 //! browser activities' handlers (`activity/*`, state in `session::activity`), the xAI
-//! sign-in (`auth/xai/login/*`) and the clients' remaining reads (`extras`).
+//! sign-in (`auth/xai/login/*`), the clients' remaining reads (`extras`) and background
+//! processes (`process/*`).
 //!
 //! Threads: the router hands these requests to [`handle`] on the reader thread, which
 //! never touches the disk or the network and never waits for a queue: every request
 //! runs on one of two small work pools. The *views* pool (2 threads, queue of 64) serves
 //! quick disk work: config edits, listings. The *helpers* pool (2 threads, queue of 8)
-//! serves one-shot model calls of up to a minute. When a pool's queue is full the
+//! serves one-shot model calls of up to a minute. The *processes* pool (4 threads,
+//! queue of 32) serves `process/*`, whose reads may wait up to 30 s. When a pool's queue is full the
 //! request is refused at once with the retryable `overloaded`.
 
 pub mod extras;
 pub mod helpers;
 pub mod instructions;
+pub mod processes;
 pub mod settings;
 pub mod side_chat;
 pub mod skills;
@@ -61,6 +64,37 @@ impl Pool {
 fn views() -> &'static Pool {
     static P: OnceLock<Pool> = OnceLock::new();
     P.get_or_init(|| Pool::start("panels", 2, 64))
+}
+
+fn process_pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| Pool::start("processes", 4, 32))
+}
+
+/// Runs `f` on the process pool (`process/*`: reads that wait, stops that wait for the
+/// end), or refuses at once (`overloaded`) when its queue is full.
+fn on_processes(
+    shared: &Arc<Host>,
+    reply: Responder,
+    f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
+) {
+    let s = shared.clone();
+    let slot = Arc::new(Mutex::new(Some(reply)));
+    let slot2 = slot.clone();
+    let job: Job = Box::new(move || {
+        let Some(reply) = slot2.lock().take() else {
+            return;
+        };
+        f(&s, reply)
+    });
+    if process_pool().tx.try_send(job).is_err() {
+        if let Some(reply) = slot.lock().take() {
+            reply.err(
+                ErrorCode::Overloaded,
+                "overloaded: too many process requests are waiting (32); nothing was done, retry shortly",
+            );
+        }
+    }
 }
 
 fn helper_pool() -> &'static Pool {
@@ -206,6 +240,13 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         | ClientRequest::DevicePushUnregister(_)
         | ClientRequest::ProjectWork(_)
         | ClientRequest::ProjectSession(_)) => reply.err(ErrorCode::Error, extras::legacy(&req)),
+        req @ (ClientRequest::ProcessList(_)
+        | ClientRequest::ProcessRead(_)
+        | ClientRequest::ProcessWrite(_)
+        | ClientRequest::ProcessResize(_)
+        | ClientRequest::ProcessStop(_)) => {
+            on_processes(shared, reply, move |s, r| processes::handle(s, req, r))
+        }
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not an inline method", other.method()),

@@ -187,7 +187,9 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         live,
         store_error: Mutex::new(store_problem),
         list_gen: Default::default(),
+        background: crate::tools::background::Background::new(&opts.home),
     });
+    crate::session::background::install(&host);
     let shared = Arc::new_cyclic(|weak| Shared {
         host,
         catalog: catalog::CatalogPool::start(weak.clone()),

@@ -203,6 +203,8 @@ pub struct Host {
     pub store_error: Mutex<Option<String>>,
     /// The live configuration: hand-edit detection, rejected edits, discovered skills.
     pub live: super::live_config::LiveConfig,
+    /// Every conversation's background processes.
+    pub background: Arc<crate::tools::background::Background>,
 }
 
 impl Host {

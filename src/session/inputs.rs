@@ -635,7 +635,12 @@ impl Session {
             let Some(row) = self
                 .inputs_in(&[input_state::PENDING])
                 .into_iter()
-                .find(|r| r.mode == input_mode::QUEUE)
+                .find(|r| {
+                    r.mode == input_mode::QUEUE
+                        // A process exit that came too late for the turn it steered.
+                        || (r.mode == input_mode::STEER
+                            && r.id.starts_with(super::background::INPUT_PREFIX))
+                })
             else {
                 return;
             };

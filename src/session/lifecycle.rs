@@ -588,6 +588,10 @@ impl Session {
             Ok(Some(row)) => self.thread = row,
             Ok(None) => self.thread.archived = archived,
         }
+        if archived {
+            // Its background processes end with the conversation.
+            self.shared.background.end_thread(&id);
+        }
         reply.ok(&ThreadResult {
             thread: self.thread_wire(),
         });
@@ -608,6 +612,7 @@ impl Session {
                 return reply.err(ErrorCode::Error, format!("thread {id:?} is not archived"));
             }
             self.exit = true;
+            self.shared.background.forget_thread(&id);
             return reply.ok(&ThreadDeleteResult { thread_id: id });
         };
         let owner = self.shared.owner.clone();
@@ -633,6 +638,7 @@ impl Session {
         match outcome {
             Ok(DeleteOutcome::Deleted) => {
                 self.exit = true;
+                self.shared.background.forget_thread(&id);
                 reply.ok(&ThreadDeleteResult { thread_id: id })
             }
             Ok(DeleteOutcome::NotArchived) => reply.err(

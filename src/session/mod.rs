@@ -14,6 +14,7 @@
 pub mod actions;
 pub mod activity;
 pub mod attachments;
+pub mod background;
 pub mod browser;
 pub mod client_tools;
 pub mod connections;

@@ -14,6 +14,28 @@ pub(crate) struct BashArgs {
     pub timeout_ms: Option<u64>,
     #[serde(default)]
     pub workdir: Option<String>,
+    /// Start the command as a background process and return at once.
+    #[serde(default)]
+    pub run_in_background: bool,
+    /// With `run_in_background`: run it on a pseudo-terminal.
+    #[serde(default)]
+    pub tty: bool,
+}
+
+/// `process` arguments.
+#[derive(Debug, Deserialize)]
+pub(crate) struct ProcessArgs {
+    pub action: String,
+    #[serde(default)]
+    pub process_id: Option<String>,
+    #[serde(default)]
+    pub input: Option<String>,
+    #[serde(default)]
+    pub max_bytes: Option<usize>,
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+    #[serde(default)]
+    pub offset_bytes: Option<u64>,
 }
 
 /// `read_file` arguments.
@@ -142,6 +164,7 @@ pub(crate) fn specs(mode: PermissionMode) -> Vec<ToolSpec> {
         grep_spec(),
         glob_spec(),
         todo_write_spec(),
+        process_spec(),
     ]
 }
 
@@ -165,7 +188,10 @@ fn bash_spec(mode: PermissionMode) -> ToolSpec {
              code, stdout and stderr; long output is truncated (head and tail kept) and \
              the full output is saved to a file whose path is given. The whole process \
              group (including background jobs) is killed when the command ends, times \
-             out, or is interrupted.{}",
+             out, or is interrupted. For a server, a watcher or a long build that should \
+             keep running while you work, set `run_in_background`: the call returns at \
+             once with a process id, and the `process` tool reads its output, writes to \
+             its stdin and stops it; you are told when it exits.{}",
             match mode {
                 PermissionMode::ReadOnly => {
                     " read_only mode: the command runs in a read-only sandbox: it can read \
@@ -186,7 +212,9 @@ fn bash_spec(mode: PermissionMode) -> ToolSpec {
             "properties": {
                 "command": {"type": "string", "description": "The command line, run by `bash -c`."},
                 "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds (default: host setting)."},
-                "workdir": {"type": "string", "description": "Working directory, relative to the current directory (default: current directory)."}
+                "workdir": {"type": "string", "description": "Working directory, relative to the current directory (default: current directory)."},
+                "run_in_background": {"type": "boolean", "description": "Start the command as a background process and return at once with its id (no timeout; stdout and stderr go to one log)."},
+                "tty": {"type": "boolean", "description": "With run_in_background: run it on a pseudo-terminal (interactive programs)."}
             },
             "required": ["command"],
             "additionalProperties": false
@@ -346,6 +374,33 @@ fn glob_spec() -> ToolSpec {
                 "pattern": {"type": "string", "description": "Glob pattern relative to the current directory."}
             },
             "required": ["pattern"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// `process`: the conversation's background processes.
+fn process_spec() -> ToolSpec {
+    spec(
+        "process",
+        "Manage background processes started with `bash` `run_in_background`. Actions: \
+         `list` (all of this conversation's processes and their status), `read` (output \
+         of `process_id` since your last read, at most `max_bytes`, waiting up to \
+         `wait_ms` for new output; `offset_bytes` reads from a log offset instead), \
+         `write` (send `input` to its stdin; include a trailing newline for a line), \
+         `stop` (terminate it and everything it started)."
+            .to_string(),
+        json!({
+            "type": "object",
+            "properties": {
+                "action": {"type": "string", "enum": ["list", "read", "write", "stop"]},
+                "process_id": {"type": "string", "description": "The process id (not for list)."},
+                "input": {"type": "string", "description": "write: the text to send."},
+                "max_bytes": {"type": "integer", "minimum": 1, "description": "read: at most this many bytes (default 16384)."},
+                "wait_ms": {"type": "integer", "minimum": 0, "description": "read: wait up to this long for new output (at most 30000)."},
+                "offset_bytes": {"type": "integer", "minimum": 0, "description": "read: start at this log offset instead of after your last read."}
+            },
+            "required": ["action"],
             "additionalProperties": false
         }),
     )

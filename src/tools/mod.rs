@@ -1,5 +1,6 @@
 //! Tools of the built-in engine: `bash`, `read_file`, `write_file`, `edit_file`,
-//! `apply_patch`, `list_files`, `grep`, `glob`, `todo_write`.
+//! `apply_patch`, `list_files`, `grep`, `glob`, `todo_write`, `process` (background
+//! processes, see [`background`]).
 //!
 //! A tool call runs on its own helper thread ([`spawn`]) and reports over a bounded
 //! channel ([`ToolEvent`]), so the session thread can `select!` over tool output and its
@@ -21,6 +22,8 @@
 //! | `grep` | `{matches, files, truncated}` |
 //! | `glob` | `{count, truncated}` |
 //! | `todo_write` | `{todos: [{content, status}]}` |
+//! | `bash` with `run_in_background` | `{process_id, pid, background: true, tty}` |
+//! | `process` | `{action, processes}` (list) or `{action, process, start_offset?, end_offset?, total_bytes?, truncated?, bytes_written?}` |
 //!
 //! Errors have `is_error` and `detail: null`. Hashes are lowercase hex SHA-256 of the
 //! file bytes (`""` when the file is absent). `path`/`move_path` are relative to the
@@ -114,6 +117,11 @@ pub struct ToolContext {
     pub temp_dir: PathBuf,
     /// Extra sandbox roots and the command environment rules.
     pub sandbox: sandbox::SandboxSettings,
+    /// The conversation's background processes (`None`: `run_in_background` and the
+    /// `process` tool are refused).
+    pub background: Option<std::sync::Arc<background::Processes>>,
+    /// Concurrent background processes allowed per conversation.
+    pub max_background: usize,
 }
 
 /// One event of a running tool call.
@@ -151,6 +159,8 @@ pub struct ToolOutcome {
 
 mod args;
 mod diffstat;
+pub mod background;
+mod background_tool;
 mod files;
 mod patch;
 mod paths;
@@ -179,7 +189,7 @@ pub const EVENT_CAPACITY: usize = 256;
 pub const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Names of all built-in tools, in the order [`specs`] lists them.
-pub const TOOL_NAMES: [&str; 9] = [
+pub const TOOL_NAMES: [&str; 10] = [
     "bash",
     "read_file",
     "write_file",
@@ -189,12 +199,13 @@ pub const TOOL_NAMES: [&str; 9] = [
     "grep",
     "glob",
     "todo_write",
+    "process",
 ];
 
 /// The tool specs offered to the model: exact names, descriptions and JSON-Schema
 /// parameters (`{"type":"object","properties":{…},"required":[…]}`).
 ///
-/// Every mode lists all nine tools, so the tool surface (and the provider's prompt
+/// Every mode lists all ten tools, so the tool surface (and the provider's prompt
 /// cache) stays stable when the mode changes; in `read_only` mode the descriptions of
 /// `bash`, `write_file`, `edit_file` and `apply_patch` say they are disabled, and calls
 /// to them are refused at call time with `permission_denied`.
@@ -203,10 +214,14 @@ pub fn specs(mode: PermissionMode) -> Vec<ToolSpec> {
 }
 
 /// Whether a tool is "at most once": its effect must not be repeated when its outcome
-/// is unknown (e.g. the host crashed mid-call). True for `bash`, `write_file`,
-/// `edit_file` and `apply_patch`; false for everything else (including unknown names).
+/// is unknown (e.g. the host crashed mid-call). True for `bash`, `process`,
+/// `write_file`, `edit_file` and `apply_patch`; false for everything else (including
+/// unknown names).
 pub fn is_at_most_once(name: &str) -> bool {
-    matches!(name, "bash" | "write_file" | "edit_file" | "apply_patch")
+    matches!(
+        name,
+        "bash" | "process" | "write_file" | "edit_file" | "apply_patch"
+    )
 }
 
 /// A running tool call, returned by [`spawn`].
@@ -337,6 +352,7 @@ fn run(
         "grep" => search::grep(args::parse(name, arguments)?, ctx, cancel),
         "glob" => search::glob(args::parse(name, arguments)?, ctx, cancel),
         "todo_write" => todo::run(args::parse(name, arguments)?),
+        "process" => background_tool::run(args::parse(name, arguments)?, ctx, cancel),
         _ => Err(Fail::Error(format!(
             "unknown tool `{name}`; available tools: {}",
             TOOL_NAMES.join(", ")

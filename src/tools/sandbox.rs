@@ -6,7 +6,7 @@
 //! [`LAUNCHER_ARG`] (as Codex does with its Linux sandbox helper):
 //!
 //! ```text
-//! wuu __sandbox --ppid PID --mode standard|read_only|unconfined [--service]
+//! wuu __sandbox --ppid PID --mode standard|read_only|unconfined [--service] [--tty]
 //!               [--read DIR]… [--write DIR]… [--hide PATH]… [--mask PATH]…
 //!               -- SHELL -c COMMAND
 //! ```
@@ -15,7 +15,8 @@
 //!
 //! 1. starts a session of its own (`setsid`, its very first act): it becomes session and
 //!    process group leader (the group id the host signals and records is its pid), and
-//!    the command has no controlling terminal (no `/dev/tty`, no `TIOCSTI`);
+//!    the command has no controlling terminal (no `/dev/tty`, no `TIOCSTI`), except,
+//!    with `--tty`, the pseudo-terminal the host made for it (a background process);
 //! 2. in `standard` and `read_only` mode enters a private mount namespace (see
 //!    `mount_ns`): the whole tree read-only, the `--write` roots read-write on top, the
 //!    `--hide` paths (the wuu home, the user config) covered by empty read-only ones.

@@ -361,6 +361,14 @@ pub(crate) fn run(
         return Err(Fail::Error("command must not be empty".into()));
     }
     let dir = workdir(&a, ctx)?;
+    if a.run_in_background {
+        return super::background_tool::start(&a, ctx, &dir);
+    }
+    if a.tty {
+        return Err(Fail::Error(
+            "tty needs run_in_background: true (a foreground command has no terminal)".into(),
+        ));
+    }
     let timeout_ms = timeout_ms(&a, ctx);
 
     super::sandbox::check(ctx)?;
@@ -455,7 +463,7 @@ struct Started {
 
 /// The shell command without its script: through the launcher, or (in `unconfined`
 /// when the launcher is unavailable) the shell directly in a group of its own.
-fn shell_command(ctx: &ToolContext) -> Result<Command, Fail> {
+pub(crate) fn shell_command(ctx: &ToolContext) -> Result<Command, Fail> {
     // The launcher makes itself a session and process group leader (`setsid`, its pgid
     // is its pid) as its first act; a shell started directly gets a group of its own.
     match super::sandbox::launcher() {

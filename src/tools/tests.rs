@@ -31,6 +31,8 @@ impl Ws {
             output_cap_bytes: 4096,
             temp_dir: self.spill.path().join("tmp"),
             sandbox: Default::default(),
+            background: None,
+            max_background: 0,
         }
     }
     fn write(&self, rel: &str, content: &str) {
@@ -516,6 +518,8 @@ fn standard_refuses_dotdot_and_symlink_escapes() {
         output_cap_bytes: 4096,
         temp_dir: spill.path().join("tmp"),
         sandbox: Default::default(),
+        background: None,
+        max_background: 0,
     };
     let st = || ctx(PermissionMode::Standard);
     let run = |c: ToolContext, name: &str, args: Value| call_ctx(name, &args.to_string(), c).1;
@@ -1130,6 +1134,8 @@ fn symlink_swap_race_never_reaches_outside() {
         output_cap_bytes: 4096,
         temp_dir: spill.path().join("tmp"),
         sandbox: Default::default(),
+        background: None,
+        max_background: 0,
     };
     let patch =
         "*** Begin Patch\n*** Update File: race/victim.txt\n@@\n-victim\n+pwned\n*** End Patch";

@@ -180,7 +180,12 @@ impl Driver<'_> {
                     ..crate::tools::sandbox::SandboxSettings::from_config(&cfg)
                 },
                 temperature: agent.temperature,
+                max_background: agent
+                    .max_background_processes
+                    .map(|n| n.max(1) as usize)
+                    .unwrap_or(crate::tools::background::DEFAULT_LIMIT),
             },
+            background: self.s.shared.background.of(&self.s.id, true).ok(),
         }
     }
 

@@ -23,6 +23,10 @@ struct LaunchArgs {
     mask: Vec<PathBuf>,
     /// `--service`: an engine host rather than a command; `SIGTERM` ends its whole tree.
     service: bool,
+    /// `--tty`: stdin is a pseudo-terminal made for the command (a background process
+    /// of a terminal panel); it becomes the session's controlling terminal, so the
+    /// command gets `SIGWINCH` when a client resizes it.
+    tty: bool,
     program: Vec<OsString>,
 }
 
@@ -35,6 +39,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
         hide: Vec::new(),
         mask: Vec::new(),
         service: false,
+        tty: false,
         program: Vec::new(),
     };
     let mut it = args.into_iter();
@@ -50,6 +55,7 @@ fn parse_launch(args: Vec<OsString>) -> Result<LaunchArgs, String> {
             Some("--hide") => a.hide.push(value()?.into()),
             Some("--mask") => a.mask.push(value()?.into()),
             Some("--service") => a.service = true,
+            Some("--tty") => a.tty = true,
             Some("--") => {
                 a.program = it.collect();
                 break;
@@ -82,6 +88,13 @@ pub fn launcher_main(args: Vec<OsString>) -> ExitCode {
             return ExitCode::from(125);
         }
     };
+    if a.tty {
+        // Our own terminal (never the user's): best effort, a command without it still
+        // runs, it only misses SIGWINCH.
+        if let Err(e) = rustix::process::ioctl_tiocsctty(std::io::stdin()) {
+            eprintln!("wuu sandbox: cannot take the terminal as controlling terminal: {e}");
+        }
+    }
     run_launcher(a)
 }
 

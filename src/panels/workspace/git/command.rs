@@ -72,6 +72,8 @@ impl Git {
                 process_ledger: Some(home.clone()),
                 ..sandbox::SandboxSettings::from_config(&shared.config())
             },
+            background: None,
+            max_background: 0,
         };
         let launch = match (sandbox::status(), sandbox::launcher()) {
             (sandbox::Status::Available(_), Ok(exe)) => {
