@@ -164,7 +164,9 @@ impl Engine for ClaudeEngine {
 /// the built environment and a 5 s limit, cached per binary path, size and mtime.
 /// `None` when it fails.
 pub fn version(binary: &Path, settings: &ChildSettings) -> Option<String> {
-    static CACHE: OnceLock<Mutex<HashMap<PathBuf, (String, Option<String>)>>> = OnceLock::new();
+    /// Per binary: its stamp (size, mtime) and the version it reported.
+    type Versions = Mutex<HashMap<PathBuf, (String, Option<String>)>>;
+    static CACHE: OnceLock<Versions> = OnceLock::new();
     let stamp = std::fs::metadata(binary)
         .map(|m| {
             use std::os::unix::fs::MetadataExt;
