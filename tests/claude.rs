@@ -625,3 +625,38 @@ fn a_steer_to_a_claude_turn_is_queued_and_runs_as_the_next_turn() {
     assert_eq!(end["params"]["content"], "echo: second", "{end}");
     assert_ne!(end["params"]["turn"]["id"], turn_id.as_str());
 }
+
+#[test]
+fn claude_permission_prompt_denied_refuses_the_command() {
+    let Some(bin) = claude_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::real(&fp, &bin);
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app);
+    fp.push(Script::tool_call(
+        "toolu_b2",
+        "Bash",
+        &json!({"command": "echo nope > denied.txt"}).to_string(),
+    ));
+    fp.push(Script::text(&["ok, not running it"]));
+    turn(&mut app, &thread_id, "write the file");
+    let q = app.notification("user-question/requested");
+    let req = &q["params"]["request"];
+    app.call(
+        "user-question/respond",
+        json!({"request_id": req["request_id"], "answer": {"answers": [
+            {"id": req["questions"][0]["id"], "selected": ["Deny"]}]}}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    let items = end["params"]["turn"]["items"].as_array().unwrap();
+    let tool = items
+        .iter()
+        .find(|i| i["type"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool item: {end}"));
+    assert_eq!(tool["status"], "failed", "{tool}");
+    assert!(!s.ws.join("denied.txt").exists());
+    let last = bodies(&fp).pop().unwrap();
+    assert!(last.contains("The user denied this tool use"), "{last}");
+}
