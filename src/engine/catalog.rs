@@ -99,7 +99,7 @@ pub const CATALOGUE: &[Entry] = &[
 ];
 
 /// Engines with an adapter in this build (others are listed but cannot run).
-pub const ADAPTERS: &[&str] = &[super::BUILTIN, super::codex::ID];
+pub const ADAPTERS: &[&str] = &[super::BUILTIN, super::codex::ID, super::claude::ID];
 
 /// The catalogue entry of `id`.
 pub fn entry(id: &str) -> Option<&'static Entry> {
@@ -492,7 +492,7 @@ pub fn available(id: &str, engines: Option<&EnginesConfig>, env: &Env) -> Result
     }
     if !ADAPTERS.contains(&id) {
         return Err(format!(
-            "engine {id:?} ({}) has no adapter in this build yet; choose wuu or codex",
+            "engine {id:?} ({}) has no adapter in this build yet; choose wuu, codex or claude",
             e.name
         ));
     }
@@ -692,6 +692,16 @@ pub fn describe(e: &Entry, engines: Option<&EnginesConfig>, env: &Env) -> (Engin
                 "native-session-resume".into(),
                 "approval-requests".into(),
                 "account-quota".into(),
+                "native-steer".into(),
+            ],
+            // Claude Code: permission prompts and its questions reach the user through
+            // `user-question/*`; steers wait for the next turn.
+            "claude" => vec![
+                "native-tool-loop".into(),
+                "native-session-resume".into(),
+                "user-questions".into(),
+                "account-quota".into(),
+                "queued-steer".into(),
             ],
             _ => vec!["native-tool-loop".into(), "native-session-resume".into()],
         });

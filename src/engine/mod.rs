@@ -14,13 +14,16 @@
 //! session reference before the turn proceeds). The host answers every host call in the
 //! order the events arrive; a dropped reply means the host is gone and the engine stops.
 //!
-//! Implementations: [`builtin`] (the provider loop plus the tools) and [`codex`]
-//! (`codex app-server` as a child process). The inventory of engines is [`catalog`].
+//! Implementations: [`builtin`] (the provider loop plus the tools), [`codex`]
+//! (`codex app-server` as a child process) and [`claude`] (`claude -p`, one child per
+//! turn); [`child`] holds what external engines' children share. The inventory of engines is [`catalog`].
 //! Dependencies: `engine` → `provider`, `tools`, `store`/`protocol` types; never
 //! `session` or `server`.
 
 pub mod builtin;
 pub mod catalog;
+pub mod child;
+pub mod claude;
 pub mod codex;
 pub mod content_parts;
 pub mod context;
@@ -205,6 +208,9 @@ pub enum Steering {
     /// The engine delivers each steer to its native turn and reports
     /// accepted / refused / unconfirmed.
     Native,
+    /// The engine takes no input while its turn runs: a steer is queued and runs as
+    /// the next turn (`turn/steer` answers `delivery: "queued"`).
+    Queued,
 }
 
 /// What the host answers to [`EngineEvent::BeginStep`].

@@ -32,6 +32,8 @@ Options:
                                 line on stderr (auto: on a terminal, unless NO_COLOR
                                 is set)
       --provider NAME           provider id from the configuration
+      --engine ID               engine of a new conversation (wuu, codex, claude;
+                                default: engines.default_engine)
       --model ID                model
       --permission-mode MODE    standard | read_only | unconfined
   -C, --cd DIR                  workspace root (alias --workdir; default: cwd)
@@ -111,6 +113,8 @@ pub struct Options {
     pub provider: Option<String>,
     /// `--model`.
     pub model: Option<String>,
+    /// `--engine` (new conversations).
+    pub engine: Option<String>,
     /// `--permission-mode` (validated).
     pub permission_mode: Option<String>,
     /// `--cd` / `--workdir` (as given; resolved later).
@@ -206,6 +210,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             }
             Long("provider") => o.provider = Some(nonempty(&mut p, "provider")?),
             Long("model") => o.model = Some(nonempty(&mut p, "model")?),
+            Long("engine") => o.engine = Some(nonempty(&mut p, "engine")?),
             Long("permission-mode") => {
                 let m = string(&mut p, "permission-mode")?.trim().to_owned();
                 if !m.is_empty() {

@@ -156,14 +156,15 @@ impl Runner {
         )?;
         // A resumed conversation may run on an external engine (Codex) that needs no wuu
         // provider: its provider problems are judged once the thread's engine is known.
-        // A new conversation runs on `engines.default_engine` (exec has no engine flag),
+        // A new conversation runs on `--engine`, else `engines.default_engine`,
         // judged before the conversation is created; looked up only when `initialize`
         // reports a problem.
         let resume = matches!(self.opts.mode, Mode::Resume(_));
         if !resume {
             let needs_setup = init.get("status").and_then(Value::as_str) == Some("needs_setup");
-            let engine = match self.opts.mode {
-                Mode::Start if needs_setup => self.default_engine()?,
+            let engine = match (&self.opts.mode, &self.opts.engine) {
+                (Mode::Start, Some(e)) => e.clone(),
+                (Mode::Start, None) if needs_setup => self.default_engine()?,
                 _ => "wuu".to_owned(),
             };
             self.check_setup(&init, &engine)?;

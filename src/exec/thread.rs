@@ -22,6 +22,9 @@ impl Runner {
                 if let Some(v) = &o.model {
                     p["model"] = json!(v);
                 }
+                if let Some(v) = &o.engine {
+                    p["engine"] = json!(v);
+                }
                 if let Some(v) = &o.permission_mode {
                     p["permission_mode"] = json!(v);
                 }
@@ -77,6 +80,9 @@ impl Runner {
         if o.mode != Mode::Start {
             if o.ephemeral {
                 eprintln!("note: --ephemeral only applies to new conversations");
+            }
+            if o.engine.is_some() {
+                eprintln!("note: --engine only applies to new conversations");
             }
             for (flag, want, have) in [
                 ("--provider", &o.provider, &info.provider),

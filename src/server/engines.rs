@@ -131,6 +131,15 @@ pub fn build(
     let mut probes = vec![];
     for e in catalog::CATALOGUE {
         let (mut info, detection) = catalog::describe(e, engines_cfg, &env);
+        if e.id == crate::engine::claude::ID && info.enabled {
+            // Claude reports its CLI version (`claude --version`, cached per binary).
+            if let Some(p) = &detection.path {
+                let settings = codex::ChildSettings::from_config(&cfg, &shared.opts.home);
+                if let Some(v) = crate::engine::claude::version(p, &settings) {
+                    info.version = Some(v);
+                }
+            }
+        }
         let probed = discover && info.enabled && e.id == codex::ID;
         if !discover {
             info.models_status = Some("deferred".into());

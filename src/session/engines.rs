@@ -40,6 +40,16 @@ impl HostTools for ClientTools {
     }
 }
 
+/// How the engine of `thread` takes input that arrives while its turn runs (known
+/// before an engine session is opened: `turn/steer` answers by it).
+pub fn steering(thread: &ThreadRow) -> crate::engine::Steering {
+    match engine_id(thread) {
+        crate::engine::codex::ID => crate::engine::Steering::Native,
+        crate::engine::claude::ID => crate::engine::Steering::Queued,
+        _ => crate::engine::Steering::NextStep,
+    }
+}
+
 /// The engine id a thread is bound to (`""` = the built-in one).
 pub fn engine_id(thread: &ThreadRow) -> &str {
     if thread.engine_id.is_empty() {
@@ -111,8 +121,13 @@ fn open_external(s: &mut Session, id: &str) -> Box<dyn Engine> {
     match crate::engine::catalog::available(id, cfg.config.engines.as_ref(), &env) {
         Ok(binary) if id == crate::engine::codex::ID => {
             let settings =
-                crate::engine::codex::ChildSettings::from_config(&cfg, &s.shared.opts.home);
+                crate::engine::child::ChildSettings::from_config(&cfg, &s.shared.opts.home);
             Box::new(crate::engine::codex::CodexEngine::new(binary, settings))
+        }
+        Ok(binary) if id == crate::engine::claude::ID => {
+            let settings =
+                crate::engine::child::ChildSettings::from_config(&cfg, &s.shared.opts.home);
+            Box::new(crate::engine::claude::ClaudeEngine::new(binary, settings))
         }
         Ok(_) => unavailable(id, format!("engine {id:?} has no adapter in this build")),
         Err(why) => unavailable(id, why),

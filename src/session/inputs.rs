@@ -480,6 +480,10 @@ impl Session {
                 turn_id,
                 delivery: Some("active_turn".into()),
             }),
+            Ok(Steered::Queued(turn_id)) => reply.ok(&TurnSteerResult {
+                turn_id,
+                delivery: Some("queued".into()),
+            }),
             Ok(Steered::NewTurn(input)) => {
                 // Sending a held message while idle starts a new turn from it.
                 self.run_input_turn(*input, reply, None);
@@ -571,6 +575,9 @@ impl Session {
         }
         let id = id.unwrap_or_else(|| new_id("s"));
         let now = now_ms();
+        if crate::session::engines::steering(&self.thread) == crate::engine::Steering::Queued {
+            return self.steer_queued(id, input, p.active_document, from_entry, active);
+        }
         let row = InputRow {
             thread_id: self.id.clone(),
             id: id.clone(),
@@ -596,6 +603,38 @@ impl Session {
         });
         self.steer_signal = true;
         Ok(Steered::Active(active))
+    }
+
+    /// A steer for an engine that takes no input during its turn
+    /// ([`crate::engine::Steering::Queued`]): it becomes a queued entry of the same id,
+    /// run as the next turn (`turn/queued` after the answer, `delivery: "queued"`).
+    fn steer_queued(
+        &mut self,
+        id: String,
+        input: TurnInput,
+        active_document: Option<Value>,
+        from_entry: Option<InputRow>,
+        active: String,
+    ) -> Result<Steered, Refusal> {
+        let now = now_ms();
+        let row = InputRow {
+            thread_id: self.id.clone(),
+            id,
+            mode: input_mode::QUEUE.into(),
+            state: input_state::PENDING.into(),
+            body: body_of(&input, active_document),
+            created_at_ms: from_entry.as_ref().map(|r| r.created_at_ms).unwrap_or(now),
+            updated_at_ms: now,
+        };
+        self.input_put(row.clone())?;
+        if from_entry.is_some_and(|e| e.state == input_state::HELD) {
+            self.notify_held(None);
+        }
+        let _ = self.shared.outbox.notify(&TurnQueued {
+            queued: queued_of(&row),
+            message: message_of(&row),
+        });
+        Ok(Steered::Queued(active))
     }
 
     /// Admits and runs a turn from an input (a queued entry or a held message sent
@@ -671,5 +710,7 @@ impl Session {
 
 enum Steered {
     Active(String),
+    /// Queued for the next turn (the engine takes no input during its turn).
+    Queued(String),
     NewTurn(Box<TurnInput>),
 }

@@ -2,8 +2,9 @@
 //! path, started with the handshake on first use and shared (weakly, by reference
 //! count) by every conversation bound to Codex; a dead host is replaced on next use.
 
-use super::env::{child_env, ChildSettings};
+use super::env::child_env;
 use super::rpc::Peer;
+use super::ChildSettings;
 use super::INIT_TIMEOUT;
 use parking_lot::Mutex;
 use serde_json::json;

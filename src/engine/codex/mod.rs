@@ -24,7 +24,8 @@ pub mod rpc;
 mod thread;
 mod turn;
 
-pub use env::{child_env, ChildSettings, CHILD_ENV_BASE};
+pub use super::child::ChildSettings;
+pub use env::{child_env, CODEX_ENV};
 pub use host::{shared_host, start, Host};
 pub use models::{discover_models, model_info};
 pub use turn::{native_input, permissions};

@@ -1,8 +1,8 @@
 //! Codex model discovery (spec `engines.md` §1.4 "Model catalogue", §2.3): a
 //! short-lived host pages through `model/list`, and each entry becomes an engine model.
 
-use super::env::ChildSettings;
 use super::host::start;
+use super::ChildSettings;
 use super::CALL_TIMEOUT;
 use serde_json::{json, Value};
 use std::path::Path;

@@ -8,15 +8,14 @@
 //! thread; its last lines are kept (redacted) for error messages. When stdout closes
 //! every waiting caller and subscriber learns it at once.
 
-use crate::tools::sandbox::SandboxSettings;
+use crate::engine::child::Process;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,8 +24,6 @@ use std::time::Duration;
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
 /// Capacity of a subscriber's inbound channel (the reader blocks when it is full).
 pub const INBOUND_CAPACITY: usize = 1024;
-/// Lines of stderr kept for error messages.
-const STDERR_LINES: usize = 6;
 
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
@@ -86,33 +83,17 @@ struct State {
 
 /// A running `codex app-server` child.
 pub struct Peer {
-    stdin: Mutex<Option<ChildStdin>>,
-    child: Mutex<Child>,
+    /// The child (environment, launcher, ledger entry, stderr tail).
+    proc: Process,
     state: Arc<Mutex<State>>,
     next_id: AtomicU64,
-    stderr: Arc<Mutex<VecDeque<String>>>,
     dead: Arc<AtomicBool>,
-    /// The child's ledger entry: the token in its environment and the settings that
-    /// name the store (see `tools::process`).
-    ledger: (String, SandboxSettings),
-    /// Started through the launcher (else directly, in a process group of its own).
-    launched: bool,
 }
 
-/// How long [`Peer::kill`] waits for the launcher to end the child's tree after
-/// `SIGTERM` before it kills the group.
-const STOP_WAIT: Duration = Duration::from_secs(3);
-
 impl Peer {
-    /// Spawns `binary args…` in `cwd` with exactly the environment `env` (nothing of
-    /// ours is inherited) plus the process token, stdin/stdout piped. The child is
-    /// started through the command launcher in `unconfined` mode as a service (see
-    /// `tools::sandbox`): it dies with this process (parent-death signal, also after
-    /// `kill -9`), every process it starts ends with it whatever session it makes, and
-    /// it is recorded in the process ledger of `ledger` (the wuu home; None = not
-    /// recorded) until [`Peer::kill`], so that a restart sweeps what a dead host left.
-    /// Without the launcher executable it is started directly in a process group of its
-    /// own.
+    /// Spawns `binary args…` in `cwd` with exactly the environment `env` (see
+    /// [`Process::spawn`]: it dies with this process and is recorded in the process
+    /// ledger of `ledger` until [`Peer::kill`]) and starts its reader thread.
     pub fn spawn(
         binary: &Path,
         args: &[String],
@@ -120,76 +101,20 @@ impl Peer {
         env: &[(OsString, OsString)],
         ledger: Option<&Path>,
     ) -> Result<Arc<Peer>, String> {
-        let (mut cmd, launched) = match crate::tools::sandbox::launcher() {
-            Ok(launcher) => {
-                let mut c = Command::new(launcher);
-                c.arg(crate::tools::sandbox::LAUNCHER_ARG)
-                    .arg("--ppid")
-                    .arg(std::process::id().to_string())
-                    .arg("--mode")
-                    .arg("unconfined")
-                    .arg("--service")
-                    .arg("--")
-                    .arg(binary);
-                (c, true)
-            }
-            Err(e) => {
-                log::warn!("codex: {e}; starting it directly (it will not die with the host)");
-                let mut c = Command::new(binary);
-                // Its own process group: an interrupt of ours never reaches it by
-                // accident, and closing the host kills whatever it started.
-                #[cfg(unix)]
-                {
-                    use std::os::unix::process::CommandExt;
-                    c.process_group(0);
-                }
-                (c, false)
-            }
-        };
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        cmd.args(args)
-            .current_dir(cwd)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .env(crate::tools::process::TOKEN_VAR, &token)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
-        let settings = SandboxSettings {
-            process_ledger: ledger.map(Path::to_path_buf),
-            ..Default::default()
-        };
-        crate::tools::process::started(&settings, child.id() as i32, &token);
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-        let stderr = child.stderr.take();
+        let (proc, stdout) = Process::spawn("codex", binary, args, cwd, env, ledger)?;
         let peer = Arc::new(Peer {
-            stdin: Mutex::new(stdin),
-            child: Mutex::new(child),
+            proc,
             state: Arc::new(Mutex::new(State {
                 pending: HashMap::new(),
                 subscribers: vec![],
                 closed: None,
             })),
             next_id: AtomicU64::new(1),
-            stderr: Arc::new(Mutex::new(VecDeque::new())),
             dead: Arc::new(AtomicBool::new(false)),
-            ledger: (token, settings),
-            launched,
         });
-        if let Some(err) = stderr {
-            let tail = peer.stderr.clone();
-            let _ = std::thread::Builder::new()
-                .name("codex-stderr".into())
-                .spawn(move || drain_stderr(err, tail));
-        }
         let weak = Arc::downgrade(&peer);
         let state = peer.state.clone();
         let dead = peer.dead.clone();
-        let tail = peer.stderr.clone();
         std::thread::Builder::new()
             .name("codex-reader".into())
             .spawn(move || {
@@ -197,7 +122,8 @@ impl Peer {
                 dead.store(true, Ordering::SeqCst);
                 // Give the stderr thread a moment to collect the last words.
                 std::thread::sleep(Duration::from_millis(50));
-                let why = match tail.lock().iter().last() {
+                let last = weak.upgrade().and_then(|p| p.proc.last_stderr_line());
+                let why = match last {
                     Some(line) => format!("codex app-server exited ({line})"),
                     None => "codex app-server exited".to_owned(),
                 };
@@ -214,25 +140,13 @@ impl Peer {
 
     /// The last lines of the child's stderr (redacted).
     pub fn stderr_tail(&self) -> String {
-        self.stderr
-            .lock()
-            .iter()
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(" | ")
+        self.proc.stderr_tail()
     }
 
     fn write(&self, v: &Value) -> Result<(), RpcError> {
-        let mut line = serde_json::to_vec(v).unwrap_or_default();
-        line.push(b'\n');
-        log::debug!("codex <- {}", String::from_utf8_lossy(&line).trim_end());
-        let mut stdin = self.stdin.lock();
-        let Some(w) = stdin.as_mut() else {
-            return Err(transport("codex app-server stdin is closed"));
-        };
-        w.write_all(&line)
-            .and_then(|_| w.flush())
-            .map_err(|e| transport(format!("writing to codex app-server: {e}")))
+        let line = serde_json::to_vec(v).unwrap_or_default();
+        log::debug!("codex <- {}", String::from_utf8_lossy(&line));
+        self.proc.write_line(&line).map_err(transport)
     }
 
     fn register(&self, waiter: Waiter) -> Result<u64, RpcError> {
@@ -322,55 +236,9 @@ impl Peer {
             .retain(|(_, s)| !s.same_channel(tx));
     }
 
-    /// Ends the child and everything it started: stdin closed, `SIGTERM` to the
-    /// launcher, which ends the whole tree (at most [`STOP_WAIT`]); then `SIGKILL` to
-    /// the process group and to every process carrying the child's token; the ledger
-    /// entry is forgotten.
+    /// Ends the child and everything it started ([`Process::kill`]).
     pub fn kill(&self) {
-        use rustix::process::{kill_process, kill_process_group, Pid, Signal};
-        self.stdin.lock().take();
-        let mut child = self.child.lock();
-        let Some(pid) = Pid::from_raw(child.id() as i32) else {
-            return;
-        };
-        if matches!(child.try_wait(), Ok(Some(_))) {
-            // Already reaped: its pid may be reused, nothing may be signalled by it.
-            crate::tools::process::kill_carriers(&self.ledger.0);
-            crate::tools::process::ended(
-                &self.ledger.1,
-                pid.as_raw_nonzero().get(),
-                &self.ledger.0,
-            );
-            return;
-        }
-        let mut reaped = false;
-        if self.launched {
-            let _ = kill_process(pid, Signal::TERM);
-            let until = std::time::Instant::now() + STOP_WAIT;
-            while std::time::Instant::now() < until {
-                match child.try_wait() {
-                    Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-                    Ok(Some(_)) => {
-                        reaped = true;
-                        break;
-                    }
-                    Err(_) => break,
-                }
-            }
-        }
-        if !reaped {
-            let _ = kill_process_group(pid, Signal::KILL);
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        crate::tools::process::kill_carriers(&self.ledger.0);
-        crate::tools::process::ended(&self.ledger.1, pid.as_raw_nonzero().get(), &self.ledger.0);
-    }
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.kill();
+        self.proc.kill();
     }
 }
 
@@ -406,45 +274,6 @@ fn close_all(state: &Mutex<State>, why: &str) {
     for (_, tx) in subs {
         let _ = tx.send(Inbound::Closed(why.to_owned()));
     }
-}
-
-fn drain_stderr(err: impl Read, tail: Arc<Mutex<VecDeque<String>>>) {
-    let reader = BufReader::new(err);
-    for line in reader.split(b'\n') {
-        let Ok(line) = line else { return };
-        let text = String::from_utf8_lossy(&line).trim().to_owned();
-        if text.is_empty() {
-            continue;
-        }
-        log::debug!("codex stderr: {text}");
-        let text = crate::util::clip(&redact(&text), 300);
-        let mut t = tail.lock();
-        t.push_back(text);
-        if t.len() > STDERR_LINES {
-            t.pop_front();
-        }
-    }
-}
-
-/// Replaces URL query strings and long opaque runs (tokens) by `<redacted>`.
-fn redact(s: &str) -> String {
-    s.split(' ')
-        .map(|w| {
-            let w = match w.find('?') {
-                Some(i) if w.contains("://") => format!("{}?<redacted>", &w[..i]),
-                _ => w.to_owned(),
-            };
-            let opaque = w.len() >= 40
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_=+/.".contains(c));
-            if opaque {
-                "<redacted>".to_owned()
-            } else {
-                w
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn read_loop(stdout: impl Read, peer: &std::sync::Weak<Peer>) {
@@ -568,21 +397,4 @@ fn subscriber_for(peer: &Peer, thread: Option<&str>) -> Option<Sender<Inbound>> 
         .iter()
         .find(|(t, _)| t == thread)
         .map(|(_, tx)| tx.clone())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redacts_tokens_and_queries() {
-        assert_eq!(
-            redact("GET https://x.test/a?key=secret failed"),
-            "GET https://x.test/a?<redacted> failed"
-        );
-        assert_eq!(
-            redact("token sk-abcdefghijklmnopqrstuvwxyz0123456789ABCDEF bad"),
-            "token <redacted> bad"
-        );
-    }
 }

@@ -138,6 +138,8 @@ impl Driver<'_> {
                         let _ = ctl.send(Control::Steer(Some(steer)));
                     }
                 }
+                // Steers were queued on arrival: nothing for the engine.
+                Steering::Queued => {}
             }
         }
     }
