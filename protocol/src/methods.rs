@@ -15,6 +15,7 @@ use crate::config::*;
 use crate::engines::*;
 use crate::history::*;
 use crate::input::*;
+use crate::mcp::*;
 use crate::panels::*;
 use crate::questions::*;
 use crate::run::*;
@@ -204,6 +205,15 @@ client_methods! {
     WorkspaceFileRead => "workspace/file/read", WorkspaceViewParams, FileReadResult, |_| Route::Inline;
     WorkspaceFileResolve => "workspace/file/resolve", WorkspaceViewParams, FileResolveResult, |_| Route::Inline;
     WorkspaceFileChunk => "workspace/file/chunk", WorkspaceViewParams, FileChunkResult, |_| Route::Inline;
+    // MCP servers: answered by `crate::panels::mcp` (a work pool off the reader thread).
+    McpList => "mcp/list", EmptyParams, McpListResult, |_| Route::Inline;
+    McpConnect => "mcp/connect", McpServerActionParams, McpServerActionResult, |_| Route::Inline;
+    McpDisconnect => "mcp/disconnect", McpServerActionParams, McpServerActionResult, |_| Route::Inline;
+    McpRefresh => "mcp/refresh", McpServerActionParams, McpServerActionResult, |_| Route::Inline;
+    McpAuthStart => "mcp/auth/start", McpServerActionParams, McpAuthStartResult, |_| Route::Inline;
+    McpAuthStatus => "mcp/auth/status", McpServerActionParams, McpAuthStatusResult, |_| Route::Inline;
+    McpAuthFinish => "mcp/auth/finish", McpAuthFinishParams, McpAuthResult, |_| Route::Inline;
+    McpAuthRemove => "mcp/auth/remove", McpServerActionParams, McpAuthResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

@@ -1,6 +1,7 @@
 //! The table of server → client notifications (spec §4) and their params.
 
 use crate::browser::BrowserRequestCancelled;
+use crate::mcp::McpServerStatus;
 use crate::methods::ThreadResumeResult;
 use crate::panels::{ConfigChanged, ConfigError};
 use crate::questions::{UserQuestionRequested, UserQuestionResolved};
@@ -71,6 +72,7 @@ notifications! {
     "browser/request_cancelled" => BrowserRequestCancelled;
     "config/changed" => ConfigChanged;
     "config/error" => ConfigError;
+    "mcp/status/updated" => McpServerStatus;
 }
 
 /// `thread/started {thread}`.
