@@ -81,7 +81,10 @@ impl PyServer {
             .expect("python3");
         let until = Instant::now() + Duration::from_secs(30);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < until, "the Python MCP server did not listen");
+            assert!(
+                Instant::now() < until,
+                "the Python MCP server did not listen"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         PyServer {
@@ -196,7 +199,11 @@ fn a_turn_uses_stdio_and_http_servers_and_survives_a_killed_one() {
     assert_eq!(server(&list, "weather")["transport"], "streamable_http");
 
     fp.push(Script::tool_calls(&[
-        ("call_1", "mcp__everything__echo", r#"{"message":"hi-marker-77"}"#),
+        (
+            "call_1",
+            "mcp__everything__echo",
+            r#"{"message":"hi-marker-77"}"#,
+        ),
         ("call_2", "mcp__weather__forecast", r#"{"city":"Paris"}"#),
     ]));
     fp.push(Script::text(&["Both done."]));
@@ -204,26 +211,54 @@ fn a_turn_uses_stdio_and_http_servers_and_survives_a_killed_one() {
     let calls = tool_items(&t);
     assert_eq!(calls.len(), 2, "{t}");
     assert_eq!(calls[0]["status"], "completed", "{}", calls[0]);
-    assert!(calls[0]["result"].as_str().unwrap().contains("hi-marker-77"), "{}", calls[0]);
-    assert!(calls[1]["result"].as_str().unwrap().contains("sunny in Paris (http-marker-51)"), "{}", calls[1]);
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("hi-marker-77"),
+        "{}",
+        calls[0]
+    );
+    assert!(
+        calls[1]["result"]
+            .as_str()
+            .unwrap()
+            .contains("sunny in Paris (http-marker-51)"),
+        "{}",
+        calls[1]
+    );
     // The model saw both results in the next request.
     let reqs = fp.requests();
     let body = reqs[1].body.to_string();
-    assert!(body.contains("hi-marker-77") && body.contains("http-marker-51"), "{body}");
+    assert!(
+        body.contains("hi-marker-77") && body.contains("http-marker-51"),
+        "{body}"
+    );
     // And the tools were offered with their schemas.
     let tools = reqs[0].body["tools"].to_string();
-    assert!(tools.contains("mcp__everything__echo") && tools.contains("mcp__weather__forecast"));
-    // History keeps both results.
-    let h = app.call("thread/history/read", json!({"thread_id": tid}));
+    assert!(
+        tools.contains("mcp__everything__echo") && tools.contains("mcp__weather__forecast"),
+        "{}",
+        reqs[0].body
+    );
+    // History (what a client resuming the conversation reads) keeps both results.
+    let h = app.call("thread/resume", json!({"session_id": tid}));
     let hs = h.to_string();
-    assert!(hs.contains("hi-marker-77") && hs.contains("http-marker-51"), "{hs}");
+    assert!(
+        hs.contains("hi-marker-77") && hs.contains("http-marker-51"),
+        "{hs}"
+    );
 
     let list = app.call("mcp/list", json!({}));
     let ev = server(&list, "everything");
     assert_eq!(ev["state"], "ready", "{list}");
     assert_eq!(ev["connected"], true);
     assert!(ev["tool_count"].as_u64().unwrap() >= 5, "{ev}");
-    assert!(ev["tools"].as_array().unwrap().iter().any(|t| t["name"] == "echo" && t["read_only"] == true));
+    assert!(ev["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == "echo" && t["read_only"] == true));
     let w = server(&list, "weather");
     assert_eq!(w["state"], "ready", "{list}");
     assert_eq!(w["tool_count"], 1);
@@ -231,7 +266,10 @@ fn a_turn_uses_stdio_and_http_servers_and_survives_a_killed_one() {
 
     // Kill the stdio server: it is reported, and a turn that does not use it works.
     let pids = descendants_matching(app.child.id(), "server-everything");
-    assert!(!pids.is_empty(), "no server-everything process under the host");
+    assert!(
+        !pids.is_empty(),
+        "no server-everything process under the host"
+    );
     for p in &pids {
         let _ = Command::new("kill").arg("-9").arg(p.to_string()).status();
     }
@@ -240,13 +278,23 @@ fn a_turn_uses_stdio_and_http_servers_and_survives_a_killed_one() {
             && v["params"]["name"] == "everything"
             && v["params"]["state"] == "error"
     });
-    assert!(n["params"]["error"].as_str().unwrap().contains("exited"), "{n}");
-    fp.push(Script::tool_call("call_3", "mcp__weather__forecast", r#"{"city":"Oslo"}"#));
+    assert!(
+        n["params"]["error"].as_str().unwrap().contains("exited"),
+        "{n}"
+    );
+    fp.push(Script::tool_call(
+        "call_3",
+        "mcp__weather__forecast",
+        r#"{"city":"Oslo"}"#,
+    ));
     fp.push(Script::text(&["Still fine."]));
     let t = turn(&mut app, &tid, "weather only");
     assert_eq!(t["turn"]["status"], "completed", "{t}");
     let calls = tool_items(&t);
-    assert!(calls[0]["result"].as_str().unwrap().contains("sunny in Oslo"));
+    assert!(calls[0]["result"]
+        .as_str()
+        .unwrap()
+        .contains("sunny in Oslo"));
     // The dead server's tools are no longer offered.
     let last = fp.requests().last().unwrap().body["tools"].to_string();
     assert!(!last.contains("mcp__everything__echo"), "{last}");
@@ -283,19 +331,35 @@ fn hangs_huge_results_malformed_json_and_crashes_are_tool_errors() {
     fp.push(Script::tool_call("c1", "mcp__faulty__hang", "{}"));
     fp.push(Script::tool_call("c2", "mcp__faulty__huge", "{}"));
     fp.push(Script::tool_call("c3", "mcp__faulty__malformed", "{}"));
-    fp.push(Script::tool_call("c4", "mcp__faulty__ok", r#"{"text":"still-up"}"#));
+    fp.push(Script::tool_call(
+        "c4",
+        "mcp__faulty__ok",
+        r#"{"text":"still-up"}"#,
+    ));
     fp.push(Script::tool_call("c5", "mcp__faulty__crash", "{}"));
     fp.push(Script::text(&["Survived."]));
     let t = turn(&mut app, &tid, "break things");
     let calls = tool_items(&t);
     assert_eq!(calls.len(), 5, "{t}");
     let res = |i: usize| calls[i]["result"].as_str().unwrap_or_default().to_owned();
-    assert!(res(0).contains("did not answer tools/call within 1500 ms"), "{}", res(0));
+    assert!(
+        res(0).contains("did not answer tools/call within 1500 ms"),
+        "{}",
+        res(0)
+    );
     assert!(res(1).contains("over the limit"), "{}", res(1));
     assert!(res(2).contains("malformed JSON"), "{}", res(2));
-    assert!(res(3).contains("ok-marker") && res(3).contains("still-up"), "{}", res(3));
+    assert!(
+        res(3).contains("ok-marker") && res(3).contains("still-up"),
+        "{}",
+        res(3)
+    );
     // The entry's env arrives; secret-looking variables of ours do not.
-    assert!(res(3).contains("env=from-entry-42") && res(3).contains("secret_seen=False"), "{}", res(3));
+    assert!(
+        res(3).contains("env=from-entry-42") && res(3).contains("secret_seen=False"),
+        "{}",
+        res(3)
+    );
     assert!(res(4).contains("exited"), "{}", res(4));
     for i in [0, 1, 2, 4] {
         assert_eq!(calls[i]["status"], "failed", "{}", calls[i]);
@@ -321,18 +385,43 @@ fn read_only_mode_runs_only_read_only_tools() {
     fp.push(Script::text(&["ok"]));
     let t = turn(&mut app, &tid, "try");
     let calls = tool_items(&t);
-    assert!(calls[0]["result"].as_str().unwrap().contains("permission denied"), "{}", calls[0]);
-    assert!(calls[1]["result"].as_str().unwrap().contains("ok-marker"), "{}", calls[1]);
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("permission denied"),
+        "{}",
+        calls[0]
+    );
+    assert!(
+        calls[1]["result"].as_str().unwrap().contains("ok-marker"),
+        "{}",
+        calls[1]
+    );
     drop(app);
 
     let fp = FakeProvider::start();
-    let mut app = App::start(Some(faulty_config(&fp, json!({"read_only_tools": ["write"]}))));
+    let mut app = App::start(Some(faulty_config(
+        &fp,
+        json!({"read_only_tools": ["write"]}),
+    )));
     let tid = start_thread(&mut app, json!({"permission_mode": "read_only"}));
-    fp.push(Script::tool_call("c1", "mcp__faulty__write", r#"{"text":"w"}"#));
+    fp.push(Script::tool_call(
+        "c1",
+        "mcp__faulty__write",
+        r#"{"text":"w"}"#,
+    ));
     fp.push(Script::text(&["ok"]));
     let t = turn(&mut app, &tid, "try");
     let calls = tool_items(&t);
-    assert!(calls[0]["result"].as_str().unwrap().contains("write-marker"), "{}", calls[0]);
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("write-marker"),
+        "{}",
+        calls[0]
+    );
 }
 
 /// A project server (`.mcp.json`) never starts until the user approves exactly that
@@ -366,7 +455,10 @@ fn an_unapproved_project_server_never_starts() {
     let e = app.call_err("mcp/connect", json!({"name": "proj"}));
     assert!(e["message"].as_str().unwrap().contains("approval"), "{e}");
     let init = app.call("config/read", json!({}));
-    assert_eq!(init["general_settings"]["mcp_server_enabled"]["proj"], false);
+    assert_eq!(
+        init["general_settings"]["mcp_server_enabled"]["proj"],
+        false
+    );
     assert!(!marker.exists(), "the project server ran before approval");
 
     // Approve it: it starts at the next connect.
@@ -374,7 +466,10 @@ fn an_unapproved_project_server_never_starts() {
         "config/general/update",
         json!({"mcp_enabled_toggles": {"proj": true}}),
     );
-    assert_eq!(r["general_settings"]["mcp_server_enabled"]["proj"], true, "{r}");
+    assert_eq!(
+        r["general_settings"]["mcp_server_enabled"]["proj"], true,
+        "{r}"
+    );
     let r = app.call("mcp/connect", json!({"name": "proj"}));
     assert_eq!(r["status"]["state"], "ready", "{r}");
     assert!(marker.exists());
@@ -387,11 +482,17 @@ fn an_unapproved_project_server_never_starts() {
         if server(&list, "proj")["state"] == "needs_approval" {
             break;
         }
-        assert!(Instant::now() < until, "the changed entry kept its approval: {list}");
+        assert!(
+            Instant::now() < until,
+            "the changed entry kept its approval: {list}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // Unknown names are refused; the toggle can be withdrawn.
-    let e = app.call_err("config/general/update", json!({"mcp_enabled_toggles": {"nope": true}}));
+    let e = app.call_err(
+        "config/general/update",
+        json!({"mcp_enabled_toggles": {"nope": true}}),
+    );
     assert!(e["message"].as_str().unwrap().contains("nope"), "{e}");
 }
 
@@ -420,10 +521,7 @@ fn filesystem_server_reads_the_workspace() {
     let (home, ws) = support::app::fresh_dirs(None);
     let ws_path = ws.path().canonicalize().unwrap();
     std::fs::write(ws_path.join("note.txt"), "fs-marker-88\n").unwrap();
-    let cfg = with_mcp(
-        &fp,
-        json!({"fs": {"command": fs_bin, "args": [ws_path]}}),
-    );
+    let cfg = with_mcp(&fp, json!({"fs": {"command": fs_bin, "args": [ws_path]}}));
     std::fs::write(home.path().join("config.json"), cfg.to_string()).unwrap();
     let mut app = App::spawn_in(home.path(), &ws_path, &[]);
     let tid = start_thread(&mut app, json!({"permission_mode": "read_only"}));
@@ -436,7 +534,14 @@ fn filesystem_server_reads_the_workspace() {
     fp.push(Script::text(&["read"]));
     let t = turn(&mut app, &tid, "read the note");
     let calls = tool_items(&t);
-    assert!(calls[0]["result"].as_str().unwrap().contains("fs-marker-88"), "{}", calls[0]);
+    assert!(
+        calls[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("fs-marker-88"),
+        "{}",
+        calls[0]
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -594,9 +699,15 @@ fn oauth_flow_with_pkce_stores_the_token_privately() {
     assert!(url.contains(&format!("state={st}")));
 
     // A wrong state is refused; the right one completes and connects.
-    let e = app.call_err("mcp/auth/finish", json!({"name": "guarded", "state": "bogus", "code": "code-1"}));
+    let e = app.call_err(
+        "mcp/auth/finish",
+        json!({"name": "guarded", "state": "bogus", "code": "code-1"}),
+    );
     assert!(e["message"].as_str().unwrap().contains("state"), "{e}");
-    let f = app.call("mcp/auth/finish", json!({"name": "guarded", "state": st, "code": "code-1"}));
+    let f = app.call(
+        "mcp/auth/finish",
+        json!({"name": "guarded", "state": st, "code": "code-1"}),
+    );
     assert_eq!(f["auth"]["authenticated"], true, "{f}");
     assert_eq!(f["server"]["state"], "ready", "{f}");
     assert_eq!(f["server"]["auth_status"], "oauth", "{f}");
@@ -613,7 +724,10 @@ fn oauth_flow_with_pkce_stores_the_token_privately() {
     fp.push(Script::tool_call("c1", "mcp__guarded__whoami", "{}"));
     fp.push(Script::text(&["done"]));
     let t = turn(&mut app, &tid, "who");
-    assert!(tool_items(&t)[0]["result"].as_str().unwrap().contains("authorized-marker"));
+    assert!(tool_items(&t)[0]["result"]
+        .as_str()
+        .unwrap()
+        .contains("authorized-marker"));
     let all: String = app.seen.iter().map(|v| v.to_string()).collect();
     assert!(!all.contains(ACCESS) && !all.contains(REFRESH));
 
@@ -647,20 +761,48 @@ fn exec_uses_the_servers_and_safe_mode_starts_none() {
             .collect();
         (out.status.code(), events)
     };
-    fp.push(Script::tool_call("c1", "mcp__faulty__ok", r#"{"text":"via-exec"}"#));
+    fp.push(Script::tool_call(
+        "c1",
+        "mcp__faulty__ok",
+        r#"{"text":"via-exec"}"#,
+    ));
     fp.push(Script::text(&["done"]));
     let (code, events) = run(&[]);
     assert_eq!(code, Some(0), "{events:?}");
-    let started = events.iter().find(|e| e["type"] == "tool_started").expect("tool_started");
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "tool_started")
+        .expect("tool_started");
     assert_eq!(started["name"], "mcp__faulty__ok", "{started}");
-    let done = events.iter().find(|e| e["type"] == "tool_completed").expect("tool_completed");
-    assert!(done.to_string().contains("via-exec"), "{done}");
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "tool_completed")
+        .expect("tool_completed");
+    assert_eq!(done["status"], "completed", "{done}");
+    // The model read the server's answer.
+    let reqs = fp.requests();
+    assert!(
+        reqs[1].body.to_string().contains("ok-marker"),
+        "{}",
+        reqs[1].body
+    );
 
-    fp.push(Script::tool_call("c2", "mcp__faulty__ok", r#"{"text":"x"}"#));
+    fp.push(Script::tool_call(
+        "c2",
+        "mcp__faulty__ok",
+        r#"{"text":"x"}"#,
+    ));
     fp.push(Script::text(&["done"]));
     let (_, events) = run(&["--safe-mode"]);
-    let done = events.iter().find(|e| e["type"] == "tool_completed").expect("tool_completed");
-    assert!(done.to_string().contains("not available"), "{done}");
+    let done = events
+        .iter()
+        .find(|e| e["type"] == "tool_completed")
+        .expect("tool_completed");
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(
+        done["error"].as_str().unwrap().contains("not available"),
+        "{done}"
+    );
     // No tool of the server was offered.
     let tools = fp.requests().last().unwrap().body["tools"].to_string();
     assert!(!tools.contains("mcp__faulty"), "{tools}");

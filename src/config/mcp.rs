@@ -71,7 +71,10 @@ pub fn read_project(workdir: &Path) -> Result<BTreeMap<String, McpServerConfig>,
         return Ok(BTreeMap::new());
     };
     let Some(servers) = servers.as_object() else {
-        return Err(format!("{}: `mcpServers` must be an object", path.display()));
+        return Err(format!(
+            "{}: `mcpServers` must be an object",
+            path.display()
+        ));
     };
     let mut out = BTreeMap::new();
     for (name, e) in servers {

@@ -145,9 +145,8 @@ impl Inner {
                 "the server sent an answer over the limit of {MAX_MESSAGE} bytes; it was dropped"
             )));
         }
-        let v: Value = serde_json::from_slice(&text).map_err(|e| {
-            RpcError::Protocol(format!("the server sent malformed JSON ({e})"))
-        })?;
+        let v: Value = serde_json::from_slice(&text)
+            .map_err(|e| RpcError::Protocol(format!("the server sent malformed JSON ({e})")))?;
         self.pick(v, id)
             .unwrap_or_else(|| Err(RpcError::Protocol("the answer did not carry our id".into())))
     }
@@ -266,7 +265,10 @@ impl Transport for Http {
         let _ = std::thread::Builder::new()
             .name("mcp-http-close".into())
             .spawn(move || {
-                let mut rb = inner.agent.delete(&inner.url).header("mcp-session-id", session);
+                let mut rb = inner
+                    .agent
+                    .delete(&inner.url)
+                    .header("mcp-session-id", session);
                 for (k, v) in &inner.headers {
                     rb = rb.header(k, v);
                 }

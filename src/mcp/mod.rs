@@ -114,6 +114,8 @@ pub struct Manager {
     safe_mode: bool,
     servers: Mutex<BTreeMap<String, Arc<Server>>>,
     hook: RwLock<Option<StatusHook>>,
+    /// Held while tools get their model names and are stored (names stay unique).
+    naming: Mutex<()>,
     /// OAuth flows and tokens.
     pub oauth: oauth::OAuth,
     me: Weak<Manager>,
@@ -140,6 +142,7 @@ impl Manager {
             safe_mode,
             servers: Mutex::new(BTreeMap::new()),
             hook: RwLock::new(None),
+            naming: Mutex::new(()),
             oauth: oauth::OAuth::new(home),
             me: me.clone(),
         })
@@ -204,7 +207,6 @@ impl Manager {
         for s in stopped {
             Self::stop(&s, Phase::Disabled, None);
         }
-        self.rename();
         for s in changed {
             self.emit(&s);
         }
@@ -229,19 +231,21 @@ impl Manager {
         self.servers.lock().get(name.trim()).cloned()
     }
 
-    /// Gives every tool its model name (unique, in server order).
-    fn rename(&self) {
+    /// Gives `tools` of `me` their model names, unique among the built-in tools and the
+    /// other servers' tools. Call with `self.naming` held until the tools are stored.
+    fn named(&self, me: &Server, mut tools: Vec<Tool>) -> Vec<Tool> {
         let servers: Vec<Arc<Server>> = self.servers.lock().values().cloned().collect();
         let mut taken: HashSet<String> = crate::tools::TOOL_NAMES
             .iter()
             .map(|s| s.to_string())
             .collect();
-        for s in servers {
-            let mut st = s.st.lock();
-            for t in st.tools.iter_mut() {
-                t.model_name = project::model_name(&s.entry.name, &t.name, &mut taken);
-            }
+        for s in servers.iter().filter(|s| !std::ptr::eq(&***s, me)) {
+            taken.extend(s.st.lock().tools.iter().map(|t| t.model_name.clone()));
         }
+        for t in tools.iter_mut() {
+            t.model_name = project::model_name(&me.entry.name, &t.name, &mut taken);
+        }
+        tools
     }
 
     /// The status of one server.
@@ -378,6 +382,8 @@ impl Manager {
         gen: u64,
         r: Result<(Arc<dyn Transport>, Vec<Tool>), (Phase, String)>,
     ) {
+        let _naming = self.naming.lock();
+        let r = r.map(|(c, tools)| (c, self.named(s, tools)));
         let mut st = s.st.lock();
         if st.generation != gen {
             drop(st);
@@ -404,6 +410,7 @@ impl Manager {
             }
         };
         drop(st);
+        drop(_naming);
         self.after_finish(s, closed);
     }
 
@@ -412,7 +419,6 @@ impl Manager {
             c.close();
         }
         s.changed.notify_all();
-        self.rename();
         self.emit(s);
     }
 
@@ -456,13 +462,14 @@ impl Manager {
         match list_tools(&*conn, &s.entry, startup_ms(&s.entry)) {
             Ok(tools) => {
                 {
+                    let _naming = self.naming.lock();
+                    let tools = self.named(s, tools);
                     let mut st = s.st.lock();
                     if st.generation != gen {
                         return;
                     }
                     st.tools = tools;
                 }
-                self.rename();
                 self.emit(s);
             }
             Err(e) => log::warn!("mcp {}: re-reading the tools failed: {e}", s.entry.name),
@@ -541,9 +548,8 @@ impl Manager {
                 ))
             }
         };
-        let left = |started: Instant| {
-            Duration::from_millis(budget).saturating_sub(started.elapsed())
-        };
+        let left =
+            |started: Instant| Duration::from_millis(budget).saturating_sub(started.elapsed());
         let classify = |e: RpcError, what: &str| match e {
             RpcError::Unauthorized(m) => (
                 Phase::AuthRequired,
@@ -578,7 +584,10 @@ impl Manager {
             h.set_protocol(&version);
         }
         conn.notify("notifications/initialized", json!({}));
-        let has_tools = init.get("capabilities").and_then(|c| c.get("tools")).is_some();
+        let has_tools = init
+            .get("capabilities")
+            .and_then(|c| c.get("tools"))
+            .is_some();
         let tools = if has_tools {
             match list_tools(&*conn, e, left(started).as_millis() as u64) {
                 Ok(t) => t,
@@ -638,9 +647,11 @@ impl Manager {
         self.reconcile(cfg);
         let s = self.get(name).ok_or_else(|| self.unknown(name))?;
         let phase = s.st.lock().phase;
-        if matches!(phase, Phase::Ready | Phase::Starting | Phase::Error | Phase::AuthRequired) {
+        if matches!(
+            phase,
+            Phase::Ready | Phase::Starting | Phase::Error | Phase::AuthRequired
+        ) {
             Self::stop(&s, Phase::Stopped, None);
-            self.rename();
             self.emit(&s);
         }
         Ok(self.status_of(&s))
@@ -655,7 +666,10 @@ impl Manager {
         self.reconcile(cfg);
         let s = self.get(name).ok_or_else(|| self.unknown(name))?;
         let phase = s.st.lock().phase;
-        if matches!(phase, Phase::Ready | Phase::Starting | Phase::Error | Phase::AuthRequired) {
+        if matches!(
+            phase,
+            Phase::Ready | Phase::Starting | Phase::Error | Phase::AuthRequired
+        ) {
             Self::stop(&s, Phase::Stopped, None);
         }
         self.connect_server(cfg, name)
@@ -724,14 +738,21 @@ impl Manager {
             let servers: Vec<Arc<Server>> = self.servers.lock().values().cloned().collect();
             servers.into_iter().find_map(|s| {
                 let st = s.st.lock();
-                let t = st.tools.iter().find(|t| t.model_name == model_name)?.clone();
+                let t = st
+                    .tools
+                    .iter()
+                    .find(|t| t.model_name == model_name)?
+                    .clone();
                 let conn = st.conn.clone().filter(|_| st.phase == Phase::Ready);
                 let why = (st.phase != Phase::Ready).then(|| {
                     format!(
                         "MCP server {} is {}{}",
                         s.entry.name,
                         st.phase.as_str(),
-                        st.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                        st.error
+                            .as_ref()
+                            .map(|e| format!(": {e}"))
+                            .unwrap_or_default()
                     )
                 });
                 drop(st);
@@ -869,8 +890,19 @@ fn list_tools(conn: &dyn Transport, e: &McpEntry, budget_ms: u64) -> Result<Vec<
             Some(c) => json!({"cursor": c}),
             None => json!({}),
         };
-        let v = rpc::call(conn, "tools/list", params, left.max(Duration::from_millis(1)), None)?;
-        for t in v.get("tools").and_then(Value::as_array).into_iter().flatten() {
+        let v = rpc::call(
+            conn,
+            "tools/list",
+            params,
+            left.max(Duration::from_millis(1)),
+            None,
+        )?;
+        for t in v
+            .get("tools")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let Some(name) = t.get("name").and_then(Value::as_str) else {
                 continue;
             };
@@ -894,7 +926,10 @@ fn list_tools(conn: &dyn Transport, e: &McpEntry, budget_ms: u64) -> Result<Vec<
                     .and_then(Value::as_str)
                     .unwrap_or("")
                     .to_owned(),
-                schema: t.get("inputSchema").cloned().unwrap_or(json!({"type": "object"})),
+                schema: t
+                    .get("inputSchema")
+                    .cloned()
+                    .unwrap_or(json!({"type": "object"})),
                 read_only: hint || c.read_only_tools.iter().flatten().any(|r| r == name),
             });
         }

@@ -106,7 +106,10 @@ fn read_json(resp: ureq::http::Response<ureq::Body>, what: &str) -> Result<Value
     if !(200..300).contains(&status) {
         return Err(format!(
             "{what} answered HTTP {status}: {}",
-            crate::util::clip(&crate::secrets::redact(&String::from_utf8_lossy(&text)), 300)
+            crate::util::clip(
+                &crate::secrets::redact(&String::from_utf8_lossy(&text)),
+                300
+            )
         ));
     }
     serde_json::from_slice(&text).map_err(|e| format!("{what} sent no JSON: {e}"))

@@ -4,7 +4,8 @@
 //! `text`, `image`, `audio`, `resource`, `resource_link`; `structuredContent`;
 //! `isError`) into a [`ToolOutcome`]: the model reads `output` (text, bounded), clients
 //! read `detail` `{server, tool, content: [...], structured_content?}` where images keep
-//! their data (up to [`MAX_IMAGE_CHARS`]) as `{type: "image", mime_type, data}`.
+//! their data (up to [`MAX_IMAGE_CHARS`]) as `{type: "image", mime_type, data}` (the
+//! session makes `content` the item's `result_detail.content`).
 
 use crate::tools::ToolOutcome;
 use serde_json::{json, Value};
@@ -117,7 +118,9 @@ pub fn outcome(server: &str, tool: &str, result: &Value, cap: usize) -> ToolOutc
                 if kind == "image" && data.len() <= MAX_IMAGE_CHARS {
                     parts.push(json!({"type": "image", "mime_type": mime, "data": data}));
                 } else {
-                    parts.push(json!({"type": kind, "mime_type": mime, "omitted_bytes": data.len()}));
+                    parts.push(
+                        json!({"type": kind, "mime_type": mime, "omitted_bytes": data.len()}),
+                    );
                 }
             }
             "resource" => {
@@ -147,7 +150,9 @@ pub fn outcome(server: &str, tool: &str, result: &Value, cap: usize) -> ToolOutc
                     &mut text,
                     &format!("[resource link {} {}]", s("name"), s("uri")),
                 );
-                parts.push(json!({"type": "resource_link", "uri": red(s("uri")), "name": red(s("name"))}));
+                parts.push(
+                    json!({"type": "resource_link", "uri": red(s("uri")), "name": red(s("name"))}),
+                );
             }
             other => {
                 push(&mut text, &format!("[{other} content]"));
@@ -189,8 +194,14 @@ mod tests {
     #[test]
     fn names_are_sanitised_capped_and_unique() {
         let mut taken = HashSet::new();
-        assert_eq!(model_name("every thing", "echo", &mut taken), "mcp__every_thing__echo");
-        assert_eq!(model_name("every.thing", "echo", &mut taken), "mcp__every_thing__echo_2");
+        assert_eq!(
+            model_name("every thing", "echo", &mut taken),
+            "mcp__every_thing__echo"
+        );
+        assert_eq!(
+            model_name("every.thing", "echo", &mut taken),
+            "mcp__every_thing__echo_2"
+        );
         let long = model_name("s", &"x".repeat(100), &mut taken);
         assert!(long.len() <= MAX_NAME, "{long}");
         let long2 = model_name("s", &"x".repeat(101), &mut taken);

@@ -342,12 +342,7 @@ fn read_loop(
     }
 }
 
-fn route(
-    conn: &Stdio,
-    pending: &Mutex<Pending>,
-    events: &(dyn Fn(Event) + Send + Sync),
-    v: Value,
-) {
+fn route(conn: &Stdio, pending: &Mutex<Pending>, events: &(dyn Fn(Event) + Send + Sync), v: Value) {
     let id = v.get("id").cloned().filter(|i| !i.is_null());
     let method = v.get("method").and_then(Value::as_str).map(str::to_owned);
     match (id, method) {

@@ -77,9 +77,10 @@ fn run(shared: &Arc<Host>, req: ClientRequest) -> Result<serde_json::Value, (Err
                 scopes,
             }))
         }
-        ClientRequest::McpAuthStatus(p) => {
-            v(serde_json::to_value(auth_status(shared, &name_of(&p.name)?)?))
-        }
+        ClientRequest::McpAuthStatus(p) => v(serde_json::to_value(auth_status(
+            shared,
+            &name_of(&p.name)?,
+        )?)),
         ClientRequest::McpAuthFinish(p) => {
             let name = name_of(&p.name)?;
             m.entry(&cfg, &name).map_err(err)?;
@@ -88,7 +89,9 @@ fn run(shared: &Arc<Host>, req: ClientRequest) -> Result<serde_json::Value, (Err
                 .map_err(err)?;
             // Reconnect with the token when the server was in use or waiting for it.
             let server = match m.status(&cfg, &name).map_err(err)?.state.as_str() {
-                "ready" | "auth_required" | "error" => m.refresh_server(&cfg, &name).map_err(err)?,
+                "ready" | "auth_required" | "error" => {
+                    m.refresh_server(&cfg, &name).map_err(err)?
+                }
                 _ => m.status(&cfg, &name).map_err(err)?,
             };
             v(serde_json::to_value(McpAuthResult {
