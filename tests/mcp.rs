@@ -557,7 +557,10 @@ struct AuthState {
     token_requests: Vec<String>,
 }
 
-fn read_request(s: &mut TcpStream) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
+/// `(method, path, headers (lowercased names), body)` of one HTTP request.
+type Request = (String, String, Vec<(String, String)>, Vec<u8>);
+
+fn read_request(s: &mut TcpStream) -> Option<Request> {
     let mut r = BufReader::new(s.try_clone().ok()?);
     let mut line = String::new();
     r.read_line(&mut line).ok()?;

@@ -104,6 +104,9 @@ struct Server {
     changed: Condvar,
 }
 
+/// How a start ended: the connection and its tools, or the phase and why.
+type Started = Result<(Arc<dyn Transport>, Vec<Tool>), (Phase, String)>;
+
 /// Called with a server's status whenever it changes.
 pub type StatusHook = Arc<dyn Fn(McpServerStatus) + Send + Sync>;
 
@@ -376,12 +379,7 @@ impl Manager {
         }
     }
 
-    fn finish(
-        &self,
-        s: &Server,
-        gen: u64,
-        r: Result<(Arc<dyn Transport>, Vec<Tool>), (Phase, String)>,
-    ) {
+    fn finish(&self, s: &Server, gen: u64, r: Started) {
         let _naming = self.naming.lock();
         let r = r.map(|(c, tools)| (c, self.named(s, tools)));
         let mut st = s.st.lock();
@@ -481,11 +479,7 @@ impl Manager {
         self.finish(s, gen, r);
     }
 
-    fn connect(
-        &self,
-        s: &Arc<Server>,
-        gen: u64,
-    ) -> Result<(Arc<dyn Transport>, Vec<Tool>), (Phase, String)> {
+    fn connect(&self, s: &Arc<Server>, gen: u64) -> Started {
         let e = &s.entry;
         let c = &e.config;
         let budget = startup_ms(e);
