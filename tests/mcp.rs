@@ -301,6 +301,67 @@ fn a_turn_uses_stdio_and_http_servers_and_survives_a_killed_one() {
     // A refresh brings it back.
     let r = app.call("mcp/refresh", json!({"name": "everything"}));
     assert_eq!(r["status"]["state"], "ready", "{r}");
+
+    // The remote server goes away: the call that finds out fails clearly, the server is
+    // reported, and the next turn does without it.
+    drop(py);
+    fp.push(Script::tool_call(
+        "call_4",
+        "mcp__weather__forecast",
+        r#"{"city":"Rome"}"#,
+    ));
+    fp.push(Script::text(&["Noted."]));
+    let t = turn(&mut app, &tid, "weather again");
+    let calls = tool_items(&t);
+    assert_eq!(calls[0]["status"], "failed", "{}", calls[0]);
+    assert!(
+        calls[0]["result"].as_str().unwrap().contains("weather"),
+        "{}",
+        calls[0]
+    );
+    let list = app.call("mcp/list", json!({}));
+    assert_eq!(server(&list, "weather")["state"], "error", "{list}");
+    fp.push(Script::tool_call(
+        "call_5",
+        "mcp__everything__echo",
+        r#"{"message":"after"}"#,
+    ));
+    fp.push(Script::text(&["Fine."]));
+    let t = turn(&mut app, &tid, "echo");
+    assert!(tool_items(&t)[0]["result"]
+        .as_str()
+        .unwrap()
+        .contains("after"));
+}
+
+/// A stdio server dies with the host, even when the host is killed with SIGKILL.
+#[test]
+fn stdio_servers_die_with_the_host() {
+    let fp = FakeProvider::start();
+    let mut app = App::start(Some(faulty_config(&fp, json!({}))));
+    let r = app.call("mcp/connect", json!({"name": "faulty"}));
+    assert_eq!(r["status"]["state"], "ready", "{r}");
+    let pids = descendants_matching(app.child.id(), "fake_mcp.py");
+    assert!(!pids.is_empty());
+    app.child.kill().unwrap();
+    let _ = app.child.wait();
+    let until = Instant::now() + Duration::from_secs(10);
+    while pids
+        .iter()
+        .any(|p| Path::new(&format!("/proc/{p}/stat")).exists() && !zombie(*p))
+    {
+        assert!(Instant::now() < until, "the MCP server outlived its host");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
 }
 
 fn faulty_config(fp: &FakeProvider, extra: Value) -> Value {

@@ -738,6 +738,7 @@ impl Manager {
                     .find(|t| t.model_name == model_name)?
                     .clone();
                 let conn = st.conn.clone().filter(|_| st.phase == Phase::Ready);
+                let gen = st.generation;
                 let why = (st.phase != Phase::Ready).then(|| {
                     format!(
                         "MCP server {} is {}{}",
@@ -750,13 +751,13 @@ impl Manager {
                     )
                 });
                 drop(st);
-                Some((s, t, conn, why))
+                Some((s, t, conn, why, gen))
             })
         };
         let done = |o: ToolOutcome| {
             let _ = tx.send(ToolEvent::Done(o));
         };
-        let Some((s, tool, conn, why)) = found else {
+        let Some((s, tool, conn, why, gen)) = found else {
             done(ToolOutcome::error(format!(
                 "tool `{model_name}` is not available: its MCP server is not connected (see mcp/list)"
             )));
@@ -806,6 +807,7 @@ impl Manager {
                 .max(1),
         );
         let server_name = s.entry.name.clone();
+        let me = self.me.clone();
         let spawned = std::thread::Builder::new()
             .name("tool-mcp".into())
             .spawn(move || {
@@ -821,6 +823,17 @@ impl Manager {
                     Err(RpcError::Cancelled) => ToolOutcome::error(format!(
                         "interrupted: the call to MCP server {server_name} was cancelled"
                     )),
+                    // The connection is gone (e.g. a remote server went away): the
+                    // server is reported and its tools are no longer offered.
+                    Err(RpcError::Transport(m)) => {
+                        if let Some(me) = me.upgrade() {
+                            me.finish(&s, gen, Err((Phase::Error, m.clone())));
+                        }
+                        ToolOutcome::error(crate::secrets::redact_string(format!(
+                            "MCP server {server_name}, tool {}: {m}",
+                            tool.name
+                        )))
+                    }
                     Err(e) => ToolOutcome::error(crate::secrets::redact_string(format!(
                         "MCP server {server_name}, tool {}: {e}",
                         tool.name
