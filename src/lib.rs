@@ -11,6 +11,7 @@ pub mod beneath;
 pub mod config;
 pub mod engine;
 pub mod exec;
+pub mod mcp;
 pub mod outbound;
 pub mod panels;
 pub mod provider;

@@ -17,6 +17,7 @@ use crate::engines::*;
 use crate::extras::*;
 use crate::history::*;
 use crate::input::*;
+use crate::mcp::*;
 use crate::panels::*;
 use crate::processes::*;
 use crate::questions::*;
@@ -237,6 +238,15 @@ client_methods! {
     ProcessWrite => "process/write", ProcessWriteParams, ProcessWriteResult, |_| Route::Inline;
     ProcessResize => "process/resize", ProcessResizeParams, ProcessResult, |_| Route::Inline;
     ProcessStop => "process/stop", ProcessStopParams, ProcessResult, |_| Route::Inline;
+    // MCP servers: answered by `crate::panels::mcp` (a work pool off the reader thread).
+    McpList => "mcp/list", EmptyParams, McpListResult, |_| Route::Inline;
+    McpConnect => "mcp/connect", McpServerActionParams, McpServerActionResult, |_| Route::Inline;
+    McpDisconnect => "mcp/disconnect", McpServerActionParams, McpServerActionResult, |_| Route::Inline;
+    McpRefresh => "mcp/refresh", McpServerActionParams, McpServerActionResult, |_| Route::Inline;
+    McpAuthStart => "mcp/auth/start", McpServerActionParams, McpAuthStartResult, |_| Route::Inline;
+    McpAuthStatus => "mcp/auth/status", McpServerActionParams, McpAuthStatusResult, |_| Route::Inline;
+    McpAuthFinish => "mcp/auth/finish", McpAuthFinishParams, McpAuthResult, |_| Route::Inline;
+    McpAuthRemove => "mcp/auth/remove", McpServerActionParams, McpAuthResult, |_| Route::Inline;
 }
 
 /// Params of methods that take none. Unknown members are still rejected.

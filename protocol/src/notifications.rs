@@ -2,6 +2,7 @@
 
 use crate::activity::{ActivityControlChanged, ActivityStarted, ActivityStopped, ActivityUpdated};
 use crate::browser::BrowserRequestCancelled;
+use crate::mcp::McpServerStatus;
 use crate::methods::ThreadResumeResult;
 use crate::panels::{ConfigChanged, ConfigError};
 use crate::questions::{UserQuestionRequested, UserQuestionResolved};
@@ -78,6 +79,7 @@ notifications! {
     "activity/updated" => ActivityUpdated;
     "activity/control_changed" => ActivityControlChanged;
     "activity/stopped" => ActivityStopped;
+    "mcp/status/updated" => McpServerStatus;
 }
 
 /// `thread/started {thread}`.

@@ -70,7 +70,7 @@ pub struct AdvancedSettings {
 pub struct GeneralSettings {
     /// Commits made by the agent carry a `Co-authored-by` attribution (default true).
     pub git_attribution_enabled: bool,
-    /// Per-MCP-server enablement. Always empty: this host has no MCP support yet.
+    /// Every configured MCP server (user and project) → whether it may start.
     pub mcp_server_enabled: BTreeMap<String, bool>,
 }
 
@@ -129,8 +129,9 @@ pub struct ConfigGeneralUpdateParams {
     /// Agent commits carry attribution.
     #[serde(default)]
     pub git_attribution_enabled: Option<bool>,
-    /// Per-MCP-server toggles (`null` = back to default). Refused with `invalid_params`
-    /// when non-empty: this host has no MCP support yet. An empty map is accepted.
+    /// Per-MCP-server toggles: `true` enables (a project server: approves exactly its
+    /// current entry), `false` disables, `null` = back to the default (a project server
+    /// then needs approval again). An unknown server name is `invalid_params`.
     #[serde(default)]
     pub mcp_enabled_toggles: Option<BTreeMap<String, Option<bool>>>,
 }

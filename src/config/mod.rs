@@ -95,12 +95,96 @@ pub struct GeneralConfig {
     /// Commits made by the agent carry a `Co-authored-by` attribution (default true).
     #[serde(default)]
     pub git_attribution_enabled: Option<bool>,
+    /// Per-MCP-server switches set by `config/general/update {mcp_enabled_toggles}`:
+    /// `false` keeps a server from starting, `true` enables it (for a project server:
+    /// approves it, see `mcp_project_approvals`).
+    #[serde(default)]
+    pub mcp_server_enabled: Option<BTreeMap<String, bool>>,
+    /// Approved project MCP servers (`.mcp.json`): name → fingerprint (hex SHA-256 of the
+    /// workspace root and the entry as approved). A changed entry needs a new approval.
+    #[serde(default)]
+    pub mcp_project_approvals: Option<BTreeMap<String, String>>,
+}
+
+/// One MCP server (`mcp_servers.<name>`): a command spoken to over stdio, or a URL
+/// spoken to over streamable HTTP (MCP revision 2025-06-18).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// stdio: the program (looked up in `PATH` when it has no `/`).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// stdio: its arguments.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// stdio: variables added to the scrubbed environment.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// stdio: working directory (relative = to the workspace root; default the root).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// HTTP: the endpoint URL.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// HTTP: headers sent with every request (values are secrets in every output).
+    #[serde(default)]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// HTTP: environment variable whose value is sent as `Authorization: Bearer …`.
+    #[serde(default)]
+    pub bearer_token_env: Option<String>,
+    /// HTTP: OAuth client settings (`mcp/auth/start`); discovered from the server when
+    /// absent.
+    #[serde(default)]
+    pub oauth: Option<McpOAuthConfig>,
+    /// Start this server (default true).
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// How long starting (spawn/connect, `initialize`, `tools/list`) may take, in ms
+    /// (default 30000).
+    #[serde(default)]
+    pub startup_timeout_ms: Option<u64>,
+    /// How long one tool call may take, in ms (default 120000).
+    #[serde(default)]
+    pub tool_timeout_ms: Option<u64>,
+    /// Only these tools of the server are offered (default all).
+    #[serde(default)]
+    pub enabled_tools: Option<Vec<String>>,
+    /// These tools are never offered.
+    #[serde(default)]
+    pub disabled_tools: Option<Vec<String>>,
+    /// Tools that may run in `read_only` mode although the server does not mark them
+    /// `readOnlyHint`.
+    #[serde(default)]
+    pub read_only_tools: Option<Vec<String>>,
+}
+
+/// OAuth client settings of a remote MCP server (all optional: the endpoints are
+/// discovered from the server's metadata, the client id is registered dynamically).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct McpOAuthConfig {
+    /// Registered client id.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Authorization endpoint.
+    #[serde(default)]
+    pub authorization_url: Option<String>,
+    /// Token endpoint.
+    #[serde(default)]
+    pub token_url: Option<String>,
+    /// Scopes to ask for.
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    /// Redirect URI registered for the client (default `http://127.0.0.1/callback`).
+    #[serde(default)]
+    pub redirect_uri: Option<String>,
 }
 
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 pub mod edit;
+pub mod mcp;
 pub mod views;
 pub mod watch;
 
@@ -294,6 +378,9 @@ pub struct Config {
     /// General settings.
     #[serde(default)]
     pub general: Option<GeneralConfig>,
+    /// MCP servers by name (user-owned; a project's servers come from `.mcp.json`).
+    #[serde(default)]
+    pub mcp_servers: Option<BTreeMap<String, McpServerConfig>>,
 }
 
 /// Paths a project layer may not set (user-owned), as JSON pointers.
@@ -309,6 +396,9 @@ pub const USER_OWNED: &[&str] = &[
     "/agent/shell_env",
     "/agent/sandbox",
     "/engines",
+    "/mcp_servers",
+    "/general/mcp_server_enabled",
+    "/general/mcp_project_approvals",
 ];
 
 /// Project layer file names, in load order (later wins). Only the first of `.wuu.json` /
@@ -340,8 +430,12 @@ pub struct LoadedConfig {
     /// Project layers read, in order.
     pub layers: Vec<PathBuf>,
     /// Problems; any of them makes `initialize` report `needs_setup`, except
-    /// `protected_field_ignored` which is informational.
+    /// `protected_field_ignored` and `invalid_mcp_config`, which are informational.
     pub issues: Vec<ConfigIssue>,
+    /// The project's MCP servers (`.mcp.json` of the workspace; empty with `--config`).
+    pub project_mcp: BTreeMap<String, McpServerConfig>,
+    /// The workspace root the project layers were read from.
+    pub project_root: PathBuf,
 }
 
 impl LoadedConfig {
@@ -405,6 +499,7 @@ impl LoadedConfig {
         if !explicit {
             out.extend([".wuu.json", "wuu.json"].iter().map(|n| workdir.join(n)));
             out.extend(PROJECT_LAYERS.iter().map(|n| workdir.join(n)));
+            out.push(workdir.join(mcp::PROJECT_FILE));
         }
         out
     }
@@ -413,7 +508,7 @@ impl LoadedConfig {
     pub fn ready(&self) -> bool {
         self.issues
             .iter()
-            .all(|i| i.code == "protected_field_ignored")
+            .all(|i| i.code == "protected_field_ignored" || i.code == "invalid_mcp_config")
     }
 }
 
@@ -523,6 +618,17 @@ pub fn load_with(
                     message: msg,
                 }),
             }
+        }
+    }
+    out.project_root = workdir.to_path_buf();
+    if explicit.is_none() {
+        match mcp::read_project(workdir) {
+            Ok(m) => out.project_mcp = m,
+            Err(message) => out.issues.push(ConfigIssue {
+                code: "invalid_mcp_config",
+                provider: None,
+                message,
+            }),
         }
     }
     out.config = serde_json::from_value(merged).unwrap_or_default();
@@ -711,6 +817,29 @@ pub fn secrets_of(cfg: &LoadedConfig) -> Vec<String> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
     for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY"] {
         out.extend(env(name));
+    }
+    let mcp = cfg.config.mcp_servers.iter().flat_map(|m| m.values());
+    for m in mcp.chain(cfg.project_mcp.values()) {
+        if let Some(name) = &m.bearer_token_env {
+            out.extend(env(name));
+        }
+        out.extend(m.url.iter().flat_map(|u| crate::secrets::url_userinfo(u)));
+        for v in m.headers.iter().flat_map(|h| h.values()) {
+            let v = v.trim();
+            out.push(v.to_string());
+            if let Some((_, rest)) = v.split_once(' ') {
+                out.push(rest.trim().to_string());
+            }
+        }
+        for (k, v) in m.env.iter().flatten() {
+            let up = k.to_ascii_uppercase();
+            if ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+                .iter()
+                .any(|w| up.contains(w))
+            {
+                out.push(v.clone());
+            }
+        }
     }
     for p in cfg.config.providers.iter().flat_map(|m| m.values()) {
         if let Some(name) = &p.api_key_env {

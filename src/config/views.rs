@@ -27,7 +27,10 @@ pub fn advanced_settings(cfg: &LoadedConfig) -> AdvancedSettings {
 pub fn general_settings(cfg: &LoadedConfig) -> GeneralSettings {
     GeneralSettings {
         git_attribution_enabled: cfg.general().git_attribution_enabled.unwrap_or(true),
-        mcp_server_enabled: BTreeMap::new(),
+        mcp_server_enabled: super::mcp::entries(cfg)
+            .into_iter()
+            .map(|e| (e.name, e.gate == super::mcp::Gate::Enabled))
+            .collect(),
     }
 }
 

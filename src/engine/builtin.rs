@@ -491,8 +491,13 @@ impl Builtin {
         };
         let started = now_ms();
         let handle = if self.host_tools.handles(&call.name) {
-            self.host_tools
-                .spawn(&req.turn_id, &call.id, &call.name, &call.arguments)
+            self.host_tools.spawn(
+                &req.turn_id,
+                &call.id,
+                &call.name,
+                &call.arguments,
+                req.permission_mode,
+            )
         } else {
             tools::spawn(&call.name, &call.arguments, ctx)
         };

@@ -539,8 +539,15 @@ pub trait HostTools: Send + Sync {
     fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec>;
     /// Whether a call to `name` is served by the host rather than the built-in tools.
     fn handles(&self, name: &str) -> bool;
-    /// Starts a call on a helper thread.
-    fn spawn(&self, turn_id: &str, call_id: &str, name: &str, args: &str) -> ToolHandle;
+    /// Starts a call on a helper thread; `mode` is the turn's permission mode.
+    fn spawn(
+        &self,
+        turn_id: &str,
+        call_id: &str,
+        name: &str,
+        args: &str,
+        mode: PermissionMode,
+    ) -> ToolHandle;
 }
 
 /// An engine session: bound to one conversation, runs its turns one at a time.

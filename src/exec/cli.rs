@@ -39,6 +39,7 @@ Options:
   -C, --cd DIR                  workspace root (alias --workdir; default: cwd)
       --config FILE             use exactly this config file
       --ignore-user-config      ignore $WUU_HOME/config.json (defaults + project layers)
+      --safe-mode               start no MCP server
       --ephemeral               in-memory conversation (never stored)
       --output-schema FILE      JSON Schema the final answer must match
       --output-last-message FILE
@@ -123,6 +124,8 @@ pub struct Options {
     pub config: Option<PathBuf>,
     /// `--ignore-user-config`.
     pub ignore_user_config: bool,
+    /// `--safe-mode`: start no MCP server.
+    pub safe_mode: bool,
     /// `--ephemeral`.
     pub ephemeral: bool,
     /// `--output-schema` (relative to the workdir).
@@ -199,6 +202,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
                 };
             }
             Long("ephemeral") => o.ephemeral = bool_flag(&mut p, "ephemeral")?,
+            Long("safe-mode") => o.safe_mode = bool_flag(&mut p, "safe-mode")?,
             Long("ignore-user-config") => {
                 o.ignore_user_config = bool_flag(&mut p, "ignore-user-config")?
             }

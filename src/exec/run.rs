@@ -141,6 +141,7 @@ impl Runner {
         let mut so = ServerOptions::new(self.workdir.clone());
         so.config_file = self.opts.config.clone();
         so.ignore_user_config = self.opts.ignore_user_config;
+        so.safe_mode = self.opts.safe_mode;
         so.auto_titles = false;
         // Nobody answers questions in a one-shot run: `ask_user` is not offered.
         so.questions = false;

@@ -20,6 +20,7 @@ pub mod extras;
 pub mod helpers;
 pub mod instructions;
 pub mod processes;
+pub mod mcp;
 pub mod settings;
 pub mod side_chat;
 pub mod skills;
@@ -92,6 +93,35 @@ fn on_processes(
             reply.err(
                 ErrorCode::Overloaded,
                 "overloaded: too many process requests are waiting (32); nothing was done, retry shortly",
+            );
+        }
+    }
+}
+
+fn mcp_pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| Pool::start("mcp", 2, 32))
+}
+
+/// Runs an MCP request on the MCP pool, or refuses at once when its queue is full.
+fn on_mcp(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
+    let s = shared.clone();
+    let slot = Arc::new(Mutex::new(Some(reply)));
+    let slot2 = slot.clone();
+    let job: Job = Box::new(move || {
+        let Some(reply) = slot2.lock().take() else {
+            return;
+        };
+        if s.is_closing() {
+            return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
+        }
+        mcp::handle(&s, req, reply)
+    });
+    if mcp_pool().tx.try_send(job).is_err() {
+        if let Some(reply) = slot.lock().take() {
+            reply.err(
+                ErrorCode::Overloaded,
+                "overloaded: too many MCP requests are waiting (32); retry shortly",
             );
         }
     }
@@ -192,6 +222,14 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         ClientRequest::ThreadRegenerateTitle(p) => on_helpers(shared, reply, move |s, r| {
             helpers::regenerate_title(s, p, r)
         }),
+        req @ (ClientRequest::McpList(_)
+        | ClientRequest::McpConnect(_)
+        | ClientRequest::McpDisconnect(_)
+        | ClientRequest::McpRefresh(_)
+        | ClientRequest::McpAuthStart(_)
+        | ClientRequest::McpAuthStatus(_)
+        | ClientRequest::McpAuthFinish(_)
+        | ClientRequest::McpAuthRemove(_)) => on_mcp(shared, req, reply),
         req @ (ClientRequest::WorkspaceGitStatus(_)
         | ClientRequest::WorkspaceGitChanges(_)
         | ClientRequest::WorkspaceGitDiff(_)

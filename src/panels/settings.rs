@@ -160,29 +160,90 @@ fn try_advanced_update(
     })
 }
 
-/// `config/general/update`.
+/// `config/general/update`. `mcp_enabled_toggles` are written to the user config
+/// (`general.mcp_server_enabled`; approving a project server also records its
+/// fingerprint in `general.mcp_project_approvals`); a server turned off is stopped.
 pub fn general_update(shared: &Arc<Host>, p: ConfigGeneralUpdateParams, reply: Responder) {
-    if p.mcp_enabled_toggles
-        .as_ref()
-        .is_some_and(|m| !m.is_empty())
-    {
-        return reply.err(
-            ErrorCode::InvalidParams,
-            "invalid params: mcp_enabled_toggles: this host has no MCP support yet, so there \
-             are no MCP servers to enable or disable (send an empty map or leave it out)",
-        );
+    let toggles = p.mcp_enabled_toggles.clone().unwrap_or_default();
+    let current = shared.config();
+    let known = crate::config::mcp::entries(&current);
+    for name in toggles.keys() {
+        if !known.iter().any(|e| &e.name == name) {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                format!(
+                    "invalid params: mcp_enabled_toggles: no MCP server is named {name:?} (configured: {})",
+                    known.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
     }
-    let result = match p.git_attribution_enabled {
-        None => Ok(shared.config()),
-        Some(b) => edit_user_config(shared, |doc, _| {
-            object(doc, "general").insert("git_attribution_enabled".into(), json!(b));
+    let result = if p.git_attribution_enabled.is_none() && toggles.is_empty() {
+        Ok(current)
+    } else {
+        edit_user_config(shared, |doc, cfg| {
+            let general = object(doc, "general");
+            if let Some(b) = p.git_attribution_enabled {
+                general.insert("git_attribution_enabled".into(), json!(b));
+            }
+            if toggles.is_empty() {
+                return Ok(());
+            }
+            let entries = crate::config::mcp::entries(cfg);
+            let mut enabled = general
+                .get("mcp_server_enabled")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let mut approvals = general
+                .get("mcp_project_approvals")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            for (name, on) in &toggles {
+                let entry = entries.iter().find(|e| &e.name == name);
+                let project = entry.filter(|e| e.source == crate::config::mcp::Source::Project);
+                match on {
+                    Some(b) => {
+                        enabled.insert(name.clone(), json!(b));
+                    }
+                    None => {
+                        enabled.remove(name);
+                    }
+                }
+                match (on, project) {
+                    (Some(true), Some(e)) => {
+                        let fp = crate::config::mcp::fingerprint(&cfg.project_root, &e.config);
+                        approvals.insert(name.clone(), json!(fp));
+                    }
+                    (Some(false) | None, Some(_)) => {
+                        approvals.remove(name);
+                    }
+                    _ => {}
+                }
+            }
+            set_or_clear(
+                general,
+                "mcp_server_enabled",
+                (!enabled.is_empty()).then_some(Value::Object(enabled)),
+            );
+            set_or_clear(
+                general,
+                "mcp_project_approvals",
+                (!approvals.is_empty()).then_some(Value::Object(approvals)),
+            );
             Ok(())
-        }),
+        })
     };
     match result {
-        Ok(cfg) => reply.ok(&ConfigGeneralUpdateResult {
-            general_settings: general_settings(&cfg),
-        }),
+        Ok(cfg) => {
+            if !toggles.is_empty() {
+                shared.mcp.reconcile(&cfg);
+            }
+            reply.ok(&ConfigGeneralUpdateResult {
+                general_settings: general_settings(&cfg),
+            })
+        }
         Err((c, m)) => reply.err(c, m),
     }
 }

@@ -85,6 +85,7 @@ impl Shared {
             "the client disconnected or the server is shutting down",
         );
         self.host.registry.shutdown_all(Duration::from_secs(60));
+        self.host.mcp.shutdown();
         self.catalog.stop();
         self.search.stop();
         // Every request read before the end gets its answer (a result, or
@@ -168,6 +169,8 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     }
     let catalog_entries = crate::provider::catalog::embedded_catalog(&loaded);
     let live = LiveConfig::new(&loaded, &opts.workdir, opts.config_file.is_some());
+    let mcp = crate::mcp::Manager::new(&opts.home, &opts.workdir, opts.safe_mode);
+    mcp.reconcile(&loaded);
     let host = Arc::new_cyclic(|weak| Host {
         opts: opts.clone(),
         config: RwLock::new(Arc::new(loaded)),
@@ -185,11 +188,16 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         providers: Default::default(),
         runs: Default::default(),
         live,
+        mcp: mcp.clone(),
         store_error: Mutex::new(store_problem),
         list_gen: Default::default(),
         background: crate::tools::background::Background::new(&opts.home),
     });
     crate::session::background::install(&host);
+    let out = host.outbox.clone();
+    mcp.set_hook(Arc::new(move |status: wuu_protocol::McpServerStatus| {
+        let _ = out.notify(&status);
+    }));
     let shared = Arc::new_cyclic(|weak| Shared {
         host,
         catalog: catalog::CatalogPool::start(weak.clone()),

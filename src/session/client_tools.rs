@@ -38,6 +38,19 @@ pub fn offered(shared: &Host, mode: crate::tools::PermissionMode) -> Vec<ToolSpe
     }
     let mut out = crate::tools::specs(mode);
     out.extend(specs(shared));
+    // MCP servers start here, at the first turn that asks for tools.
+    out.extend(shared.mcp.specs(&shared.config(), mode));
+    out
+}
+
+/// [`offered`] without starting MCP servers (views such as the context composition).
+pub fn offered_now(shared: &Host, mode: crate::tools::PermissionMode) -> Vec<ToolSpec> {
+    if shared.opts.no_tools {
+        return vec![];
+    }
+    let mut out = crate::tools::specs(mode);
+    out.extend(specs(shared));
+    out.extend(shared.mcp.ready_specs(mode));
     out
 }
 
@@ -45,6 +58,7 @@ pub fn offered(shared: &Host, mode: crate::tools::PermissionMode) -> Vec<ToolSpe
 /// client-served tools, and every tool on a `--no-tools` server (refused by [`spawn`]).
 pub fn handles(shared: &Host, name: &str) -> bool {
     shared.opts.no_tools
+        || crate::mcp::is_mcp_tool(name)
         || name == questions::TOOL
         || browser::is_tool(name)
         || name == crate::tools::skill::NAME

@@ -35,7 +35,18 @@ impl HostTools for ClientTools {
         super::client_tools::handles(&self.shared, name)
     }
 
-    fn spawn(&self, turn_id: &str, call_id: &str, name: &str, args: &str) -> ToolHandle {
+    fn spawn(
+        &self,
+        turn_id: &str,
+        call_id: &str,
+        name: &str,
+        args: &str,
+        mode: PermissionMode,
+    ) -> ToolHandle {
+        if crate::mcp::is_mcp_tool(name) && !self.shared.opts.no_tools {
+            let cfg = self.shared.config();
+            return self.shared.mcp.spawn(&cfg, name, args, mode);
+        }
         super::client_tools::spawn(&self.shared, &self.thread_id, turn_id, call_id, name, args)
     }
 }

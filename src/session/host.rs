@@ -205,6 +205,8 @@ pub struct Host {
     pub live: super::live_config::LiveConfig,
     /// Every conversation's background processes.
     pub background: Arc<crate::tools::background::Background>,
+    /// The MCP servers and their tools.
+    pub mcp: Arc<crate::mcp::Manager>,
 }
 
 impl Host {

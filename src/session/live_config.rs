@@ -112,8 +112,11 @@ pub fn config_tick(shared: &Host) {
         // Project layers are read beneath the workspace (never through a link out).
         let beneath =
             (*path != shared.config().config_path).then_some(shared.opts.workdir.as_path());
+        let mcp_file = *path == shared.opts.workdir.join(crate::config::mcp::PROJECT_FILE);
         let verdict = if removed {
             Err("the file was removed".to_owned())
+        } else if mcp_file {
+            crate::config::mcp::read_project(&shared.opts.workdir).map(drop)
         } else {
             crate::config::read_layer(path, beneath).map(drop)
         };

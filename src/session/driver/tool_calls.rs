@@ -112,10 +112,20 @@ impl Driver<'_> {
         let it = self.item(idx);
         if let Some(out) = output {
             it.result = Some(out);
-            it.result_detail = Some(json!({
-                "structured_content": detail.unwrap_or(Value::Null),
-                "is_error": is_error,
-            }));
+            let mut detail = detail.unwrap_or(Value::Null);
+            // An MCP result's content parts (text, images, resources) are the item's
+            // `result_detail.content`, where large images go by reference.
+            let content = it
+                .name
+                .as_deref()
+                .filter(|n| crate::mcp::is_mcp_tool(n))
+                .and_then(|_| detail.as_object_mut()?.remove("content"))
+                .filter(Value::is_array);
+            let mut rd = json!({"structured_content": detail, "is_error": is_error});
+            if let Some(c) = content {
+                rd["content"] = c;
+            }
+            it.result_detail = Some(rd);
         }
         if error.is_some() {
             it.error = error;
