@@ -4,6 +4,7 @@
 //! Sources: `spec/app-server.md` (envelope §1, methods §3, notifications §4, shapes §5)
 //! and the seeds, which win where they differ.
 
+pub mod agents;
 pub mod browser;
 pub mod clients;
 pub mod config;
@@ -21,6 +22,7 @@ pub mod thread;
 pub mod usage;
 pub mod workspace;
 
+pub use agents::*;
 pub use clients::*;
 pub use config::*;
 pub use engines::*;

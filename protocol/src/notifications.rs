@@ -1,5 +1,6 @@
 //! The table of server → client notifications (spec §4) and their params.
 
+use crate::agents::{AgentMailbox, AgentUpdated};
 use crate::browser::BrowserRequestCancelled;
 use crate::methods::ThreadResumeResult;
 use crate::panels::{ConfigChanged, ConfigError};
@@ -71,6 +72,8 @@ notifications! {
     "browser/request_cancelled" => BrowserRequestCancelled;
     "config/changed" => ConfigChanged;
     "config/error" => ConfigError;
+    "agent/updated" => AgentUpdated;
+    "agent/mailbox" => AgentMailbox;
 }
 
 /// `thread/started {thread}`.

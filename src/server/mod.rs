@@ -184,6 +184,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         providers: Default::default(),
         runs: Default::default(),
         live,
+        agents: Default::default(),
         store_error: Mutex::new(store_problem),
         list_gen: Default::default(),
     });

@@ -201,6 +201,8 @@ pub struct Host {
     pub store_error: Mutex<Option<String>>,
     /// The live configuration: hand-edit detection, rejected edits, discovered skills.
     pub live: super::live_config::LiveConfig,
+    /// The subagent worker trees of the root conversations.
+    pub agents: super::agents::Agents,
 }
 
 impl Host {
