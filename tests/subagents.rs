@@ -509,3 +509,32 @@ fn kill_9_with_workers_running_recovers_without_loss_or_duplicates() {
         assert!(notices(&r, "slow") <= 1 && notices(&r, "quick") <= 1, "{r}");
     }
 }
+
+#[test]
+fn forced_delete_of_a_root_closes_its_workers() {
+    let fake = FakeProvider::start();
+    fake.set_responder(two_workers);
+    let mut app = App::start(Some(app_config(&fake, 1)));
+    app.call(
+        "initialize",
+        json!({"client": {"name": "t", "version": "1"}}),
+    );
+    let t = app.call("thread/start", json!({}));
+    let root = t["thread"]["id"].as_str().unwrap().to_owned();
+    app.call("turn/start", json!({"thread_id": root, "prompt": "ROOT2"}));
+    agent_status(&mut app, "quick", "queued");
+    agent_status(&mut app, "slow", "running");
+    app.wait_for("root turn completed", |v| {
+        v["method"] == "turn/completed" && v["params"]["thread_id"] == root.as_str()
+    });
+    let e = app.call_err("thread/delete", json!({"thread_id": root}));
+    assert_eq!(e["code"], "thread_busy", "{e}");
+    app.call("thread/delete", json!({"thread_id": root, "force": true}));
+    agent_status(&mut app, "slow", "cancelled");
+    agent_status(&mut app, "quick", "cancelled");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !app.seen.iter().any(|v| v["method"] == "agent/mailbox"),
+        "closed workers deliver nothing"
+    );
+}

@@ -392,6 +392,11 @@ pub fn after_turn(s: &mut Session, end: &crate::session::driver::TurnEnd) {
             let outcome = match end {
                 TurnEnd::Completed { content } => Outcome::Completed(content.clone()),
                 TurnEnd::Failed(e) => Outcome::Failed(e.message.clone()),
+                // A server shutdown interrupts; a later message revives the worker.
+                TurnEnd::Interrupted(reason) if reason == "shutdown" => Outcome::Interrupted(
+                    "the server shut down while this worker ran; send it a message to continue"
+                        .into(),
+                ),
                 TurnEnd::Interrupted(reason) => Outcome::Cancelled(reason.clone()),
             };
             let shared = s.shared.clone();
