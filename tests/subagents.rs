@@ -538,3 +538,120 @@ fn forced_delete_of_a_root_closes_its_workers() {
         "closed workers deliver nothing"
     );
 }
+
+/// The root spawns a stalled worker, then stalls itself (`ROOT4`).
+fn busy_root(body: &Value) -> Option<Script> {
+    if is_worker(body) {
+        return Some(Script::stall(&["working"], Duration::from_secs(60)));
+    }
+    let rest = after(body, "ROOT4")?;
+    if rest.iter().all(|m| m["role"] != "tool") {
+        return Some(Script::tool_call(
+            "call_w",
+            "spawn_agent",
+            r#"{"description":"long task","prompt":"WORKER long","name":"long","run_in_background":true}"#,
+        ));
+    }
+    Some(Script::stall(&["thinking"], Duration::from_secs(60)))
+}
+
+#[test]
+fn interrupting_a_running_root_turn_freezes_its_workers() {
+    let fake = FakeProvider::start();
+    fake.set_responder(busy_root);
+    let mut app = App::start(Some(app_config(&fake, 2)));
+    app.call(
+        "initialize",
+        json!({"client": {"name": "t", "version": "1"}}),
+    );
+    let t = app.call("thread/start", json!({}));
+    let root = t["thread"]["id"].as_str().unwrap().to_owned();
+    app.call("turn/start", json!({"thread_id": root, "prompt": "ROOT4"}));
+    agent_status(&mut app, "long", "running");
+    // The root's second request streams and stalls: its turn is running.
+    assert!(fake.wait_requests(3, Duration::from_secs(10)));
+    app.call("turn/interrupt", json!({"thread_id": root}));
+    let done = app.wait_for("root turn settled", |v| {
+        (v["method"] == "turn/completed" || v["method"] == "turn/error")
+            && v["params"]["thread_id"] == root.as_str()
+    });
+    assert_eq!(done["params"]["turn"]["status"], "interrupted", "{done}");
+    let frozen = app
+        .seen
+        .iter()
+        .any(|v| v["method"] == "agent/updated" && v["params"]["agent"]["status"] == "cancelled");
+    if !frozen {
+        agent_status(&mut app, "long", "cancelled");
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!app.seen.iter().any(|v| v["method"] == "agent/mailbox"));
+}
+
+/// `ROOT3`: spawn an isolated worker; when its result arrives, close it.
+fn isolated(body: &Value) -> Option<Script> {
+    if is_worker(body) {
+        return Some(Script::text(&["iso done"]));
+    }
+    let rest = after(body, "ROOT3")?;
+    if rest.iter().all(|m| m["role"] != "tool") && notices(body, "iso") == 0 {
+        return Some(Script::tool_call(
+            "call_i",
+            "spawn_agent",
+            r#"{"description":"isolated task","prompt":"WORKER iso","name":"iso","run_in_background":true,"isolation":"worktree"}"#,
+        ));
+    }
+    if notices(body, "iso") == 1 && tool_results(&messages(body), "close_agent") == 0 {
+        return Some(Script::tool_call(
+            "call_x",
+            "close_agent",
+            r#"{"target":"iso"}"#,
+        ));
+    }
+    Some(Script::text(&["ack"]))
+}
+
+#[test]
+fn an_isolated_worker_runs_in_a_worktree_removed_when_closed_clean() {
+    let fake = FakeProvider::start();
+    fake.set_responder(isolated);
+    let mut app = App::start(Some(app_config(&fake, 2)));
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&app.workdir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    std::fs::write(app.workdir.join("a.txt"), "a").unwrap();
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "init"]);
+    app.call(
+        "initialize",
+        json!({"client": {"name": "t", "version": "1"}}),
+    );
+    let t = app.call("thread/start", json!({}));
+    let root = t["thread"]["id"].as_str().unwrap().to_owned();
+    app.call("turn/start", json!({"thread_id": root, "prompt": "ROOT3"}));
+    let done = agent_status(&mut app, "iso", "completed");
+    let wt = done["params"]["agent"]["worktree_path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(done["params"]["agent"]["isolation"], "worktree");
+    assert!(std::path::Path::new(&wt).join("a.txt").exists(), "{wt}");
+    let end = Instant::now() + Duration::from_secs(20);
+    while std::path::Path::new(&wt).exists() {
+        assert!(
+            Instant::now() < end,
+            "the clean worktree is removed after close_agent"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -85,6 +85,15 @@ pub fn role_of(thread: &wuu_store::ThreadRow) -> Role {
     }
 }
 
+/// Whether a conversation is a worker isolated in its own git worktree (its cwd).
+pub fn isolated(thread: &wuu_store::ThreadRow) -> bool {
+    thread
+        .extra
+        .pointer("/agent/isolation")
+        .and_then(|v| v.as_str())
+        == Some("worktree")
+}
+
 /// The directory of a root's worker records.
 fn root_dir(shared: &Host, root_id: &str) -> PathBuf {
     shared

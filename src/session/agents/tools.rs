@@ -415,6 +415,7 @@ fn create_child(
             "agent_path": agent_path,
             "task_name": task_name,
             "agent_type": agent_type,
+            "isolation": if worktree.is_some() { "worktree" } else { "inplace" },
         }
     });
     if let Some(w) = root.extra.get("workspace_id") {

@@ -51,7 +51,8 @@ pub fn remove_if_clean(rec: &Rec) {
     match git(&path, &["status", "--porcelain"]) {
         Ok(s) if s.trim().is_empty() => {
             let p = path.to_string_lossy().into_owned();
-            if let Err(e) = git(&path, &["worktree", "remove", &p]) {
+            let repo = rec.repo.as_deref().map(Path::new).unwrap_or(&path);
+            if let Err(e) = git(repo, &["worktree", "remove", &p]) {
                 log::warn!("removing worktree {p}: {e}");
                 return;
             }
