@@ -681,6 +681,18 @@ pub fn recover(shared: &Arc<Host>, root_id: &str) {
             deliver(shared, &rec);
         }
     }
+    // Results stored before the crash but not yet taken by a turn start one now.
+    shared.registry.dispatch(
+        shared,
+        root_id,
+        SessionMsg::Call(Box::new(|s| {
+            if let Ok(s) = s {
+                if !s.running.load(Ordering::SeqCst) && !s.hold_agent_turns {
+                    s.drain_queue();
+                }
+            }
+        })),
+    );
     drain(shared, root_id);
 }
 
