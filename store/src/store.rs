@@ -408,13 +408,6 @@ impl Store {
         self.read(|tx| tx.get_thread(id))
     }
 
-    /// The worker threads of a root conversation: rows whose `extra.agent.root_id` is
-    /// `root_id` (set by the host's subagent supervisor), oldest first. Damaged rows are
-    /// skipped with a warning.
-    pub fn agent_threads(&self, root_id: &str) -> Result<Vec<ThreadRow>> {
-        self.read(|tx| tx.agent_threads(root_id))
-    }
-
     /// Overwrites the thread's columns from `t`: cwd, preview, selection (provider,
     /// model, variant, effort, permission_mode), engine_id, forked_from_*,
     /// updated_at_ms and extra. It deliberately does **not** write `title`/

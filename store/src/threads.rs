@@ -226,24 +226,6 @@ impl Tx<'_> {
         }
     }
 
-    /// See [`crate::Store::agent_threads`].
-    pub fn agent_threads(&self, root_id: &str) -> Result<Vec<ThreadRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {THREAD_COLS} FROM threads \
-             WHERE json_valid(extra) AND json_extract(extra, '$.agent.root_id') = ?1 \
-             ORDER BY created_at_ms, id"
-        ))?;
-        let mut rows = stmt.query([root_id])?;
-        let mut out = vec![];
-        while let Some(row) = rows.next()? {
-            match thread_from_row(row) {
-                Ok(t) => out.push(t),
-                Err(e) => log::warn!("skipping damaged worker thread row: {e}"),
-            }
-        }
-        Ok(out)
-    }
-
     /// See [`crate::Store::update_thread`].
     pub fn update_thread(&self, t: &ThreadRow) -> Result<()> {
         let n = crate::util::execute(
