@@ -654,4 +654,7 @@ fn an_isolated_worker_runs_in_a_worktree_removed_when_closed_clean() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    // settings/usage counts the worker conversation (it reported usage).
+    let u = app.call("settings/usage", json!({}));
+    assert_eq!(u["metrics"]["agents"], 1, "{u}");
 }
