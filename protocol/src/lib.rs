@@ -5,6 +5,7 @@
 //! and the seeds, which win where they differ.
 
 pub mod activity;
+pub mod agents;
 pub mod browser;
 pub mod clients;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod usage;
 pub mod workspace;
 
 pub use activity::*;
+pub use agents::*;
 pub use clients::*;
 pub use config::*;
 pub use engines::*;

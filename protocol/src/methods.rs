@@ -459,6 +459,10 @@ pub struct ThreadDeleteParams {
     /// transaction).
     #[serde(default)]
     pub only_if_archived: Option<bool>,
+    /// Delete even while subagent workers of the conversation live (they are closed
+    /// first); without it such a delete is refused with `thread_busy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub force: Option<bool>,
 }
 
 /// `thread/delete` result.

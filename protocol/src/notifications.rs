@@ -1,6 +1,7 @@
 //! The table of server → client notifications (spec §4) and their params.
 
 use crate::activity::{ActivityControlChanged, ActivityStarted, ActivityStopped, ActivityUpdated};
+use crate::agents::{AgentMailbox, AgentUpdated};
 use crate::browser::BrowserRequestCancelled;
 use crate::mcp::McpServerStatus;
 use crate::methods::ThreadResumeResult;
@@ -80,6 +81,8 @@ notifications! {
     "activity/control_changed" => ActivityControlChanged;
     "activity/stopped" => ActivityStopped;
     "mcp/status/updated" => McpServerStatus;
+    "agent/updated" => AgentUpdated;
+    "agent/mailbox" => AgentMailbox;
 }
 
 /// `thread/started {thread}`.

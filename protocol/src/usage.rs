@@ -81,7 +81,7 @@ pub struct UsageMetrics {
     pub cache_hit_rate: f64,
     /// Turns that reported usage (distinct turns with at least one usage record).
     pub turns: u64,
-    /// Sub-agent runs among them (this host records none yet: always 0).
+    /// Subagent worker conversations among them (distinct worker threads with usage).
     pub agents: u64,
     /// `[first date, last date]` with usage, in the zone; `["", ""]` when there is none.
     pub date_range: [String; 2],
@@ -107,7 +107,7 @@ pub struct UsageDay {
     pub cache_hit_rate: f64,
     /// Turns with usage that day.
     pub turns: u64,
-    /// Sub-agent runs that day (always 0, see [`UsageMetrics::agents`]).
+    /// Subagent worker conversations with usage that day.
     pub agents: u64,
     /// `settings/usage` only: tokens the engines' own ledgers recorded that day outside
     /// this host. Absent when no ledger contributed to the day.

@@ -188,6 +188,9 @@ pub mod mcp;
 pub mod views;
 pub mod watch;
 
+/// Default of `agent.max_parallel` (spec `subagents.md` §1.4).
+pub const DEFAULT_MAX_PARALLEL: u32 = 5;
+
 /// Agent settings (`agent` object).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -204,7 +207,8 @@ pub struct AgentConfig {
     /// Model steps per turn before the turn stops (default 200).
     #[serde(default)]
     pub max_steps: Option<u32>,
-    /// Parallel capacity reported to clients (default 4).
+    /// Subagent workers of one root conversation that run at once (default
+    /// [`DEFAULT_MAX_PARALLEL`]; 0 means the default); more wait in a durable queue.
     #[serde(default)]
     pub max_parallel: Option<u32>,
     /// Default `bash` timeout, ms (default 120 000).
@@ -483,6 +487,14 @@ impl LoadedConfig {
     /// The agent settings (defaults when absent).
     pub fn agent(&self) -> AgentConfig {
         self.config.agent.clone().unwrap_or_default()
+    }
+
+    /// `agent.max_parallel`, with 0 or absent meaning [`DEFAULT_MAX_PARALLEL`].
+    pub fn max_parallel(&self) -> u32 {
+        match self.config.agent.as_ref().and_then(|a| a.max_parallel) {
+            Some(n) if n > 0 => n,
+            _ => DEFAULT_MAX_PARALLEL,
+        }
     }
 
     /// The general settings (defaults when absent).

@@ -113,7 +113,8 @@ fn on_turn_event(out: &mut Vec<Event>, thread: String, turn: String, p: &Value) 
 }
 
 impl Projector {
-    /// Tokens of the run so far: the sum of every root turn's latest snapshot.
+    /// Tokens of the run so far: the sum of every root and worker turn's latest
+    /// snapshot.
     pub fn usage_total(&self) -> RunUsage {
         self.usage
             .values()
@@ -126,7 +127,8 @@ impl Projector {
     }
 
     fn note_usage(&mut self, thread: &str, turn: &str, p: &Value) {
-        if self.is_root(thread) && !turn.is_empty() {
+        // Workers' turns (their thread id is the agent id) count in the run's usage.
+        if (self.is_root(thread) || self.agents.contains(thread)) && !turn.is_empty() {
             self.usage.insert(
                 turn.to_owned(),
                 RunUsage {
@@ -620,7 +622,15 @@ impl Projector {
                 }
             },
             agent_id: agent_id.clone(),
-            agent_type: s(a, "agent_type"),
+            // The Agent object names it `type` (spec `subagents.md` §2.3).
+            agent_type: {
+                let t = s(a, "agent_type");
+                if t.is_empty() {
+                    s(a, "type")
+                } else {
+                    t
+                }
+            },
             status: status.clone(),
             task_name: s(a, "task_name"),
             agent_profile: s(a, "agent_profile"),

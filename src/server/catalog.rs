@@ -278,7 +278,7 @@ struct ListCache {
 /// `filter` selects: `{"threads":[…]}` where each entry is the JSON of
 /// [`session::convert::thread_wire`]`(row, &[], running)` (see
 /// [`session::convert::write_summary`]), written straight from the store's rows into one
-/// buffer. `running(id)` says whether a conversation is running a turn.
+/// buffer; subagent workers' threads are left out. `running(id)` says whether a conversation is running a turn.
 pub fn listing_json(
     store: &Store,
     filter: &ThreadFilter,
@@ -289,6 +289,11 @@ pub fn listing_json(
     out.extend_from_slice(b"{\"threads\":[");
     let mut first = true;
     store.visit_threads(filter, |row| {
+        // Subagent workers' child threads are not listed (spec `subagents.md` §2.4);
+        // they are read by id.
+        if row.extra.get("agent").is_some_and(|a| a.is_object()) {
+            return Ok(());
+        }
         if !std::mem::take(&mut first) {
             out.push(b',');
         }

@@ -70,7 +70,7 @@ pub fn initialize_result(shared: &Host) -> InitializeResult {
         provider: cfg.default_provider(),
         model: cfg.default_model(),
         effort: agent.effort.clone(),
-        max_parallel: agent.max_parallel.unwrap_or(4),
+        max_parallel: cfg.max_parallel(),
         runtime_host: match &shared.opts.instance_id {
             Some(i) => json!({"kind": shared.opts.host, "instance_id": i}),
             None => json!({"kind": shared.opts.host}),

@@ -189,6 +189,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         runs: Default::default(),
         live,
         mcp: mcp.clone(),
+        agents: Default::default(),
         store_error: Mutex::new(store_problem),
         list_gen: Default::default(),
         background: crate::tools::background::Background::new(&opts.home),

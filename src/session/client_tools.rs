@@ -32,24 +32,34 @@ pub fn specs(shared: &Host) -> Vec<ToolSpec> {
 
 /// Every tool the model is offered in `mode`: the built-in tools plus the client-served
 /// ones; none at all on a `--no-tools` server.
-pub fn offered(shared: &Host, mode: crate::tools::PermissionMode) -> Vec<ToolSpec> {
+pub fn offered(
+    shared: &Host,
+    mode: crate::tools::PermissionMode,
+    role: &super::agents::Role,
+) -> Vec<ToolSpec> {
     if shared.opts.no_tools {
         return vec![];
     }
     let mut out = crate::tools::specs(mode);
     out.extend(specs(shared));
+    out.extend(super::agents::tools::specs(role));
     // MCP servers start here, at the first turn that asks for tools.
     out.extend(shared.mcp.specs(&shared.config(), mode));
     out
 }
 
 /// [`offered`] without starting MCP servers (views such as the context composition).
-pub fn offered_now(shared: &Host, mode: crate::tools::PermissionMode) -> Vec<ToolSpec> {
+pub fn offered_now(
+    shared: &Host,
+    mode: crate::tools::PermissionMode,
+    role: &super::agents::Role,
+) -> Vec<ToolSpec> {
     if shared.opts.no_tools {
         return vec![];
     }
     let mut out = crate::tools::specs(mode);
     out.extend(specs(shared));
+    out.extend(super::agents::tools::specs(role));
     out.extend(shared.mcp.ready_specs(mode));
     out
 }
@@ -62,13 +72,16 @@ pub fn handles(shared: &Host, name: &str) -> bool {
         || name == questions::TOOL
         || browser::is_tool(name)
         || name == crate::tools::skill::NAME
+        || super::agents::tools::is_tool(name)
 }
 
 /// Starts a client-served tool call on a helper thread. `call_id` is the model's tool
 /// call id (carried by `user-question/requested` as `call_id`).
+#[allow(clippy::too_many_arguments)]
 pub fn spawn(
     shared: &Arc<Host>,
     thread_id: &str,
+    role: &super::agents::Role,
     turn_id: &str,
     call_id: &str,
     name: &str,
@@ -83,6 +96,7 @@ pub fn spawn(
         ))));
         return handle;
     }
+    let role = role.clone();
     let (shared, thread_id, turn_id, call_id, name_owned, args) = (
         shared.clone(),
         thread_id.to_owned(),
@@ -100,6 +114,15 @@ pub fn spawn(
                     questions::run_ask_user(&shared, &thread_id, &turn_id, &call_id, &args, &cancel)
                 } else if name_owned == crate::tools::skill::NAME {
                     crate::session::skills::run_tool(&shared, &thread_id, &args)
+                } else if super::agents::tools::is_tool(&name_owned) {
+                    super::agents::tools::run(
+                        &shared,
+                        &thread_id,
+                        &role,
+                        &name_owned,
+                        &args,
+                        &cancel,
+                    )
                 } else {
                     let ctx = browser::CallCtx {
                         shared: &shared,

@@ -24,11 +24,13 @@ pub const ENGINE_REF: &str = "engine_ref";
 pub struct ClientTools {
     shared: Arc<Host>,
     thread_id: String,
+    /// What the conversation is in a worker tree (which agent tools it gets).
+    role: super::agents::Role,
 }
 
 impl HostTools for ClientTools {
     fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec> {
-        super::client_tools::offered(&self.shared, mode)
+        super::client_tools::offered(&self.shared, mode, &self.role)
     }
 
     fn handles(&self, name: &str) -> bool {
@@ -47,7 +49,15 @@ impl HostTools for ClientTools {
             let cfg = self.shared.config();
             return self.shared.mcp.spawn(&cfg, name, args, mode);
         }
-        super::client_tools::spawn(&self.shared, &self.thread_id, turn_id, call_id, name, args)
+        super::client_tools::spawn(
+            &self.shared,
+            &self.thread_id,
+            &self.role,
+            turn_id,
+            call_id,
+            name,
+            args,
+        )
     }
 }
 
@@ -106,6 +116,7 @@ pub fn open(s: &mut Session) -> Box<dyn Engine> {
                 Arc::new(ClientTools {
                     shared: s.shared.clone(),
                     thread_id: s.id.clone(),
+                    role: super::agents::role_of(&s.thread),
                 }),
             )),
             Err(message) => Box::new(FailingEngine {

@@ -207,6 +207,8 @@ pub struct Host {
     pub background: Arc<crate::tools::background::Background>,
     /// The MCP servers and their tools.
     pub mcp: Arc<crate::mcp::Manager>,
+    /// The subagent worker trees of the root conversations.
+    pub agents: super::agents::Agents,
 }
 
 impl Host {

@@ -161,8 +161,15 @@ impl Session {
 
     /// After a restart (or a revival), inputs left `pending` by a previous process come
     /// back as held: they are never run automatically.
+    /// Workers' results stay pending: they are delivered, not held.
     pub fn hold_leftover_pending(&mut self) {
         for mut row in self.inputs_in(&[input_state::PENDING]) {
+            if row
+                .id
+                .starts_with(crate::session::agents::RESULT_INPUT_PREFIX)
+            {
+                continue;
+            }
             row.state = input_state::HELD.into();
             let _ = self.input_put(row);
         }

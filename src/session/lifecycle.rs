@@ -315,6 +315,38 @@ fn open(shared: &Host) -> Result<PooledStore, Refusal> {
         .map_err(|e| crate::session::host::store_refusal(shared, &e))
 }
 
+/// Stores a new conversation row with a copy of some history (a worker's child
+/// thread, `session::agents`) in one transaction. Errors: the store refused.
+pub fn insert_with_history(
+    shared: &Arc<Host>,
+    thread: &ThreadRow,
+    turns: &[TurnState],
+) -> Result<(), Refusal> {
+    let mut store = open(shared)?;
+    store
+        .transaction(|tx| {
+            tx.insert_thread(thread)?;
+            for t in turns {
+                tx.insert_turn(&t.row)?;
+                for item in &t.items {
+                    tx.upsert_item(&ItemRow {
+                        thread_id: thread.id.clone(),
+                        turn_id: t.row.id.clone(),
+                        id: item.id.clone(),
+                        item_type: item.item_type.clone(),
+                        status: item.status.clone(),
+                        seq: 0,
+                        body: serde_json::to_value(item).unwrap_or_default(),
+                    })?;
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| crate::session::host::store_error(shared, &e))?;
+    shared.threads_changed();
+    Ok(())
+}
+
 /// `thread/fork`: copies the source's selection and history up to the cut into a new
 /// conversation. Copied in-progress turns settle as interrupted. A fork of an ephemeral
 /// conversation is ephemeral.
@@ -560,6 +592,13 @@ impl Session {
         let id = self.id.clone();
         let archived = p.archived;
         if archived {
+            if let Err((c, m)) =
+                crate::session::agents::guard_removal(&self.shared, &id, p.force.unwrap_or(false))
+            {
+                return reply.err(c, m);
+            }
+        }
+        if archived {
             // A live execution in another wuu process blocks archiving (mutation lease).
             let owner = self.shared.owner.clone();
             if let Some(store) = self.store.as_mut() {
@@ -607,6 +646,11 @@ impl Session {
         }
         let only_if_archived = p.only_if_archived.unwrap_or(false);
         let id = self.id.clone();
+        if let Err((c, m)) =
+            crate::session::agents::guard_removal(&self.shared, &id, p.force.unwrap_or(false))
+        {
+            return reply.err(c, m);
+        }
         let Some(store) = self.store.as_mut() else {
             if only_if_archived && !self.thread.archived {
                 return reply.err(ErrorCode::Error, format!("thread {id:?} is not archived"));

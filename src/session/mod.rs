@@ -13,6 +13,7 @@
 
 pub mod actions;
 pub mod activity;
+pub mod agents;
 pub mod attachments;
 pub mod background;
 pub mod browser;
@@ -128,6 +129,10 @@ pub struct Session {
     pub steer_signal: bool,
     /// The external engine session kept between turns ([`engines::open`]).
     pub engine: Option<Box<dyn crate::engine::Engine>>,
+    /// Set while a run waits for its workers' results: a result arriving at the idle
+    /// conversation is stored as queued input and the run starts its turn (rather
+    /// than the queue drain).
+    pub hold_agent_turns: bool,
     /// Set while `thread` was read from the store by this very message's revival, so
     /// the first message skips re-reading it (one query less per revival).
     pub row_fresh: bool,
@@ -164,6 +169,10 @@ impl Session {
     /// held (never auto-run), then the mailbox is served.
     fn revived(mut self) {
         self.hold_leftover_pending();
+        if agents::role_of(&self.thread) == agents::Role::Root {
+            // Workers a previous process left behind, and results it did not deliver.
+            agents::recover(&self.shared, &self.id);
+        }
         self.release_store();
         self.run();
     }
@@ -409,6 +418,7 @@ pub fn spawn_existing(
                     mem_inputs: vec![],
                     steer_signal: false,
                     engine: None,
+                    hold_agent_turns: false,
                     row_fresh: true,
                 }
                 .revived(),
@@ -477,6 +487,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         mem_inputs: vec![],
                         steer_signal: false,
                         engine: None,
+                        hold_agent_turns: false,
                         row_fresh: false,
                     };
                     session.announce_created(reply);

@@ -256,7 +256,7 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
             "permission_mode": s.thread.permission_mode,
             "protocol_version": PROTOCOL_VERSION,
             "core_version": env!("CARGO_PKG_VERSION"),
-            "max_parallel": s.shared.config().agent().max_parallel.unwrap_or(4),
+            "max_parallel": s.shared.config().max_parallel(),
         }),
         workspace: json!({"root": s.shared.opts.workdir.to_string_lossy()}),
         turns: vec![],
@@ -398,8 +398,116 @@ fn drive(
                 interrupted(&mut run, &reason);
             }
         }
+        // The run is settled only when its workers are: each result they deliver
+        // becomes one more turn of the run (spec `subagents.md` §1.9).
+        if run.status == "completed" {
+            match next_agent_input(s, &run.id, &mut waiting_replies, &mut later, deadline_ms) {
+                AgentWait::Settled => {}
+                AgentWait::Interrupted(reason) => interrupted(&mut run, &reason),
+                AgentWait::Turn(input) => match admit(s, *input, "user") {
+                    Ok(()) => {
+                        run.turns.push(RunTurn {
+                            id: current_turn(s).id,
+                            purpose: "subagent_result".into(),
+                            status: "in_progress".into(),
+                        });
+                        persist_run(s, &run);
+                        let _ = s.shared.outbox.notify(&TurnStarted {
+                            thread_id: s.id.clone(),
+                            turn: current_turn(s),
+                            queue_id: None,
+                            run_id: Some(run.id.clone()),
+                        });
+                        continue;
+                    }
+                    Err((_, m)) => fail(&mut run, run_error("subagent_result_failed", "local", m)),
+                },
+            }
+        }
         return finish(s, run, result, waiting_replies, later);
     }
+}
+
+/// What a run found while it waited for its workers.
+enum AgentWait {
+    /// Nothing outstanding: the run settles.
+    Settled,
+    /// A worker's result waits as input: the run's next turn takes it.
+    Turn(Box<TurnInput>),
+    /// The run was interrupted (or the server shuts down) meanwhile; the tree froze.
+    Interrupted(String),
+}
+
+/// Waits (serving the mailbox) until a worker's result is stored as input of this
+/// conversation, or nothing is outstanding any more, or the run is interrupted.
+fn next_agent_input(
+    s: &mut Session,
+    run_id: &str,
+    waiting_replies: &mut Vec<Responder>,
+    later: &mut Vec<SessionMsg>,
+    deadline_ms: Option<i64>,
+) -> AgentWait {
+    use crate::session::agents;
+    use crossbeam_channel::RecvTimeoutError;
+    s.hold_agent_turns = true;
+    let out = loop {
+        if s.acquire_store().is_ok() {
+            agents::requeue_late_results(s);
+            let waiting = s
+                .inputs_in(&[wuu_store::input_state::PENDING])
+                .into_iter()
+                .find(|r| r.id.starts_with(agents::RESULT_INPUT_PREFIX));
+            if let Some(row) = waiting {
+                break AgentWait::Turn(Box::new(super::inputs::input_of(&row)));
+            }
+        }
+        if !s.shared.agents.outstanding(&s.id) {
+            break AgentWait::Settled;
+        }
+        if s.shared.is_closing() {
+            agents::freeze(&s.shared, &s.id);
+            break AgentWait::Interrupted("shutdown".into());
+        }
+        if deadline_ms.is_some_and(|d| now_ms() >= d) {
+            agents::freeze(&s.shared, &s.id);
+            break AgentWait::Interrupted("timeout".into());
+        }
+        match s.rx.recv_timeout(std::time::Duration::from_millis(200)) {
+            Ok(msg) => match *msg {
+                SessionMsg::Request {
+                    req: ClientRequest::RunInterrupt(p),
+                    reply,
+                } if p.run_id.trim() == run_id => {
+                    agents::freeze(&s.shared, &s.id);
+                    waiting_replies.push(reply);
+                    let reason = if p.reason.as_deref() == Some("timeout") {
+                        "timeout"
+                    } else {
+                        "interrupted"
+                    };
+                    break AgentWait::Interrupted(reason.into());
+                }
+                SessionMsg::Request {
+                    req: ClientRequest::TurnInterrupt(_),
+                    reply,
+                } => {
+                    agents::freeze(&s.shared, &s.id);
+                    reply.ok(&OkResult { ok: true });
+                    break AgentWait::Interrupted("interrupted".into());
+                }
+                SessionMsg::Shutdown { done } => {
+                    agents::freeze(&s.shared, &s.id);
+                    later.push(SessionMsg::Shutdown { done });
+                    break AgentWait::Interrupted("shutdown".into());
+                }
+                other => s.handle(other),
+            },
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break AgentWait::Interrupted("shutdown".into()),
+        }
+    };
+    s.hold_agent_turns = false;
+    out
 }
 
 /// A run error that names no provider.

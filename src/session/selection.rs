@@ -73,7 +73,7 @@ fn result_for(
         model,
         effort: Some(effort).filter(|e| !e.is_empty()),
         variant: Some(variant).filter(|v| !v.is_empty()),
-        max_parallel: cfg.agent().max_parallel.unwrap_or(4),
+        max_parallel: cfg.max_parallel(),
         permissions: Permissions { mode },
         providers: crate::provider::catalog::provider_summaries(&cfg),
         advanced_settings: serde_json::to_value(crate::config::views::advanced_settings(&cfg))

@@ -430,6 +430,9 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
     if let Err((c, m)) = admit(s, input, "user") {
         return reply.err(c, m);
     }
+    // A frozen worker tree is folded into this user turn (its held results arrive as
+    // steers before the first model request).
+    super::agents::unfreeze(s);
     let turn = current_turn(s);
     reply.ok(&TurnResult { turn: turn.clone() });
     let _ = s.shared.outbox.notify(&TurnStarted {
@@ -444,7 +447,9 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
 /// Runs the admitted (current) turn, then the messages that waited for it, then any
 /// queued input.
 pub fn run_admitted(s: &mut Session) {
-    let (_end, deferred) = driver::Driver::new(s, Default::default()).run();
+    super::agents::before_turn(s);
+    let (end, deferred) = driver::Driver::new(s, Default::default()).run();
+    super::agents::after_turn(s, &end);
     process_deferred(s, deferred);
     s.drain_queue();
     s.release_turn_memory();
@@ -563,6 +568,11 @@ pub fn process_deferred(s: &mut Session, deferred: Vec<SessionMsg>) {
 
 /// `turn/interrupt` when no turn runs (during a turn the driver answers it).
 pub fn turn_interrupt(s: &mut Session, _p: TurnInterruptParams, reply: Responder) {
+    // No turn runs but workers do: only the tree freezes (spec `subagents.md` §1.8).
+    if super::agents::freeze(&s.shared, &s.id) {
+        s.hold_all_pending();
+        return reply.ok(&OkResult { ok: true });
+    }
     reply.err(
         ErrorCode::NoActiveTurn,
         format!("thread {:?} has no active turn", s.id),

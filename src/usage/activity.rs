@@ -122,6 +122,7 @@ mod tests {
 
     fn row(thread: &str, engine: &str, turn: &str, provider: &str, input: u64) -> UsageScanRow {
         UsageScanRow {
+            is_agent: false,
             thread_id: thread.into(),
             engine_id: engine.into(),
             turn_id: turn.into(),
@@ -160,6 +161,7 @@ mod tests {
                 row("b", "codex", "t1", "", 40),
                 // A zero record (context marker) is not a reported turn.
                 UsageScanRow {
+                    is_agent: false,
                     output_tokens: 0,
                     ..row("a", "", "t3", "openrouter", 0)
                 },

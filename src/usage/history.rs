@@ -76,6 +76,8 @@ pub fn engine_bucket(engine_id: &str) -> &str {
 struct DayAcc {
     tokens: TokenTotals,
     turns: HashSet<(String, String)>,
+    /// Subagent worker threads with usage that day.
+    agents: HashSet<String>,
     outside: Option<TokenTotals>,
 }
 
@@ -85,6 +87,8 @@ struct Agg {
     tokens: TokenTotals,
     turns: HashSet<(String, String)>,
     sessions: HashSet<String>,
+    /// Subagent worker threads with usage.
+    agents: HashSet<String>,
     days: BTreeMap<String, DayAcc>,
 }
 
@@ -94,10 +98,16 @@ impl Agg {
         self.tokens.add(&t);
         let key = (r.thread_id.clone(), r.turn_id.clone());
         self.sessions.insert(r.thread_id.clone());
+        if r.is_agent {
+            self.agents.insert(r.thread_id.clone());
+        }
         if let Some(date) = date_of(r.at_ms, tz) {
             let day = self.days.entry(date).or_default();
             day.tokens.add(&t);
             day.turns.insert(key.clone());
+            if r.is_agent {
+                day.agents.insert(r.thread_id.clone());
+            }
         }
         self.turns.insert(key);
     }
@@ -148,7 +158,7 @@ impl Agg {
             cache_creation_tokens: t.cache_creation_tokens,
             cache_hit_rate: rate(t.cache_read_tokens, t.input_tokens),
             turns: self.turns.len() as u64,
-            agents: 0,
+            agents: self.agents.len() as u64,
             date_range,
             active_days: own.len() as u64,
         };
@@ -163,7 +173,7 @@ impl Agg {
                 cache_read_tokens: d.tokens.cache_read_tokens,
                 cache_hit_rate: rate(d.tokens.cache_read_tokens, d.tokens.input_tokens),
                 turns: d.turns.len() as u64,
-                agents: 0,
+                agents: d.agents.len() as u64,
                 outside: d.outside,
             })
             .collect();
@@ -323,6 +333,7 @@ mod tests {
 
     fn row(thread: &str, turn: &str, at_ms: i64, input: u64, output: u64) -> UsageScanRow {
         UsageScanRow {
+            is_agent: false,
             thread_id: thread.into(),
             engine_id: String::new(),
             turn_id: turn.into(),

@@ -45,6 +45,8 @@ pub struct UsageScanRow {
     pub cache_read_tokens: u64,
     /// Cache-creation tokens.
     pub cache_creation_tokens: u64,
+    /// Whether the conversation is a subagent worker's child thread.
+    pub is_agent: bool,
 }
 
 /// A conversation bound to an external engine and the native session it claimed.
@@ -111,6 +113,7 @@ fn scan_row(row: &Row<'_>) -> Result<UsageScanRow> {
         output_tokens: get_u64(row, 7, t, k)?,
         cache_read_tokens: get_u64(row, 8, t, k)?,
         cache_creation_tokens: get_u64(row, 9, t, k)?,
+        is_agent: get::<i64>(row, 10, t, k)? != 0,
         thread_id,
     })
 }
@@ -120,7 +123,9 @@ impl Tx<'_> {
     pub fn usage_scan(&self) -> Result<Vec<UsageScanRow>> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT u.thread_id, t.engine_id, u.turn_id, u.provider, u.model, u.at_ms, \
-             u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_creation_tokens \
+             u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_creation_tokens, \
+             CASE WHEN json_valid(t.extra) \
+             AND json_extract(t.extra, '$.agent.root_id') IS NOT NULL THEN 1 ELSE 0 END \
              FROM usage u JOIN threads t ON t.id = u.thread_id ORDER BY u.at_ms, u.id",
         )?;
         let mut rows = stmt.query([])?;

@@ -1108,8 +1108,13 @@ fn validate(proto: Proto, body: &Value) -> Result<(), String> {
 // The server
 // ---------------------------------------------------------------------------------------
 
+/// Chooses the answer of a POST from its body (see [`FakeProvider::set_responder`]).
+pub type Responder = Box<dyn Fn(&Value) -> Option<Script> + Send + Sync>;
+
 struct Shared {
     scripts: Mutex<VecDeque<Script>>,
+    /// When set, asked first for every POST's script; `None` falls back to the queue.
+    responder: Mutex<Option<Arc<Responder>>>,
     requests: Mutex<Vec<RecordedRequest>>,
     models: Mutex<Vec<String>>,
     validate: AtomicBool,
@@ -1168,6 +1173,7 @@ impl FakeProvider {
         let port = listener.local_addr().expect("addr").port();
         let shared = Arc::new(Shared {
             scripts: Mutex::new(VecDeque::new()),
+            responder: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             models: Mutex::new(vec!["fake-model".to_string()]),
             validate: AtomicBool::new(true),
@@ -1213,6 +1219,13 @@ impl FakeProvider {
     /// Queues a script for the next POST.
     pub fn push(&self, s: Script) {
         self.shared.scripts.lock().unwrap().push_back(s);
+    }
+
+    /// Answers each POST by its request body (tests whose requests arrive concurrently
+    /// from several conversations tell them apart by content); `None` from `f` falls
+    /// back to the queue of [`FakeProvider::push`].
+    pub fn set_responder(&self, f: impl Fn(&Value) -> Option<Script> + Send + Sync + 'static) {
+        *self.shared.responder.lock().unwrap() = Some(Arc::new(Box::new(f)));
     }
 
     /// Scripts not yet used.
@@ -1710,7 +1723,10 @@ fn respond(
             return Ok(true);
         }
     }
-    let script = shared.scripts.lock().unwrap().pop_front();
+    let responder = shared.responder.lock().unwrap().clone();
+    let script = responder
+        .and_then(|f| f(body))
+        .or_else(|| shared.scripts.lock().unwrap().pop_front());
     let Some(script) = script else {
         let b = error_body(
             proto,

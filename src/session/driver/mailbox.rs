@@ -30,6 +30,8 @@ impl Driver<'_> {
                     }
                     self.stop.get_or_insert(Stop::Interrupt("interrupted".into()));
                     self.stop_acknowledged = true;
+                    // The worker tree of this conversation freezes with it.
+                    crate::session::agents::freeze(&self.s.shared, &self.s.id);
                     // Pending steers and queued input become durable held work.
                     self.s.hold_all_pending();
                     reply.ok(&OkResult { ok: true });
@@ -44,6 +46,7 @@ impl Driver<'_> {
                     };
                     self.stop.get_or_insert(Stop::Interrupt(reason.into()));
                     self.stop_acknowledged = true;
+                    crate::session::agents::freeze(&self.s.shared, &self.s.id);
                     self.deferred.push(SessionMsg::Request {
                         req: ClientRequest::RunInterrupt(p),
                         reply,

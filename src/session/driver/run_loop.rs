@@ -162,7 +162,12 @@ impl Driver<'_> {
         TurnRequest {
             thread_id: self.s.id.clone(),
             turn_id: row.id.clone(),
-            workspace_root: self.s.shared.opts.workdir.clone(),
+            // A worker isolated in a git worktree works beneath that worktree.
+            workspace_root: if crate::session::agents::isolated(&self.s.thread) {
+                std::path::PathBuf::from(&self.s.thread.cwd)
+            } else {
+                self.s.shared.opts.workdir.clone()
+            },
             cwd: std::path::PathBuf::from(&self.s.thread.cwd),
             home: self.s.shared.opts.home.clone(),
             provider_id: row.provider.clone(),
