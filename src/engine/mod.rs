@@ -22,6 +22,7 @@
 pub mod builtin;
 pub mod catalog;
 pub mod codex;
+pub mod compaction;
 pub mod content_parts;
 pub mod context;
 pub mod history;
@@ -127,6 +128,9 @@ pub struct TurnRequest {
     pub engine_ref: Option<String>,
     /// Loop limits.
     pub limits: Limits,
+    /// A compact-only turn (`/compact`, `thread/compact/start`): the engine compacts
+    /// the conversation's context and ends; it sends no user input to the model.
+    pub compact_only: bool,
 }
 
 /// A steer handed to an engine that steers natively (`engines.md` §1.9).
@@ -210,6 +214,8 @@ pub struct StepStart {
     pub messages: Vec<ChatMessage>,
     /// Index in `messages` of this turn's first message.
     pub turn_start_index: usize,
+    /// The compaction settings in force for this step (live configuration).
+    pub compaction: compaction::CompactionSettings,
 }
 
 /// A stream lifecycle change (`engines.md` §1.1 "lifecycle reconnecting/connected/failed").
@@ -274,6 +280,24 @@ pub enum EngineEvent {
     },
     /// A new step of an engine that keeps its own transcript (no host call).
     Step,
+    /// Host call (built-in loop): compaction of the context starts. The host opens
+    /// the `context_compaction` item and answers with the older messages to summarise
+    /// (oldest first), or `None` when there is nothing to compact.
+    Compact {
+        /// Why.
+        reason: compaction::CompactReason,
+        /// Receives the messages to summarise.
+        reply: Sender<Option<Vec<ChatMessage>>>,
+    },
+    /// Host call: the summary of a [`EngineEvent::Compact`] is ready (or failed). The
+    /// host completes the item and answers with the transcript of the same step, now
+    /// compacted.
+    Compacted {
+        /// The summary text, or why there is none.
+        summary: Result<String, String>,
+        /// Receives the new transcript.
+        reply: Sender<StepStart>,
+    },
     /// Host call: the model gave an answer without tool calls. The host answers `true`
     /// when input waits (pending steers): the answer is then an ordinary message and
     /// the engine continues the turn with another step.

@@ -181,6 +181,7 @@ impl Driver<'_> {
                 },
                 temperature: agent.temperature,
             },
+            compact_only: self.s.turns[self.turn_idx].row.kind == "compact",
         }
     }
 
