@@ -132,7 +132,7 @@ pub fn estimate_request(system: &str, messages: &[ChatMessage], tools: &[ToolSpe
 
 /// Where the kept part of `messages` starts: the earliest message that may start it
 /// (`can_start`: the first message of a group) such that it and everything after it
-/// fit in `keep` tokens; `messages.len()` when not even the last group fits. `None`
+/// fit in `keep` tokens, and at least the newest group. `None`
 /// when nothing before that point could be summarised (at most a previous summary).
 pub fn cut_index(
     messages: &[ChatMessage],
@@ -148,6 +148,12 @@ pub fn cut_index(
         }
         if can_start(i) {
             cut = i;
+        }
+    }
+    // The newest group is always kept, so the model keeps the request it works on.
+    if cut == messages.len() {
+        if let Some(last) = (0..messages.len()).rev().find(|i| can_start(*i)) {
+            cut = last;
         }
     }
     // Something other than an earlier summary must lie before the cut.
@@ -299,7 +305,8 @@ mod tests {
         // cut may not fall between them.
         assert_eq!(cut_index(&msgs, starts, 130), Some(3));
         assert_eq!(cut_index(&msgs, starts, 10_000), None);
-        assert_eq!(cut_index(&msgs, starts, 1), Some(4));
+        // Not even the newest group fits: it is kept anyway.
+        assert_eq!(cut_index(&msgs, starts, 1), Some(3));
     }
 
     #[test]
