@@ -420,6 +420,16 @@ fn compact_start_summarises_an_idle_conversation_and_resume_sends_the_compacted_
             !last.contains("turn 1:") && !last.contains("/compact"),
             "{proto:?}"
         );
+        // A fork of the whole conversation sends the compacted form too.
+        let f = env.app.call("thread/fork", json!({"thread_id": env.tid}));
+        env.tid = f["thread"]["id"].as_str().unwrap().to_owned();
+        assert_eq!(end(&env.turn(&prompt(7)))["method"], "turn/completed");
+        let last = env.agent_requests().last().unwrap().to_string();
+        assert!(
+            last.contains("SUMMARY-1:") && last.contains("turn 7:"),
+            "{proto:?}"
+        );
+        assert!(!last.contains("turn 1:"), "{proto:?}");
         // The full history stays readable, compaction item included.
         let h = env
             .app
