@@ -310,6 +310,37 @@ mod tests {
     }
 
     #[test]
+    fn the_summary_request_carries_images_by_reference_and_no_tools() {
+        let mut u = ChatMessage::text(Role::User, "look at this");
+        u.images.push(crate::provider::chat::ImageInput {
+            media_type: "image/png".into(),
+            data: "QUJDRA==".repeat(1000),
+        });
+        let mut a = ChatMessage::text(Role::Assistant, "");
+        a.tool_calls.push(ToolCall {
+            id: "c1".into(),
+            name: "bash".into(),
+            arguments: r#"{"command":"ls"}"#.into(),
+            item_id: None,
+        });
+        let mut r = ChatMessage::text(Role::Tool, "y".repeat(10_000));
+        r.tool_call_id = Some("c1".into());
+        let req = summary_request("m", &[u, a, r], &CompactionSettings::default(), None);
+        assert!(req.tools.is_empty());
+        assert_eq!(req.system, SUMMARY_SYSTEM);
+        assert_eq!(req.messages.len(), 1);
+        let text = &req.messages[0].content;
+        assert!(req.messages[0].images.is_empty());
+        assert!(
+            text.contains("USER: look at this [image 1: image/png]"),
+            "{text}"
+        );
+        assert!(!text.contains("QUJDRA=="));
+        assert!(text.contains(r#"TOOL CALL bash {"command":"ls"}"#));
+        assert!(text.contains("bytes left out"));
+    }
+
+    #[test]
     fn shorten_respects_char_boundaries() {
         let s = "é".repeat(5000);
         let out = shorten(&s, 101);

@@ -270,6 +270,51 @@ mod tests {
         i
     }
 
+    fn turn(id: &str, kind: &str, items: Vec<ThreadItem>) -> TurnState {
+        TurnState {
+            row: TurnRow {
+                provider: "p".into(),
+                model: "m".into(),
+                ..TurnRow::new("t", id, kind, 0)
+            },
+            items,
+        }
+    }
+
+    fn user(id: &str, text: &str) -> ThreadItem {
+        let mut u = item(id, "user_message", None);
+        u.text = Some(text.into());
+        u
+    }
+
+    #[test]
+    fn a_compaction_replaces_the_history_before_its_kept_boundary() {
+        let mut k = item("k", "context_compaction", None);
+        k.summary = Some(serde_json::json!("S"));
+        k.result_detail =
+            Some(serde_json::json!({"kept_from": {"turn_id": "t2", "item_id": "u2"}}));
+        let turns = vec![
+            turn("t1", "user", vec![user("u1", "one")]),
+            turn("t2", "user", vec![user("u2", "two")]),
+            turn("t3", "compact", vec![user("c", "/compact"), k]),
+            turn("t4", "user", vec![user("u4", "four")]),
+        ];
+        let (msgs, origins) = to_messages_with_origins(&turns, "p", "m");
+        let texts: Vec<&str> = msgs.iter().map(|m| m.content.as_str()).collect();
+        assert!(texts[0].starts_with(super::super::compaction::SUMMARY_PREFIX));
+        assert!(texts[0].ends_with("\n\nS"));
+        assert_eq!(&texts[1..], ["two", "four"]);
+        assert_eq!(origins, vec![None, Some((1, 0)), Some((3, 0))]);
+        // A failed compaction changes nothing.
+        let mut failed = turns.clone();
+        failed[2].items[1].status = Some("failed".into());
+        let texts: Vec<String> = to_messages(&failed, "p", "m")
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(texts, ["one", "two", "four"]);
+    }
+
     #[test]
     fn pairs_calls_and_aborts_missing_results() {
         let mut user = item("u", "user_message", None);
