@@ -487,6 +487,40 @@ fn a_compact_prompt_starts_a_compact_turn_and_a_busy_conversation_refuses_compac
         .call("turn/interrupt", json!({"thread_id": env.tid}));
     let frames = env.finish();
     assert_eq!(end(&frames)["params"]["turn"]["status"], "interrupted");
+
+    // A compact turn whose summary request stalls: busy, not steerable, interruptible
+    // (its item ends failed and the history stays as it was).
+    env.fp
+        .push(Script::stall(&["SUMMARY-"], Duration::from_secs(20)));
+    let r = env
+        .app
+        .call("thread/compact/start", json!({"thread_id": env.tid}));
+    let turn_id = r["turn"]["id"].as_str().unwrap().to_owned();
+    env.app.wait_for("compaction started", |v| {
+        v["method"] == "item/started" && v["params"]["item"]["type"] == "context_compaction"
+    });
+    let e = env.app.call_err(
+        "turn/steer",
+        json!({"thread_id": env.tid, "prompt": "more", "expected_turn_id": turn_id}),
+    );
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot steer a compact turn"),
+        "{e}"
+    );
+    let e = env
+        .app
+        .call_err("thread/compact/start", json!({"thread_id": env.tid}));
+    assert_eq!(e["code"], "thread_busy", "{e}");
+    env.app
+        .call("turn/interrupt", json!({"thread_id": env.tid}));
+    let frames = env.finish();
+    assert_eq!(end(&frames)["params"]["turn"]["status"], "interrupted");
+    let items = compactions(&frames);
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["status"], "failed", "{}", items[0]);
 }
 
 #[test]

@@ -86,7 +86,7 @@ impl CompactionSettings {
         } else {
             DEFAULT_THRESHOLD
         };
-        self.auto.then(|| ((w as f64) * pct) as u64)
+        self.auto.then_some(((w as f64) * pct) as u64)
     }
 
     /// Tokens of recent history kept verbatim: the setting, but at most a third of the

@@ -61,10 +61,10 @@ impl Group {
     }
 }
 
-/// The newest completed compaction of `turns`: its position, its summary and the
-/// position where the kept history starts (the compaction's own position when it kept
-/// nothing or its boundary is not found).
-fn last_compaction(turns: &[TurnState]) -> Option<((usize, usize), String, (usize, usize))> {
+/// The newest completed compaction of `turns`: its summary and the position where the
+/// kept history starts (the compaction's own position when it kept nothing or its
+/// boundary is not found).
+fn last_compaction(turns: &[TurnState]) -> Option<(String, (usize, usize))> {
     for (ti, turn) in turns.iter().enumerate().rev() {
         for (ii, item) in turn.items.iter().enumerate().rev() {
             if item.item_type != "context_compaction" || item.status.as_deref() != Some("completed")
@@ -86,7 +86,7 @@ fn last_compaction(turns: &[TurnState]) -> Option<((usize, usize), String, (usiz
                     ((kt, ki) <= (ti, ii)).then_some((kt, ki))
                 })
                 .unwrap_or((ti, ii));
-            return Some(((ti, ii), summary.to_owned(), kept));
+            return Some((summary.to_owned(), kept));
         }
     }
     None
@@ -151,7 +151,7 @@ pub fn to_messages_with_origins(
     let mut out = Out::default();
     let mut g = Group::default();
     let mut start = (0, 0);
-    if let Some((_, summary, kept)) = last_compaction(turns) {
+    if let Some((summary, kept)) = last_compaction(turns) {
         out.push(super::compaction::summary_message(&summary), None);
         start = kept;
     }
