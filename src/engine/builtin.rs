@@ -61,9 +61,9 @@ fn is_overflow(e: &TurnError) -> bool {
     e.code.as_deref() == Some("context_overflow")
 }
 
-/// Logs once per process and provider/model, and tells the client once per turn, that
-/// automatic compaction is off because the model's window is unknown.
-fn warn_no_window(provider: &str, model: &str, sink: &EventSink) {
+/// Logs once per process and provider/model that automatic compaction is off because
+/// the model's window is unknown.
+fn warn_no_window(provider: &str, model: &str) {
     use std::collections::HashSet;
     use std::sync::{Mutex, OnceLock};
     static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
@@ -78,11 +78,6 @@ fn warn_no_window(provider: &str, model: &str, sink: &EventSink) {
             "automatic compaction is off for {provider}/{model}: its context window is unknown \
              (set agent.max_context_tokens, agent.provider_context_window or the provider's context_window)"
         );
-        sink.emit(EngineEvent::Diagnostic(json!({
-            "type": "compaction_unavailable",
-            "provider": provider, "model": model,
-            "reason": "the model's context window is unknown; set agent.max_context_tokens to enable automatic compaction",
-        })));
     }
 }
 
@@ -221,7 +216,7 @@ impl Engine for Builtin {
                     }
                 }
                 None if settings.auto && settings.window.is_none() => {
-                    warn_no_window(&provider_id, &req.model, sink)
+                    warn_no_window(&provider_id, &req.model)
                 }
                 _ => {}
             }
