@@ -413,6 +413,29 @@ impl Fake {
 }
 
 #[test]
+fn fake_codex_compact_start_runs_the_native_compaction() {
+    let mut f = Fake::start("normal");
+    let thread_id = start_codex_thread(&mut f.app);
+    f.turn(&thread_id, "hello there");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    let r = f
+        .app
+        .call("thread/compact/start", json!({"thread_id": thread_id}));
+    assert_eq!(r["turn"]["kind"], "compact", "{r}");
+    let end = wait_turn_end(&mut f.app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    let log = f.log();
+    assert!(
+        log.contains(r#""method":"thread/compact/start""#)
+            && log.contains(r#""threadId":"th_fake_1""#),
+        "{log}"
+    );
+    // The native compaction is not sent as a prompt.
+    assert_eq!(log.matches(r#""method":"turn/start""#).count(), 1, "{log}");
+}
+
+#[test]
 fn fake_codex_question_is_relayed_and_answered_to_the_native_call() {
     let mut f = Fake::start("question");
     let thread_id = start_codex_thread(&mut f.app);

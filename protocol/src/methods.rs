@@ -155,6 +155,7 @@ client_methods! {
     ThreadListArchived => "thread/listArchived", ThreadListParams, ThreadListResult, |_| Route::Catalog;
     ThreadSearch => "thread/search", ThreadSearchParams, ThreadSearchResult, |_| Route::Catalog;
     ThreadRename => "thread/rename", ThreadRenameParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
+    ThreadCompactStart => "thread/compact/start", ThreadCompactStartParams, TurnResult, |p| Route::Session(p.thread_id.clone());
     ThreadArchive => "thread/archive", ThreadArchiveParams, ThreadResult, |p| Route::Session(p.thread_id.clone());
     ThreadDelete => "thread/delete", ThreadDeleteParams, ThreadDeleteResult, |p| Route::Session(p.thread_id.clone());
     ThreadHistoryRead => "thread/history/read", HistoryReadParams, HistoryReadResult, |_| Route::Catalog;
@@ -491,6 +492,14 @@ params_with_input! {
 pub struct TurnResult {
     /// The admitted turn.
     pub turn: Turn,
+}
+
+/// `thread/compact/start`: a compact-only turn on an idle conversation.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadCompactStartParams {
+    /// The conversation.
+    pub thread_id: String,
 }
 
 /// `turn/interrupt`.

@@ -9,9 +9,10 @@
 //! durably by the host before their effect ([`EngineEvent::ToolReady`]) and run on helper
 //! threads the same way; an interrupt kills a command's process group.
 
+use super::compaction::{self, CompactReason, CompactionSettings};
 use super::{
     context, trace::Trace, Control, Engine, EngineEvent, EventSink, HostTools, Outcome,
-    Reconnecting, TurnRequest,
+    Reconnecting, StepStart, TurnRequest,
 };
 use crate::provider::chat::{
     ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, Usage,
@@ -38,6 +39,46 @@ pub struct Builtin {
     /// Tool calls of the current step cut off by the output limit (`(id, name)`): never
     /// run; the model is told at the next step ([`cut_off_note`]).
     cut_off: Vec<(String, String)>,
+    /// The last provider step produced output (text, reasoning, calls, a retry)
+    /// before it ended: it is not sent again after an overflow.
+    step_output: bool,
+}
+
+/// How a compaction ended.
+enum Compaction {
+    /// The context is compacted: the step's new transcript.
+    Done(StepStart),
+    /// There was nothing to summarise.
+    Nothing,
+    /// The summary request failed (the item is marked failed).
+    Failed(Box<TurnError>),
+    /// The turn was interrupted meanwhile.
+    Interrupted,
+}
+
+/// Whether a turn error is a context overflow of the provider.
+fn is_overflow(e: &TurnError) -> bool {
+    e.code.as_deref() == Some("context_overflow")
+}
+
+/// Logs once per process and provider/model that automatic compaction is off because
+/// the model's window is unknown.
+fn warn_no_window(provider: &str, model: &str) {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static WARNED: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    let key = format!("{provider}/{model}");
+    let first = WARNED
+        .get_or_init(Default::default)
+        .lock()
+        .map(|mut w| w.insert(key))
+        .unwrap_or(false);
+    if first {
+        log::warn!(
+            "automatic compaction is off for {provider}/{model}: its context window is unknown \
+             (set agent.max_context_tokens, agent.provider_context_window or the provider's context_window)"
+        );
+    }
 }
 
 /// What the model reads (a user note after the step's tool results, in the next request
@@ -64,6 +105,7 @@ impl Builtin {
             host_gone: false,
             usage: Usage::default(),
             cut_off: vec![],
+            step_output: false,
         }
     }
 
@@ -150,60 +192,113 @@ impl Engine for Builtin {
                 }));
             }
             let cache_key = req.thread_id.chars().take(64).collect::<String>();
+            let settings = start.compaction.clone();
+            if req.compact_only {
+                return match self.compact(CompactReason::Manual, &req, &settings, sink, controls) {
+                    Compaction::Done(_) | Compaction::Nothing => Outcome::Completed,
+                    Compaction::Failed(e) => Outcome::Failed(e),
+                    Compaction::Interrupted => Outcome::Interrupted,
+                };
+            }
             let mut messages = start.messages;
+            let mut turn_start_index = start.turn_start_index;
+            match settings.threshold_tokens() {
+                Some(limit) if context::over(&system, &messages, &tool_specs, limit) => {
+                    match self.compact(CompactReason::Auto, &req, &settings, sink, controls) {
+                        Compaction::Done(s) => {
+                            messages = s.messages;
+                            turn_start_index = s.turn_start_index;
+                        }
+                        // A failed summary leaves the history as it was: the request
+                        // may still fit, and an overflow compacts once more.
+                        Compaction::Nothing | Compaction::Failed(_) => {}
+                        Compaction::Interrupted => return Outcome::Interrupted,
+                    }
+                }
+                None if settings.auto && settings.window.is_none() => {
+                    warn_no_window(&provider_id, &req.model)
+                }
+                _ => {}
+            }
             if let Some(note) = cut_note.take() {
                 messages.push(ChatMessage::text(Role::User, note));
             }
-            let chat = ChatRequest {
-                model: req.model.clone(),
-                system: system.clone(),
-                messages,
-                tools: tool_specs.clone(),
-                effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
-                max_output_tokens: None,
-                prompt_cache_key: Some(cache_key.clone()),
-                output_schema: req
-                    .output_schema
-                    .clone()
-                    .map(|s| json!({"name": "final_answer", "schema": s})),
-                temperature: req.limits.temperature,
+            // The step is sent again once after a context overflow, compacted.
+            let mut overflow_compacted = false;
+            let calls = loop {
+                let chat = ChatRequest {
+                    model: req.model.clone(),
+                    system: system.clone(),
+                    messages: messages.clone(),
+                    tools: tool_specs.clone(),
+                    effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
+                    max_output_tokens: None,
+                    prompt_cache_key: Some(cache_key.clone()),
+                    output_schema: req
+                        .output_schema
+                        .clone()
+                        .map(|s| json!({"name": "final_answer", "schema": s})),
+                    temperature: req.limits.temperature,
+                };
+                let rc = context::request_context(
+                    step,
+                    &sections,
+                    &system,
+                    &chat.messages,
+                    turn_start_index.min(chat.messages.len()),
+                    &chat.tools,
+                    &cache_key,
+                );
+                trace.write(json!({
+                    "type": "request", "thread_id": req.thread_id, "turn_id": req.turn_id,
+                    "step": step, "provider": provider_id, "model": req.model,
+                    "messages": chat.messages.len(), "tools": chat.tools.len(),
+                    "system_hash": rc["system_hash"], "turn_prefix_hash": rc["turn_prefix_hash"],
+                }));
+                sink.emit(EngineEvent::Diagnostic(rc));
+                sink.emit(EngineEvent::Diagnostic(context::provider_state(
+                    step,
+                    &provider_id,
+                    provider.protocol(),
+                    chat.messages.len(),
+                )));
+                let started = now_ms();
+                let end = self.stream_step(provider.clone(), chat, &provider_id, sink, controls);
+                match end {
+                    Ok(Some(calls)) => {
+                        trace.write(json!({
+                            "type": "response", "thread_id": req.thread_id, "turn_id": req.turn_id,
+                            "step": step, "duration_ms": now_ms() - started,
+                            "tool_calls": calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+                            "usage": self.usage,
+                        }));
+                        break Some(calls);
+                    }
+                    // A steer ended the stream at the visible text: next step.
+                    Ok(None) => break None,
+                    Err(Outcome::Failed(e))
+                        if is_overflow(&e)
+                            && !overflow_compacted
+                            && !self.step_output
+                            && settings.auto =>
+                    {
+                        overflow_compacted = true;
+                        match self.compact(CompactReason::Overflow, &req, &settings, sink, controls)
+                        {
+                            Compaction::Done(s) => {
+                                messages = s.messages;
+                                turn_start_index = s.turn_start_index;
+                            }
+                            Compaction::Nothing | Compaction::Failed(_) => {
+                                return Outcome::Failed(e)
+                            }
+                            Compaction::Interrupted => return Outcome::Interrupted,
+                        }
+                    }
+                    Err(end) => return end,
+                }
             };
-            let rc = context::request_context(
-                step,
-                &sections,
-                &system,
-                &chat.messages,
-                start.turn_start_index,
-                &chat.tools,
-                &cache_key,
-            );
-            trace.write(json!({
-                "type": "request", "thread_id": req.thread_id, "turn_id": req.turn_id,
-                "step": step, "provider": provider_id, "model": req.model,
-                "messages": chat.messages.len(), "tools": chat.tools.len(),
-                "system_hash": rc["system_hash"], "turn_prefix_hash": rc["turn_prefix_hash"],
-            }));
-            sink.emit(EngineEvent::Diagnostic(rc));
-            sink.emit(EngineEvent::Diagnostic(context::provider_state(
-                step,
-                &provider_id,
-                provider.protocol(),
-                chat.messages.len(),
-            )));
-            let started = now_ms();
-            let calls = match self.stream_step(provider.clone(), chat, &provider_id, sink, controls)
-            {
-                Ok(Some(calls)) => calls,
-                // A steer ended the stream at the visible text: next step.
-                Ok(None) => continue,
-                Err(end) => return end,
-            };
-            trace.write(json!({
-                "type": "response", "thread_id": req.thread_id, "turn_id": req.turn_id,
-                "step": step, "duration_ms": now_ms() - started,
-                "tool_calls": calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-                "usage": self.usage,
-            }));
+            let Some(calls) = calls else { continue };
             if calls.is_empty() {
                 // The user may have added input before the answer settled: continue.
                 return match sink.call(|reply| EngineEvent::AnswerReady { reply }) {
@@ -254,6 +349,7 @@ impl Builtin {
         let handle = provider::start_stream(provider, req);
         let mut step = StepStream::default();
         self.cut_off.clear();
+        self.step_output = false;
         // Cloned once per step, not per event: only a gone host changes it (to `never`).
         let mut ctl = self.controls(controls);
         loop {
@@ -291,6 +387,9 @@ impl Builtin {
                     },
                 ))));
             };
+            self.step_output |= batch
+                .iter()
+                .any(|ev| !matches!(ev, StreamEvent::Failed { .. }));
             if let Some(end) = self.on_batch(&mut step, batch, provider_id, sink) {
                 return end;
             }
@@ -432,6 +531,112 @@ impl Builtin {
             }
         }
         None
+    }
+
+    /// Compacts the conversation's context: the host names the older messages, the
+    /// model summarises them (a request of its own, its usage counted like any step),
+    /// the host records the summary and answers with the compacted transcript.
+    fn compact(
+        &mut self,
+        reason: CompactReason,
+        req: &TurnRequest,
+        settings: &CompactionSettings,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Compaction {
+        let Some(older) = sink.call(|reply| EngineEvent::Compact { reason, reply }) else {
+            return Compaction::Interrupted;
+        };
+        let Some(older) = older else {
+            return Compaction::Nothing;
+        };
+        let chat =
+            compaction::summary_request(&req.model, &older, settings, req.limits.temperature);
+        let result = self.summarise(chat, sink, controls);
+        let summary = match &result {
+            Ok(text) => Ok(text.clone()),
+            Err(Outcome::Failed(e)) => Err(e.message.clone()),
+            Err(_) => Err("interrupted".to_owned()),
+        };
+        let Some(start) = sink.call(|reply| EngineEvent::Compacted { summary, reply }) else {
+            return Compaction::Interrupted;
+        };
+        match result {
+            Ok(_) => Compaction::Done(start),
+            Err(Outcome::Failed(e)) => Compaction::Failed(e),
+            Err(_) => Compaction::Interrupted,
+        }
+    }
+
+    /// Runs the summary request to its end: the summary text, or how it failed.
+    /// Steers wait for the next step; an interrupt cancels the request.
+    fn summarise(
+        &mut self,
+        chat: ChatRequest,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Result<String, Outcome> {
+        self.drain(controls);
+        if self.interrupted {
+            return Err(Outcome::Interrupted);
+        }
+        let provider_id = self.provider.id().to_owned();
+        let handle = provider::start_stream(self.provider.clone(), chat);
+        let mut text = String::new();
+        let mut ctl = self.controls(controls);
+        loop {
+            let batch = select! {
+                recv(handle.batches) -> batch => batch,
+                recv(ctl) -> c => {
+                    self.note(c);
+                    ctl = self.controls(controls);
+                    if self.interrupted {
+                        handle.cancel();
+                        return Err(Outcome::Interrupted);
+                    }
+                    continue;
+                }
+            };
+            let Ok(batch) = batch else {
+                return Err(Outcome::Failed(Box::new(TurnError {
+                    message: "the summary request ended without a result".into(),
+                    code: Some("incomplete_stream".into()),
+                    category: Some("network".into()),
+                    provider: Some(provider_id),
+                    ..Default::default()
+                })));
+            };
+            for ev in batch {
+                match ev {
+                    StreamEvent::TextDelta { text: t } => text.push_str(&t),
+                    // A retry starts the answer again.
+                    StreamEvent::Retrying { .. } => text.clear(),
+                    StreamEvent::Done { usage, .. } => {
+                        add(&mut self.usage, &usage);
+                        sink.emit(EngineEvent::Usage(usage));
+                        let text = text.trim().to_owned();
+                        if text.is_empty() {
+                            return Err(Outcome::Failed(Box::new(TurnError {
+                                message: "the model answered the summary request with no text"
+                                    .into(),
+                                code: Some("empty_summary".into()),
+                                category: Some("provider".into()),
+                                provider: Some(provider_id),
+                                ..Default::default()
+                            })));
+                        }
+                        return Ok(text);
+                    }
+                    StreamEvent::Failed { error } => {
+                        return Err(Outcome::Failed(Box::new(provider_failure(
+                            &provider_id,
+                            error,
+                        ))))
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// Runs one complete tool call, streaming its output, until it ends or the turn is

@@ -124,6 +124,12 @@ pub fn system_sections(
     out
 }
 
+/// Whether a request of `system`, `messages` and `tools` reaches `limit` estimated
+/// tokens ([`super::compaction::estimate_request`]).
+pub fn over(system: &str, messages: &[ChatMessage], tools: &[ToolSpec], limit: u64) -> bool {
+    super::compaction::estimate_request(system, messages, tools) >= limit
+}
+
 /// Joins sections into the system prompt.
 pub fn system_prompt(sections: &[Section]) -> String {
     sections

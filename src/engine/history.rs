@@ -6,7 +6,10 @@
 //!   so every call is paired;
 //! - reasoning is replayed only to the provider and model that produced it;
 //! - fragments marked `incomplete_stream_fragment` never reach the model;
-//! - `meta/turn_continue` display markers never reach the model.
+//! - `meta/turn_continue` display markers never reach the model;
+//! - after a `context_compaction` item (the newest completed one), the model reads its
+//!   summary followed by the history from the item's kept boundary on
+//!   ([`super::compaction`]); the `/compact` prompt of a compact turn is not sent.
 
 use super::TurnState;
 use crate::provider::chat::{ChatMessage, ImageInput, ReasoningBlock, Role, ToolCall};
@@ -15,25 +18,78 @@ use wuu_protocol::ThreadItem;
 /// Result text given to the model for a call whose outcome was never recorded.
 pub const ABORTED_RESULT: &str = "{\"error\":\"aborted: the tool call did not complete\"}";
 
+/// Where a message of [`to_messages_with_origins`] comes from: `(turn index, item
+/// index)` of the first stored item of its group; `None` for a compaction summary.
+pub type Origin = Option<(usize, usize)>;
+
+/// The output: messages and, index for index, their origins.
+#[derive(Default)]
+struct Out {
+    messages: Vec<ChatMessage>,
+    origins: Vec<Origin>,
+}
+
+impl Out {
+    fn push(&mut self, m: ChatMessage, origin: Origin) {
+        self.messages.push(m);
+        self.origins.push(origin);
+    }
+}
+
 #[derive(Default)]
 struct Group {
     step: Option<(usize, u32)>,
+    origin: Origin,
     assistant: Option<ChatMessage>,
     results: Vec<ChatMessage>,
 }
 
 impl Group {
-    fn flush(&mut self, out: &mut Vec<ChatMessage>) {
+    fn flush(&mut self, out: &mut Out) {
         if let Some(a) = self.assistant.take() {
             let empty = a.content.is_empty() && a.tool_calls.is_empty() && a.reasoning.is_empty();
             if !empty {
-                out.push(a);
-                out.append(&mut self.results);
+                out.push(a, self.origin);
+                for r in self.results.drain(..) {
+                    out.push(r, self.origin);
+                }
             }
         }
         self.results.clear();
         self.step = None;
+        self.origin = None;
     }
+}
+
+/// The newest completed compaction of `turns`: its summary and the position where the
+/// kept history starts (the compaction's own position when it kept nothing or its
+/// boundary is not found).
+fn last_compaction(turns: &[TurnState]) -> Option<(String, (usize, usize))> {
+    for (ti, turn) in turns.iter().enumerate().rev() {
+        for (ii, item) in turn.items.iter().enumerate().rev() {
+            if item.item_type != "context_compaction" || item.status.as_deref() != Some("completed")
+            {
+                continue;
+            }
+            let Some(summary) = item.summary.as_ref().and_then(|s| s.as_str()) else {
+                continue;
+            };
+            let kept = item
+                .result_detail
+                .as_ref()
+                .and_then(|d| d.get("kept_from"))
+                .and_then(|k| {
+                    let t = k.get("turn_id")?.as_str()?;
+                    let i = k.get("item_id")?.as_str()?;
+                    let kt = turns.iter().position(|x| x.row.id == t)?;
+                    let ki = turns.get(kt)?.items.iter().position(|x| x.id == i)?;
+                    ((kt, ki) <= (ti, ii)).then_some((kt, ki))
+                })
+                .unwrap_or((ti, ii));
+            return Some((summary.to_owned(), kept));
+        }
+    }
+    None
 }
 
 fn assistant(provider: &str, model: &str) -> ChatMessage {
@@ -83,30 +139,50 @@ pub fn damaged_note(item_type: &str) -> String {
 /// Builds the messages for a request to `provider`/`model` from the conversation's
 /// turns (oldest first).
 pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<ChatMessage> {
-    let mut out = vec![];
+    to_messages_with_origins(turns, provider, model).0
+}
+
+/// [`to_messages`] plus, for each message, where it comes from ([`Origin`]).
+pub fn to_messages_with_origins(
+    turns: &[TurnState],
+    provider: &str,
+    model: &str,
+) -> (Vec<ChatMessage>, Vec<Origin>) {
+    let mut out = Out::default();
     let mut g = Group::default();
-    for (ti, turn) in turns.iter().enumerate() {
+    let mut start = (0, 0);
+    if let Some((summary, kept)) = last_compaction(turns) {
+        out.push(super::compaction::summary_message(&summary), None);
+        start = kept;
+    }
+    for (ti, turn) in turns.iter().enumerate().skip(start.0) {
         let turn_provider = turn.row.provider.as_str();
         let turn_model = turn.row.model.as_str();
-        for item in &turn.items {
+        let compact_turn = turn.row.kind == "compact";
+        let skip = if ti == start.0 { start.1 } else { 0 };
+        for (ii, item) in turn.items.iter().enumerate().skip(skip) {
             if item.status.as_deref() == Some(wuu_store::item_damage::STATUS) {
                 // A damaged stored item is never dropped silently: the model is told
                 // that part of the history is missing.
                 g.flush(&mut out);
-                out.push(ChatMessage::text(Role::User, damaged_note(&item.item_type)));
+                out.push(
+                    ChatMessage::text(Role::User, damaged_note(&item.item_type)),
+                    Some((ti, ii)),
+                );
                 continue;
             }
             match item.item_type.as_str() {
+                "context_compaction" => g.flush(&mut out),
                 "user_message" => {
                     g.flush(&mut out);
-                    if item.cause.as_deref() == Some("meta/turn_continue") {
+                    if item.cause.as_deref() == Some("meta/turn_continue") || compact_turn {
                         continue;
                     }
                     let mut m =
                         ChatMessage::text(Role::User, item.text.clone().unwrap_or_default());
                     m.images = images_of(item);
                     if !m.content.is_empty() || !m.images.is_empty() {
-                        out.push(m);
+                        out.push(m, Some((ti, ii)));
                     }
                 }
                 "reasoning" | "agent_message" | "tool_call" => {
@@ -117,6 +193,7 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
                     if g.step != Some(key) {
                         g.flush(&mut out);
                         g.step = Some(key);
+                        g.origin = Some((ti, ii));
                         g.assistant = Some(assistant(turn_provider, turn_model));
                     }
                     let a = g.assistant.as_mut().expect("group has an assistant");
@@ -178,7 +255,7 @@ pub fn to_messages(turns: &[TurnState], provider: &str, model: &str) -> Vec<Chat
         g.flush(&mut out);
     }
     g.flush(&mut out);
-    out
+    (out.messages, out.origins)
 }
 
 #[cfg(test)]
@@ -191,6 +268,51 @@ mod tests {
         i.step = step;
         i.status = Some("completed".into());
         i
+    }
+
+    fn turn(id: &str, kind: &str, items: Vec<ThreadItem>) -> TurnState {
+        TurnState {
+            row: TurnRow {
+                provider: "p".into(),
+                model: "m".into(),
+                ..TurnRow::new("t", id, kind, 0)
+            },
+            items,
+        }
+    }
+
+    fn user(id: &str, text: &str) -> ThreadItem {
+        let mut u = item(id, "user_message", None);
+        u.text = Some(text.into());
+        u
+    }
+
+    #[test]
+    fn a_compaction_replaces_the_history_before_its_kept_boundary() {
+        let mut k = item("k", "context_compaction", None);
+        k.summary = Some(serde_json::json!("S"));
+        k.result_detail =
+            Some(serde_json::json!({"kept_from": {"turn_id": "t2", "item_id": "u2"}}));
+        let turns = vec![
+            turn("t1", "user", vec![user("u1", "one")]),
+            turn("t2", "user", vec![user("u2", "two")]),
+            turn("t3", "compact", vec![user("c", "/compact"), k]),
+            turn("t4", "user", vec![user("u4", "four")]),
+        ];
+        let (msgs, origins) = to_messages_with_origins(&turns, "p", "m");
+        let texts: Vec<&str> = msgs.iter().map(|m| m.content.as_str()).collect();
+        assert!(texts[0].starts_with(super::super::compaction::SUMMARY_PREFIX));
+        assert!(texts[0].ends_with("\n\nS"));
+        assert_eq!(&texts[1..], ["two", "four"]);
+        assert_eq!(origins, vec![None, Some((1, 0)), Some((3, 0))]);
+        // A failed compaction changes nothing.
+        let mut failed = turns.clone();
+        failed[2].items[1].status = Some("failed".into());
+        let texts: Vec<String> = to_messages(&failed, "p", "m")
+            .into_iter()
+            .map(|m| m.content)
+            .collect();
+        assert_eq!(texts, ["one", "two", "four"]);
     }
 
     #[test]

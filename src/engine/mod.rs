@@ -25,6 +25,7 @@ pub mod catalog;
 pub mod child;
 pub mod claude;
 pub mod codex;
+pub mod compaction;
 pub mod content_parts;
 pub mod context;
 pub mod history;
@@ -136,6 +137,9 @@ pub struct TurnRequest {
     pub limits: Limits,
     /// The conversation's background processes (see [`crate::tools::background`]).
     pub background: Option<std::sync::Arc<crate::tools::background::Processes>>,
+    /// A compact-only turn (`/compact`, `thread/compact/start`): the engine compacts
+    /// the conversation's context and ends; it sends no user input to the model.
+    pub compact_only: bool,
 }
 
 /// A steer handed to an engine that steers natively (`engines.md` §1.9).
@@ -222,6 +226,8 @@ pub struct StepStart {
     pub messages: Vec<ChatMessage>,
     /// Index in `messages` of this turn's first message.
     pub turn_start_index: usize,
+    /// The compaction settings in force for this step (live configuration).
+    pub compaction: compaction::CompactionSettings,
 }
 
 /// A stream lifecycle change (`engines.md` §1.1 "lifecycle reconnecting/connected/failed").
@@ -286,6 +292,24 @@ pub enum EngineEvent {
     },
     /// A new step of an engine that keeps its own transcript (no host call).
     Step,
+    /// Host call (built-in loop): compaction of the context starts. The host opens
+    /// the `context_compaction` item and answers with the older messages to summarise
+    /// (oldest first), or `None` when there is nothing to compact.
+    Compact {
+        /// Why.
+        reason: compaction::CompactReason,
+        /// Receives the messages to summarise.
+        reply: Sender<Option<Vec<ChatMessage>>>,
+    },
+    /// Host call: the summary of a [`EngineEvent::Compact`] is ready (or failed). The
+    /// host completes the item and answers with the transcript of the same step, now
+    /// compacted.
+    Compacted {
+        /// The summary text, or why there is none.
+        summary: Result<String, String>,
+        /// Receives the new transcript.
+        reply: Sender<StepStart>,
+    },
     /// Host call: the model gave an answer without tool calls. The host answers `true`
     /// when input waits (pending steers): the answer is then an ordinary message and
     /// the engine continues the turn with another step.

@@ -19,6 +19,7 @@ use serde_json::Value;
 use wuu_protocol::*;
 use wuu_store::UsageRow;
 
+mod compaction;
 mod deltas;
 mod items;
 mod mailbox;
@@ -84,8 +85,8 @@ pub struct Driver<'a> {
     last_usage_emit: i64,
     /// Input size (fresh + cached tokens) of the last provider request.
     last_context_tokens: Option<u64>,
-    /// Messages of the turns before this one (computed once per turn).
-    prior_messages: Option<usize>,
+    /// The compaction under way: its item and the kept boundary it recorded.
+    compaction: Option<compaction::Pending>,
     /// The answer text once the engine marked it final.
     final_content: Option<String>,
     /// Steers handed to a native steering engine (not sent twice).
@@ -129,7 +130,7 @@ impl<'a> Driver<'a> {
             opts,
             last_usage_emit: 0,
             last_context_tokens: None,
-            prior_messages: None,
+            compaction: None,
             final_content: None,
             steers_sent: vec![],
             questions: vec![],

@@ -580,6 +580,9 @@ impl Session {
                 "invalid params: expected_turn_id is required to steer a running turn".into(),
             ));
         }
+        if self.turns.last().is_some_and(|t| t.row.kind == "compact") {
+            return Err(refuse("cannot steer a compact turn"));
+        }
         let id = id.unwrap_or_else(|| new_id("s"));
         let now = now_ms();
         if crate::session::engines::steering(&self.thread) == crate::engine::Steering::Queued {

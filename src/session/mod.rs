@@ -358,6 +358,7 @@ impl Session {
             }
             ClientRequest::ConfigModelUpdate(p) => self.update_selection(p, reply),
             ClientRequest::TurnStart(p) => turn::turn_start(self, p, reply),
+            ClientRequest::ThreadCompactStart(_) => turn::compact_start(self, reply),
             ClientRequest::TurnInterrupt(p) => turn::turn_interrupt(self, p, reply),
             ClientRequest::RunStart(p) => run::run_start(self, p, reply),
             ClientRequest::TurnQueue(p) => self.queue(p, reply),

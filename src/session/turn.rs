@@ -427,7 +427,63 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
         Ok(i) => i,
         Err((c, m)) => return reply.err(c, m),
     };
-    if let Err((c, m)) = admit(s, input, "user") {
+    let kind = if is_compact_command(&input.prompt) {
+        if let Err((c, m)) = compaction_supported(s) {
+            return reply.err(c, m);
+        }
+        "compact"
+    } else {
+        "user"
+    };
+    if let Err((c, m)) = admit(s, input, kind) {
+        return reply.err(c, m);
+    }
+    let turn = current_turn(s);
+    reply.ok(&TurnResult { turn: turn.clone() });
+    let _ = s.shared.outbox.notify(&TurnStarted {
+        thread_id: s.id.clone(),
+        turn,
+        queue_id: None,
+        run_id: None,
+    });
+    run_admitted(s);
+}
+
+/// Whether a prompt is the manual compaction command (`/compact`, optionally followed
+/// by text).
+pub fn is_compact_command(prompt: &str) -> bool {
+    let p = prompt.trim();
+    p == "/compact"
+        || p.strip_prefix("/compact")
+            .is_some_and(|r| r.starts_with(char::is_whitespace))
+}
+
+/// Whether the conversation's engine can compact: the built-in engine compacts
+/// itself, Codex natively (`thread/compact/start`); others answer `unsupported`.
+fn compaction_supported(s: &Session) -> Result<(), Refusal> {
+    match s.thread.engine_id.as_str() {
+        "" | crate::engine::BUILTIN | crate::engine::codex::ID => Ok(()),
+        other => Err((
+            ErrorCode::Error,
+            format!("unsupported: engine {other:?} has no context compaction"),
+        )),
+    }
+}
+
+/// `thread/compact/start`: on an idle conversation, admits a compact-only turn (its
+/// opening item is the `/compact` command), answers `{turn}`, announces
+/// `turn/started` and runs it; the turn holds one `context_compaction` item. A busy
+/// conversation is refused (`thread_busy`), as is an engine that cannot compact.
+pub fn compact_start(s: &mut Session, reply: Responder) {
+    if let Err((c, m)) = compaction_supported(s) {
+        return reply.err(c, m);
+    }
+    let input = TurnInput {
+        prompt: "/compact".into(),
+        origin: Some("compact".into()),
+        ..Default::default()
+    };
+    if let Err((c, m)) = admit(s, input, "compact") {
         return reply.err(c, m);
     }
     // A frozen worker tree is folded into this user turn (its held results arrive as

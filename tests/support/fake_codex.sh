@@ -85,6 +85,14 @@ while IFS= read -r line; do
           complete "finished" ;;
         *) delta "hello"; complete "hello" ;;
       esac ;;
+    thread/compact/start)
+      # Native compaction: `{}`, then a turn of its own with a contextCompaction item.
+      turn=$((turn + 1))
+      send "{\"id\":$id,\"result\":{}}"
+      send "{\"method\":\"turn/started\",\"params\":{\"threadId\":\"$th\",\"turn\":{\"id\":\"t$turn\",\"items\":[],\"status\":\"inProgress\"}}}"
+      send "{\"method\":\"item/started\",\"params\":{\"threadId\":\"$th\",\"turnId\":\"t$turn\",\"item\":{\"type\":\"contextCompaction\",\"id\":\"cc$turn\"}}}"
+      send "{\"method\":\"item/completed\",\"params\":{\"threadId\":\"$th\",\"turnId\":\"t$turn\",\"completedAtMs\":0,\"item\":{\"type\":\"contextCompaction\",\"id\":\"cc$turn\"}}}"
+      send "{\"method\":\"turn/completed\",\"params\":{\"threadId\":\"$th\",\"turn\":{\"id\":\"t$turn\",\"items\":[],\"status\":\"completed\"}}}" ;;
     turn/interrupt)
       send "{\"id\":$id,\"result\":{}}"
       send "{\"method\":\"turn/completed\",\"params\":{\"threadId\":\"$th\",\"turn\":{\"id\":\"t$turn\",\"items\":[],\"status\":\"interrupted\"}}}" ;;

@@ -1128,6 +1128,34 @@ struct Shared {
     /// The barrier of [`FakeProvider::hold_posts`], and its wake-up.
     gate: Mutex<Option<Gate>>,
     gate_cv: Condvar,
+    /// Answers a POST when no script is queued ([`FakeProvider::set_fallback`]).
+    fallback: Mutex<Option<Fallback>>,
+    /// The context window in tokens ([`FakeProvider::set_context_window`]).
+    window: Mutex<Option<u64>>,
+}
+
+/// Makes the answer to a request from its protocol and body.
+pub type Fallback = Arc<dyn Fn(Proto, &Value) -> Script + Send + Sync>;
+
+/// Estimated tokens of a request body as the fake counts them (4 bytes per token).
+pub fn body_tokens(body: &Value) -> u64 {
+    body.to_string().len() as u64 / 4
+}
+
+/// The 400 body of a context overflow in `proto`'s shape: Anthropic's `prompt is too
+/// long`, OpenAI's `context_length_exceeded` (Responses) and llama.cpp's
+/// `exceed_context_size_error` (Chat).
+fn overflow_body(proto: Proto, tokens: u64, window: u64) -> String {
+    match proto {
+        Proto::Anthropic => json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": format!("prompt is too long: {tokens} tokens > {window} maximum")}}),
+        Proto::Responses => json!({"error": {"message": format!("Your input exceeds the context window of this model ({tokens} > {window} tokens)"),
+            "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}),
+        Proto::Chat => json!({"error": {"code": 400, "type": "exceed_context_size_error",
+            "message": "the request exceeds the available context size, try increasing it",
+            "n_prompt_tokens": tokens, "n_ctx": window}}),
+    }
+    .to_string()
 }
 
 /// [`FakeProvider::hold_posts`]: POSTs wait until `need` of them arrived; then their
@@ -1183,6 +1211,8 @@ impl FakeProvider {
             wire_cache: Mutex::new(None),
             gate: Mutex::new(None),
             gate_cv: Condvar::new(),
+            fallback: Mutex::new(None),
+            window: Mutex::new(None),
         });
         let s = shared.clone();
         thread::Builder::new()
@@ -1253,6 +1283,18 @@ impl FakeProvider {
     /// The ids listed by `GET /models` (default `["fake-model"]`).
     pub fn set_models(&self, models: &[&str]) {
         *self.shared.models.lock().unwrap() = models.iter().map(|s| s.to_string()).collect();
+    }
+
+    /// Answers every POST that finds no queued script (and no answer from
+    /// [`FakeProvider::set_responder`]) with `f(protocol, body)`.
+    pub fn set_fallback(&self, f: impl Fn(Proto, &Value) -> Script + Send + Sync + 'static) {
+        *self.shared.fallback.lock().unwrap() = Some(Arc::new(f));
+    }
+
+    /// Refuses, with the protocol's context-overflow error (HTTP 400), every POST whose
+    /// body exceeds `tokens` ([`body_tokens`]).
+    pub fn set_context_window(&self, tokens: u64) {
+        *self.shared.window.lock().unwrap() = Some(tokens);
     }
 
     /// Turns request validation (prefill, tool pairing) on or off (default on).
@@ -1723,10 +1765,22 @@ fn respond(
             return Ok(true);
         }
     }
+    let window = *shared.window.lock().unwrap();
+    if let Some(window) = window {
+        let tokens = body_tokens(body);
+        if tokens > window {
+            write_fixed(stream, 400, &[], &overflow_body(proto, tokens, window))?;
+            return Ok(true);
+        }
+    }
     let responder = shared.responder.lock().unwrap().clone();
-    let script = responder
+    let mut script = responder
         .and_then(|f| f(body))
         .or_else(|| shared.scripts.lock().unwrap().pop_front());
+    if script.is_none() {
+        let fallback = shared.fallback.lock().unwrap().clone();
+        script = fallback.map(|f| f(proto, body));
+    }
     let Some(script) = script else {
         let b = error_body(
             proto,

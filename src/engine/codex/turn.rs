@@ -84,8 +84,15 @@ impl CodexEngine {
         if let Some(schema) = &req.output_schema {
             params["outputSchema"] = schema.clone();
         }
-        if let Err(e) = peer.request_to("turn/start", params, inbox_tx, "turn/start") {
-            return self.rpc_failure("turn/start", e);
+        // A compact-only turn is Codex's native compaction: `thread/compact/start`
+        // answers `{}` and the turn it runs is announced by `turn/started`.
+        let (method, params) = if req.compact_only {
+            ("thread/compact/start", json!({"threadId": thread_id}))
+        } else {
+            ("turn/start", params)
+        };
+        if let Err(e) = peer.request_to(method, params, inbox_tx, "turn/start") {
+            return self.rpc_failure(method, e);
         }
         let mut map = TurnMap {
             sink,
@@ -107,6 +114,8 @@ impl CodexEngine {
         let mut early: Vec<(String, Value)> = vec![];
         let mut interrupted_at: Option<Instant> = None;
         let mut pending_interrupt = false;
+        // The compaction request was answered; its turn id comes with `turn/started`.
+        let mut compact_started = false;
         let mut controls_gone = false;
         loop {
             let ctl = if controls_gone {
@@ -129,6 +138,13 @@ impl CodexEngine {
                                 match result {
                                     Ok(v) => {
                                         map.turn_id = v.pointer("/turn/id").and_then(Value::as_str).unwrap_or("").to_owned();
+                                        if map.turn_id.is_empty() && req.compact_only {
+                                            map.turn_id = early.iter()
+                                                .find(|(m, _)| m == "turn/started")
+                                                .and_then(|(_, p)| p.pointer("/turn/id").and_then(Value::as_str))
+                                                .unwrap_or("").to_owned();
+                                            compact_started = true;
+                                        }
                                         if pending_interrupt {
                                             self.interrupt(peer, thread_id, &map.turn_id);
                                         }
@@ -138,7 +154,7 @@ impl CodexEngine {
                                             }
                                         }
                                     }
-                                    Err(e) => return self.rpc_failure("turn/start", e),
+                                    Err(e) => return self.rpc_failure(method, e),
                                 }
                             } else if let Some(input_id) = tag.strip_prefix("steer:") {
                                 self.steer_answer(&mut map, input_id, result);
@@ -148,8 +164,13 @@ impl CodexEngine {
                             let turn = params.get("turnId").and_then(Value::as_str)
                                 .or_else(|| params.pointer("/turn/id").and_then(Value::as_str));
                             if map.turn_id.is_empty() {
-                                early.push((method, params));
-                                continue;
+                                match turn.filter(|_| compact_started && method == "turn/started") {
+                                    Some(t) => map.turn_id = t.to_owned(),
+                                    None => {
+                                        early.push((method, params));
+                                        continue;
+                                    }
+                                }
                             }
                             if turn.is_some_and(|t| t != map.turn_id) {
                                 continue;

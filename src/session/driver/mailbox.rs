@@ -52,7 +52,9 @@ impl Driver<'_> {
                         reply,
                     });
                 }
-                ClientRequest::TurnStart(_) | ClientRequest::RunStart(_) => reply.err(
+                ClientRequest::TurnStart(_)
+                | ClientRequest::RunStart(_)
+                | ClientRequest::ThreadCompactStart(_) => reply.err(
                     ErrorCode::ThreadBusy,
                     format!("thread {:?} already has a running turn", self.s.id),
                 ),

@@ -5,7 +5,7 @@
 
 use super::deltas::DeltaKind;
 use super::Driver;
-use crate::engine::{history, EngineEvent, Reconnecting, StepStart};
+use crate::engine::{EngineEvent, Reconnecting, StepStart};
 use crate::util::now_ms;
 use serde_json::{json, Value};
 
@@ -35,6 +35,17 @@ impl Driver<'_> {
                 let _ = reply.send(start);
             }
             EngineEvent::Step => self.next_step(),
+            EngineEvent::Compact { reason, reply } => {
+                if self.stop.is_some() {
+                    return; // the dropped reply stops the engine
+                }
+                let older = self.compact_start(reason);
+                let _ = reply.send(older);
+            }
+            EngineEvent::Compacted { summary, reply } => {
+                let start = self.compact_end(summary);
+                let _ = reply.send(start);
+            }
             EngineEvent::AnswerReady { reply } => {
                 let more = self.answer_ready();
                 let _ = reply.send(more);
@@ -129,23 +140,7 @@ impl Driver<'_> {
     fn begin_step(&mut self) -> StepStart {
         self.consume_steers();
         self.next_step();
-        let row = &self.s.turns[self.turn_idx].row;
-        let (provider, model) = (row.provider.clone(), row.model.clone());
-        let messages = history::to_messages(&self.s.turns, &provider, &model);
-        let turn_start_index = match self.prior_messages {
-            Some(n) => n,
-            None => {
-                let n =
-                    history::to_messages(&self.s.turns[..self.turn_idx], &provider, &model).len();
-                self.prior_messages = Some(n);
-                n
-            }
-        };
-        StepStart {
-            step: self.step,
-            messages,
-            turn_start_index,
-        }
+        self.transcript()
     }
 
     /// A new model step: its text opens new message and reasoning items.

@@ -193,6 +193,7 @@ impl Driver<'_> {
                     .unwrap_or(crate::tools::background::DEFAULT_LIMIT),
             },
             background: self.s.shared.background.of(&self.s.id, true).ok(),
+            compact_only: self.s.turns[self.turn_idx].row.kind == "compact",
         }
     }
 

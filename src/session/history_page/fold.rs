@@ -1,8 +1,9 @@
 //! Folding tool activity for compact history pages (spec `app-server.md` §5.8; the
 //! `process_summary` item and `thread/activity/read`): in a finished turn each run of
 //! consecutive tool calls, reasoning and non-final narration becomes one summary
-//! element; everything a reader needs to see stays visible. A running turn is not
-//! folded.
+//! element; everything a reader needs to see stays visible (a `context_compaction`
+//! item is never folded: clients show it as the "context compacted" divider). A
+//! running turn is not folded.
 
 use wuu_protocol::{ItemActivity, ProcessSummary, ThreadItem};
 use wuu_store::{ItemHead, TurnRow};
@@ -119,6 +120,21 @@ mod tests {
             attachments: false,
             large: false,
         }
+    }
+
+    #[test]
+    fn a_compaction_stays_visible_between_folded_runs() {
+        let mut done = TurnRow::new("th", "t", "user", 0);
+        done.status = "completed".into();
+        let heads = vec![
+            head("u", "user_message", false),
+            head("c1", "tool_call", false),
+            head("k", "context_compaction", false),
+            head("c2", "tool_call", false),
+            head("a", "agent_message", true),
+        ];
+        let ids: Vec<String> = fold(&done, heads).iter().map(Element::id).collect();
+        assert_eq!(ids, ["u", "c1-summary", "k", "c2-summary", "a"]);
     }
 
     #[test]
