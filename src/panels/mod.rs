@@ -19,8 +19,8 @@
 pub mod extras;
 pub mod helpers;
 pub mod instructions;
-pub mod processes;
 pub mod mcp;
+pub mod processes;
 pub mod settings;
 pub mod side_chat;
 pub mod skills;

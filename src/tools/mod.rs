@@ -158,9 +158,9 @@ pub struct ToolOutcome {
 // ---------------------------------------------------------------------------------------
 
 mod args;
-mod diffstat;
 pub mod background;
 mod background_tool;
+mod diffstat;
 mod files;
 mod patch;
 mod paths;
