@@ -605,3 +605,54 @@ fn disable_auto_compact_turns_compaction_off_live() {
         "not compacted once enabled"
     );
 }
+
+#[test]
+fn a_compact_prompt_in_run_start_runs_one_compact_turn() {
+    let mut env = Env::new(
+        Proto::Responses,
+        None,
+        json!({"compact_keep_recent_tokens": 200}),
+    );
+    let summaries = Arc::new(AtomicU64::new(0));
+    scripted_model(&env.fp, summaries.clone());
+    for n in 1..=3 {
+        assert_eq!(end(&env.turn(&prompt(n)))["method"], "turn/completed");
+    }
+    // With an output schema it is refused (a compaction has no answer to validate).
+    let e = env.app.call_err(
+        "run/start",
+        json!({"thread_id": env.tid, "prompt": "/compact",
+               "output_schema": {"type": "object"}}),
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("output_schema"),
+        "{e}"
+    );
+    let r = env.app.call(
+        "run/start",
+        json!({"thread_id": env.tid, "prompt": "/compact"}),
+    );
+    let run_id = r["run"]["id"].as_str().unwrap().to_owned();
+    let frames = env.finish();
+    assert_eq!(end(&frames)["method"], "turn/completed", "{}", end(&frames));
+    assert_eq!(end(&frames)["params"]["turn"]["kind"], "compact");
+    let items = compactions(&frames);
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["status"], "completed");
+    // The run settles completed.
+    let is_settled = |v: &Value| {
+        v["method"] == "run/updated"
+            && v["params"]["run"]["id"] == run_id.as_str()
+            && v["params"]["run"]["status"] != "running"
+    };
+    let settled = match frames.iter().find(|v| is_settled(v)) {
+        Some(v) => v.clone(),
+        None => env.app.wait_for("run settled", is_settled),
+    };
+    assert_eq!(settled["params"]["run"]["status"], "completed", "{settled}");
+    // The next turn sends the summary, not the early turns.
+    assert_eq!(end(&env.turn(&prompt(4)))["method"], "turn/completed");
+    let last = env.agent_requests().last().unwrap().to_string();
+    assert!(last.contains("SUMMARY-1:") && last.contains("turn 4:"));
+    assert!(!last.contains("turn 1:"));
+}

@@ -808,3 +808,45 @@ fn ephemeral_run_with_attachments() {
     assert_eq!(o.types(), ["result"]);
     assert_eq!(env.fake.requests().len(), before);
 }
+
+#[test]
+fn resume_with_a_compact_prompt_compacts_the_conversation() {
+    let env = Env::new();
+    let mut cfg: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.home.path().join("config.json")).unwrap(),
+    )
+    .unwrap();
+    cfg["agent"]["compact_keep_recent_tokens"] = json!(50);
+    std::fs::write(env.home.path().join("config.json"), cfg.to_string()).unwrap();
+    let long = "some context for the request. ".repeat(20);
+    env.fake.push(Script::text(&["first answer"]));
+    let first = env.run(&["--json", &format!("EARLY-ONE {long}")]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    for n in 2..=3 {
+        env.fake.push(Script::text(&[&format!("answer {n}")]));
+        let o = env.run(&["resume", "--last", "--json", &format!("turn {n} {long}")]);
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    env.fake
+        .push(Script::text(&["SUMMARY-X: three turns about context."]));
+    let before = env.fake.requests().len();
+    let o = env.run(&["resume", "--last", "--json", "/compact"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let reqs = env.fake.requests();
+    assert_eq!(reqs.len(), before + 1, "one summary request");
+    let summary_req = reqs[before].body.to_string();
+    assert!(
+        summary_req.contains("EARLY-ONE") && !summary_req.contains("\"/compact\""),
+        "{summary_req:.300}"
+    );
+    assert_eq!(o.result()["status"], "completed", "{}", o.result());
+    // The next run sends the summary instead of the early turn.
+    env.fake.push(Script::text(&["after"]));
+    let o = env.run(&["resume", "--last", "--json", "what now?"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let last = env.fake.requests().last().unwrap().body.to_string();
+    assert!(
+        last.contains("SUMMARY-X") && !last.contains("EARLY-ONE"),
+        "{last:.600}"
+    );
+}

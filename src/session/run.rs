@@ -206,12 +206,22 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
             format!("invalid params: request.mode: {m:?} is not supported (only \"start\")"),
         );
     }
-    if input.prompt.trim_start().starts_with("/compact") {
-        return reply.err(
-            ErrorCode::InvalidParams,
-            "invalid params: execution runs do not accept compact commands",
-        );
-    }
+    // `/compact` makes the run one compact turn (the engine summarises the older
+    // context); it has no answer to validate against a schema.
+    let kind = if super::turn::is_compact_command(&input.prompt) {
+        if p.output_schema.is_some() {
+            return reply.err(
+                ErrorCode::InvalidParams,
+                "invalid params: a /compact run takes no output_schema",
+            );
+        }
+        if let Err((c, m)) = super::turn::compaction_supported(s) {
+            return reply.err(c, m);
+        }
+        "compact"
+    } else {
+        "user"
+    };
     if let Some(schema) = &p.output_schema {
         if let Err(e) = check_schema(schema) {
             return reply.err(
@@ -266,7 +276,7 @@ pub fn run_start(s: &mut Session, p: RunStartParams, reply: Responder) {
         updated_at: rfc3339(now),
         completed_at: None,
     };
-    if let Err((c, m)) = admit(s, input, "user") {
+    if let Err((c, m)) = admit(s, input, kind) {
         return reply.err(c, m);
     }
     run.turns.push(RunTurn {

@@ -438,6 +438,12 @@ pub fn turn_start(s: &mut Session, p: TurnStartParams, reply: Responder) {
     if let Err((c, m)) = admit(s, input, kind) {
         return reply.err(c, m);
     }
+    if kind == "user" {
+        // A frozen worker tree is folded into this user turn (its held results arrive
+        // as steers before the first model request); a compact turn takes no steers, so
+        // they wait for the next user turn.
+        super::agents::unfreeze(s);
+    }
     let turn = current_turn(s);
     reply.ok(&TurnResult { turn: turn.clone() });
     let _ = s.shared.outbox.notify(&TurnStarted {
@@ -460,7 +466,7 @@ pub fn is_compact_command(prompt: &str) -> bool {
 
 /// Whether the conversation's engine can compact: the built-in engine compacts
 /// itself, Codex natively (`thread/compact/start`); others answer `unsupported`.
-fn compaction_supported(s: &Session) -> Result<(), Refusal> {
+pub fn compaction_supported(s: &Session) -> Result<(), Refusal> {
     match s.thread.engine_id.as_str() {
         "" | crate::engine::BUILTIN | crate::engine::codex::ID => Ok(()),
         other => Err((
@@ -486,9 +492,6 @@ pub fn compact_start(s: &mut Session, reply: Responder) {
     if let Err((c, m)) = admit(s, input, "compact") {
         return reply.err(c, m);
     }
-    // A frozen worker tree is folded into this user turn (its held results arrive as
-    // steers before the first model request).
-    super::agents::unfreeze(s);
     let turn = current_turn(s);
     reply.ok(&TurnResult { turn: turn.clone() });
     let _ = s.shared.outbox.notify(&TurnStarted {
