@@ -99,7 +99,16 @@ pub const CATALOGUE: &[Entry] = &[
 ];
 
 /// Engines with an adapter in this build (others are listed but cannot run).
-pub const ADAPTERS: &[&str] = &[super::BUILTIN, super::codex::ID];
+pub const ADAPTERS: &[&str] = &[
+    super::BUILTIN,
+    super::codex::ID,
+    "cursor",
+    "devin",
+    "grok",
+    "hermes",
+    "pi",
+    "antigravity",
+];
 
 /// The catalogue entry of `id`.
 pub fn entry(id: &str) -> Option<&'static Entry> {

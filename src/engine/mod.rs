@@ -14,11 +14,12 @@
 //! session reference before the turn proceeds). The host answers every host call in the
 //! order the events arrive; a dropped reply means the host is gone and the engine stops.
 //!
-//! Implementations: [`builtin`] (the provider loop plus the tools) and [`codex`]
-//! (`codex app-server` as a child process). The inventory of engines is [`catalog`].
+//! Implementations: [`builtin`] (the provider loop plus the tools), [`codex`]
+//! (`codex app-server` as a child process) and [`acp`] (Agent Client Protocol agents). The inventory of engines is [`catalog`].
 //! Dependencies: `engine` → `provider`, `tools`, `store`/`protocol` types; never
 //! `session` or `server`.
 
+pub mod acp;
 pub mod builtin;
 pub mod catalog;
 pub mod codex;

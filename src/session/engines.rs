@@ -114,6 +114,11 @@ fn open_external(s: &mut Session, id: &str) -> Box<dyn Engine> {
                 crate::engine::codex::ChildSettings::from_config(&cfg, &s.shared.opts.home);
             Box::new(crate::engine::codex::CodexEngine::new(binary, settings))
         }
+        Ok(binary) if crate::engine::acp::is_acp(id) => {
+            let settings =
+                crate::engine::codex::ChildSettings::from_config(&cfg, &s.shared.opts.home);
+            Box::new(crate::engine::acp::AcpEngine::new(id, binary, settings))
+        }
         Ok(_) => unavailable(id, format!("engine {id:?} has no adapter in this build")),
         Err(why) => unavailable(id, why),
     }

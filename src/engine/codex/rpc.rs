@@ -97,6 +97,9 @@ pub struct Peer {
     ledger: (String, SandboxSettings),
     /// Started through the launcher (else directly, in a process group of its own).
     launched: bool,
+    /// Whether outgoing messages carry `"jsonrpc": "2.0"` (ACP agents require it;
+    /// Codex omits it).
+    jsonrpc: AtomicBool,
 }
 
 /// How long [`Peer::kill`] waits for the launcher to end the child's tree after
@@ -179,6 +182,7 @@ impl Peer {
             dead: Arc::new(AtomicBool::new(false)),
             ledger: (token, settings),
             launched,
+            jsonrpc: AtomicBool::new(false),
         });
         if let Some(err) = stderr {
             let tail = peer.stderr.clone();
@@ -222,7 +226,25 @@ impl Peer {
             .join(" | ")
     }
 
+    /// Makes every later message carry `"jsonrpc": "2.0"` (strict JSON-RPC 2.0 peers
+    /// such as ACP agents).
+    pub fn speak_jsonrpc(&self) {
+        self.jsonrpc.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends a notification (no answer expected).
+    pub fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
+        self.write(&json!({"method": method, "params": params}))
+    }
+
     fn write(&self, v: &Value) -> Result<(), RpcError> {
+        let mut v = v.clone();
+        if self.jsonrpc.load(Ordering::SeqCst) {
+            if let Some(o) = v.as_object_mut() {
+                o.insert("jsonrpc".into(), json!("2.0"));
+            }
+        }
+        let v = &v;
         let mut line = serde_json::to_vec(v).unwrap_or_default();
         line.push(b'\n');
         log::debug!("codex <- {}", String::from_utf8_lossy(&line).trim_end());
@@ -499,6 +521,7 @@ fn thread_of(params: &Value) -> Option<&str> {
     params
         .get("threadId")
         .or_else(|| params.get("conversationId"))
+        .or_else(|| params.get("sessionId"))
         .and_then(Value::as_str)
 }
 
