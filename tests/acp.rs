@@ -330,3 +330,44 @@ fn scripted_acp_file_requests_outside_the_workspace_are_refused() {
         "{end}"
     );
 }
+
+#[test]
+fn engine_auth_lists_and_runs_the_agents_methods() {
+    let (s, log) = Setup::scripted("auth");
+    let mut app = s.app();
+    let r = app.call("engine/auth/methods", json!({"engine_id": "pi"}));
+    assert_eq!(r["authenticated"], false, "{r}");
+    let ids: Vec<&str> = r["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    // Terminal logins are left to the CLI.
+    assert_eq!(ids, ["fake-login"], "{r}");
+    let e = app.call_err(
+        "engine/authenticate",
+        json!({"engine_id": "pi", "method_id": "term"}),
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("terminal login"),
+        "{e}"
+    );
+    let r = app.call(
+        "engine/authenticate",
+        json!({"engine_id": "pi", "method_id": "fake-login"}),
+    );
+    assert_eq!(r["authenticated"], true, "{r}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""methodId":"fake-login""#), "{text}");
+    let e = app.call_err("engine/auth/methods", json!({"engine_id": "codex"}));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not support ACP authentication"),
+        "{e}"
+    );
+    let r = app.call("engine/auth/cancel", json!({"engine_id": "pi"}));
+    assert_eq!(r["ok"], true, "{r}");
+}

@@ -533,6 +533,11 @@ fn cache() -> &'static Mutex<HashMap<String, Slot>> {
     C.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Drops every cached discovery (a sign-in changes what an engine offers).
+pub fn forget_discoveries() {
+    cache().lock().clear();
+}
+
 /// The discovery cache key: engine, binary, root, the sorted process environment and
 /// size/mtime/mode of the engine's config and credential files (contents never read).
 pub fn cache_key(id: &str, binary: &Path, root: &Path, env: &Env) -> String {
