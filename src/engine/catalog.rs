@@ -501,7 +501,7 @@ pub fn available(id: &str, engines: Option<&EnginesConfig>, env: &Env) -> Result
     }
     if !ADAPTERS.contains(&id) {
         return Err(format!(
-            "engine {id:?} ({}) has no adapter in this build yet; choose wuu or codex",
+            "engine {id:?} ({}) has no adapter in this build yet; choose another engine",
             e.name
         ));
     }
@@ -706,6 +706,12 @@ pub fn describe(e: &Entry, engines: Option<&EnginesConfig>, env: &Env) -> (Engin
                 "native-session-resume".into(),
                 "approval-requests".into(),
                 "account-quota".into(),
+            ],
+            _ if e.protocol == "acp" => vec![
+                "native-tool-loop".into(),
+                "native-session-resume".into(),
+                "interactive-approval".into(),
+                "acp".into(),
             ],
             _ => vec!["native-tool-loop".into(), "native-session-resume".into()],
         });
