@@ -371,3 +371,27 @@ fn engine_auth_lists_and_runs_the_agents_methods() {
     let r = app.call("engine/auth/cancel", json!({"engine_id": "pi"}));
     assert_eq!(r["ok"], true, "{r}");
 }
+
+#[test]
+fn scripted_acp_child_gets_a_built_environment() {
+    let (mut s, log) = Setup::scripted("");
+    s.env.push(("OPENAI_API_KEY".into(), "sk-host-only".into()));
+    s.env.push(("SOME_SECRET_TOKEN".into(), "host-only".into()));
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "hi");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["content"], "hello", "{end}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let env_line = text.lines().find(|l| l.starts_with("ENV ")).unwrap();
+    let keys: Vec<String> = serde_json::from_str(&env_line[4..]).unwrap();
+    for absent in ["OPENAI_API_KEY", "SOME_SECRET_TOKEN", "WUU_PI_BINARY"] {
+        assert!(!keys.iter().any(|k| k == absent), "{absent} in {keys:?}");
+    }
+    for present in ["PATH", "HOME", "FAKE_ACP_MODE"] {
+        assert!(
+            keys.iter().any(|k| k == present),
+            "{present} not in {keys:?}"
+        );
+    }
+}

@@ -47,6 +47,7 @@ def ask(method, params):
             return msg
 
 
+log("ENV " + json.dumps(sorted(os.environ.keys())))
 for line in sys.stdin:
     log(line)
     msg = json.loads(line)
