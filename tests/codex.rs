@@ -1128,20 +1128,20 @@ fn engine_list_says_why_an_engine_is_off_and_engine_update_checks_the_path() {
     // A detected engine without an adapter, and one the user disabled, each say why.
     let r = f.app.call(
         "engine/update",
-        json!({"cursor": {"binary_path": script.to_string_lossy()},
+        json!({"opencode": {"binary_path": script.to_string_lossy()},
                "codex": {"enabled": false}}),
     );
-    let cursor = find(&r, "cursor");
+    let opencode = find(&r, "opencode");
     assert_eq!(
-        (&cursor["binary_ok"], &cursor["enabled"]),
+        (&opencode["binary_ok"], &opencode["enabled"]),
         (&json!(true), &json!(false))
     );
     assert!(
-        cursor["error"]
+        opencode["error"]
             .as_str()
             .unwrap_or("")
             .contains("no adapter"),
-        "{cursor}"
+        "{opencode}"
     );
     let codex = find(&f.app.call("engine/list", json!({})), "codex");
     assert_eq!(codex["enabled"], false, "{codex}");
@@ -1172,7 +1172,7 @@ fn engine_list_says_why_an_engine_is_off_and_engine_update_checks_the_path() {
         "{cfg}"
     );
     assert_eq!(
-        cfg["engines"]["cursor"]["binary_path"],
+        cfg["engines"]["opencode"]["binary_path"],
         script.to_string_lossy().as_ref()
     );
 }

@@ -213,7 +213,10 @@ fn a_full_conversation_mailbox_answers_overloaded_and_other_conversations_pass()
             refused += 1;
         }
     }
-    assert!(refused >= 30, "only {refused} of the last 40 renames were refused");
+    assert!(
+        refused >= 30,
+        "only {refused} of the last 40 renames were refused"
+    );
     c.execute_batch("ROLLBACK").unwrap();
     drop(c);
     // Everything accepted is answered once the lock is gone.

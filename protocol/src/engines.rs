@@ -207,3 +207,40 @@ pub struct EngineListResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub subscription_providers: Option<Vec<Value>>,
 }
+
+/// `engine/auth/methods`, `engine/authenticate`, `engine/auth/cancel` (spec
+/// `engines.md` §1.11).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EngineAuthParams {
+    /// A catalogue engine speaking ACP (cancel: empty = every operation).
+    #[serde(default)]
+    pub engine_id: String,
+    /// The `authMethods[].id` to run (`engine/authenticate`, required there).
+    #[serde(default)]
+    pub method_id: Option<String>,
+}
+
+/// One authentication method an ACP agent advertised in `initialize`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineAuthMethod {
+    /// The agent's method id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// Description, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The method type (`agent`; terminal methods are left to the CLI).
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+/// The answer of `engine/auth/methods` and `engine/authenticate`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct EngineAuthResult {
+    /// Methods the client may run (type empty or `agent`).
+    pub methods: Vec<EngineAuthMethod>,
+    /// `true` after a successful `engine/authenticate`; `false` for the listing.
+    pub authenticated: bool,
+}

@@ -147,6 +147,9 @@ client_methods! {
     ModelCatalogRefresh => "config/model-catalog/refresh", EmptyParams, ModelCatalogRefreshResult, |_| Route::Catalog;
     EngineList => "engine/list", EngineListParams, EngineListResult, |_| Route::Catalog;
     EngineUpdate => "engine/update", EngineUpdateParams, EngineListResult, |_| Route::Catalog;
+    EngineAuthMethods => "engine/auth/methods", EngineAuthParams, EngineAuthResult, |_| Route::Catalog;
+    EngineAuthenticate => "engine/authenticate", EngineAuthParams, EngineAuthResult, |_| Route::Catalog;
+    EngineAuthCancel => "engine/auth/cancel", EngineAuthParams, OkResult, |_| Route::Catalog;
     ThreadStart => "thread/start", ThreadStartParams, ThreadResult, |_| Route::Spawn;
     ThreadResume => "thread/resume", ThreadResumeParams, ThreadResumeResult, |p| Route::Resolve(p.session_id.clone());
     ThreadFork => "thread/fork", ThreadForkParams, ThreadResult, |_| Route::Spawn;

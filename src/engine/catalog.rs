@@ -99,7 +99,17 @@ pub const CATALOGUE: &[Entry] = &[
 ];
 
 /// Engines with an adapter in this build (others are listed but cannot run).
-pub const ADAPTERS: &[&str] = &[super::BUILTIN, super::codex::ID, super::claude::ID];
+pub const ADAPTERS: &[&str] = &[
+    super::BUILTIN,
+    super::codex::ID,
+    super::claude::ID,
+    "cursor",
+    "devin",
+    "grok",
+    "hermes",
+    "pi",
+    "antigravity",
+];
 
 /// The catalogue entry of `id`.
 pub fn entry(id: &str) -> Option<&'static Entry> {
@@ -492,7 +502,7 @@ pub fn available(id: &str, engines: Option<&EnginesConfig>, env: &Env) -> Result
     }
     if !ADAPTERS.contains(&id) {
         return Err(format!(
-            "engine {id:?} ({}) has no adapter in this build yet; choose wuu, codex or claude",
+            "engine {id:?} ({}) has no adapter in this build yet; choose another engine",
             e.name
         ));
     }
@@ -522,6 +532,11 @@ type Slot = Arc<Mutex<Option<Cached>>>;
 fn cache() -> &'static Mutex<HashMap<String, Slot>> {
     static C: OnceLock<Mutex<HashMap<String, Slot>>> = OnceLock::new();
     C.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Drops every cached discovery (a sign-in changes what an engine offers).
+pub fn forget_discoveries() {
+    cache().lock().clear();
 }
 
 /// The discovery cache key: engine, binary, root, the sorted process environment and
@@ -702,6 +717,12 @@ pub fn describe(e: &Entry, engines: Option<&EnginesConfig>, env: &Env) -> (Engin
                 "user-questions".into(),
                 "account-quota".into(),
                 "queued-steer".into(),
+            ],
+            _ if e.protocol == "acp" => vec![
+                "native-tool-loop".into(),
+                "native-session-resume".into(),
+                "interactive-approval".into(),
+                "acp".into(),
             ],
             _ => vec!["native-tool-loop".into(), "native-session-resume".into()],
         });

@@ -15,11 +15,13 @@
 //! order the events arrive; a dropped reply means the host is gone and the engine stops.
 //!
 //! Implementations: [`builtin`] (the provider loop plus the tools), [`codex`]
-//! (`codex app-server` as a child process) and [`claude`] (`claude -p`, one child per
-//! turn); [`child`] holds what external engines' children share. The inventory of engines is [`catalog`].
+//! (`codex app-server` as a child process), [`claude`] (`claude -p`, one child per
+//! turn) and [`acp`] (Agent Client Protocol agents); [`child`] holds what external
+//! engines' children share. The inventory of engines is [`catalog`].
 //! Dependencies: `engine` → `provider`, `tools`, `store`/`protocol` types; never
 //! `session` or `server`.
 
+pub mod acp;
 pub mod builtin;
 pub mod catalog;
 pub mod child;

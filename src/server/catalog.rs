@@ -392,6 +392,13 @@ fn handle(
         ClientRequest::EngineList(p) => super::engines::list(shared, p, reply),
         ClientRequest::EngineUpdate(p) => super::engines::update(&shared.host, p, reply),
         ClientRequest::ConfigCodexModels(p) => super::engines::codex_models(shared, p, reply),
+        ClientRequest::EngineAuthMethods(p) => {
+            super::engine_auth::run(&shared.host, p, false, reply)
+        }
+        ClientRequest::EngineAuthenticate(p) => {
+            super::engine_auth::run(&shared.host, p, true, reply)
+        }
+        ClientRequest::EngineAuthCancel(p) => super::engine_auth::cancel(p, reply),
         other => reply.err(
             ErrorCode::InternalError,
             format!("{} is not a catalog method", other.method()),

@@ -8,6 +8,7 @@
 //! catalogs. No async runtime. Protocol: spec `app-server.md` (`wuu-app-server/v0.1`).
 
 pub mod catalog;
+pub mod engine_auth;
 pub mod engines;
 pub mod folders;
 pub mod init;

@@ -151,6 +151,11 @@ fn open_external(s: &mut Session, id: &str) -> Box<dyn Engine> {
                 crate::engine::child::ChildSettings::from_config(&cfg, &s.shared.opts.home);
             Box::new(crate::engine::claude::ClaudeEngine::new(binary, settings))
         }
+        Ok(binary) if crate::engine::acp::is_acp(id) => {
+            let settings =
+                crate::engine::child::ChildSettings::from_config(&cfg, &s.shared.opts.home);
+            Box::new(crate::engine::acp::AcpEngine::new(id, binary, settings))
+        }
         Ok(_) => unavailable(id, format!("engine {id:?} has no adapter in this build")),
         Err(why) => unavailable(id, why),
     }

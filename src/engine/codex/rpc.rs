@@ -88,6 +88,9 @@ pub struct Peer {
     state: Arc<Mutex<State>>,
     next_id: AtomicU64,
     dead: Arc<AtomicBool>,
+    /// Whether outgoing messages carry `"jsonrpc": "2.0"` (ACP agents require it;
+    /// Codex omits it).
+    jsonrpc: AtomicBool,
 }
 
 impl Peer {
@@ -111,6 +114,7 @@ impl Peer {
             })),
             next_id: AtomicU64::new(1),
             dead: Arc::new(AtomicBool::new(false)),
+            jsonrpc: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&peer);
         let state = peer.state.clone();
@@ -143,8 +147,27 @@ impl Peer {
         self.proc.stderr_tail()
     }
 
+    /// Makes every later message carry `"jsonrpc": "2.0"` (strict JSON-RPC 2.0 peers
+    /// such as ACP agents).
+    pub fn speak_jsonrpc(&self) {
+        self.jsonrpc.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends a notification (no answer expected).
+    pub fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
+        self.write(&json!({"method": method, "params": params}))
+    }
+
     fn write(&self, v: &Value) -> Result<(), RpcError> {
-        let line = serde_json::to_vec(v).unwrap_or_default();
+        let line = if self.jsonrpc.load(Ordering::SeqCst) {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.insert("jsonrpc".into(), json!("2.0"));
+            }
+            serde_json::to_vec(&v).unwrap_or_default()
+        } else {
+            serde_json::to_vec(v).unwrap_or_default()
+        };
         log::debug!("codex <- {}", String::from_utf8_lossy(&line));
         self.proc.write_line(&line).map_err(transport)
     }
@@ -328,6 +351,7 @@ fn thread_of(params: &Value) -> Option<&str> {
     params
         .get("threadId")
         .or_else(|| params.get("conversationId"))
+        .or_else(|| params.get("sessionId"))
         .and_then(Value::as_str)
 }
 

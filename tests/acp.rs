@@ -1,0 +1,397 @@
+//! End-to-end tests of the ACP client (`engines.md` §1.6): the real `wuu app-server`
+//! drives the real `codex-acp` agent (npm `@zed-industries/codex-acp`, pinned in
+//! `.ci/run`) as the `pi` catalogue engine (which appends no launch arguments), talking
+//! to the fake Responses provider on loopback through an isolated `CODEX_HOME`; plus a
+//! scripted agent (tests/support/fake_acp.py) for what the real one cannot be made to
+//! do: a refused permission, a crash mid-update, file requests outside the workspace.
+//!
+//! The agent comes from `WUU_TEST_CODEX_ACP_BIN`; without it the real-agent tests print
+//! why and return.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use support::app::App;
+use support::fake_provider::{FakeProvider, Script};
+
+fn acp_bin() -> Option<PathBuf> {
+    match std::env::var_os("WUU_TEST_CODEX_ACP_BIN").map(PathBuf::from) {
+        Some(p) if p.exists() => Some(p),
+        Some(p) => {
+            eprintln!(
+                "skipped: WUU_TEST_CODEX_ACP_BIN={} does not exist",
+                p.display()
+            );
+            None
+        }
+        None => {
+            eprintln!(
+                "skipped: WUU_TEST_CODEX_ACP_BIN is not set (install @zed-industries/codex-acp)"
+            );
+            None
+        }
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    ws: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Setup {
+    /// A wuu home and workspace whose `pi` engine is `bin`, with `env` for the host;
+    /// `keep` names the variables the agent child may see besides its base.
+    fn new(bin: &Path, env: Vec<(String, String)>, keep: &[&str]) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("wuu-home");
+        let ws = dir.path().join("ws");
+        for d in [&home, &ws] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(
+            home.join("config.json"),
+            json!({"agent": {"auto_title": false, "shell_env": {"keep": keep}}}).to_string(),
+        )
+        .unwrap();
+        let mut env = env;
+        env.push(("WUU_PI_BINARY".into(), bin.to_string_lossy().into()));
+        env.push(("HOME".into(), home.to_string_lossy().into()));
+        let ws = ws.canonicalize().unwrap();
+        Setup {
+            _dir: dir,
+            home,
+            ws,
+            env,
+        }
+    }
+
+    /// The real codex-acp against `fp`.
+    fn codex_acp(fp: &FakeProvider, bin: &Path) -> Setup {
+        let codex_home = tempfile::tempdir().unwrap().keep();
+        std::fs::write(
+            codex_home.join("config.toml"),
+            format!(
+                "model = \"fake-model\"\nmodel_provider = \"fake\"\n\n\
+                 [model_providers.fake]\nname = \"fake\"\nbase_url = \"{}\"\n\
+                 wire_api = \"responses\"\nenv_key = \"WUU_FAKE_CODEX_KEY\"\n",
+                fp.base_url()
+            ),
+        )
+        .unwrap();
+        Setup::new(
+            bin,
+            vec![
+                ("CODEX_HOME".into(), codex_home.to_string_lossy().into()),
+                ("WUU_FAKE_CODEX_KEY".into(), "dummy".into()),
+            ],
+            &["CODEX_HOME", "WUU_FAKE_CODEX_KEY"],
+        )
+    }
+
+    /// The scripted agent in `mode`; returns the setup and the agent's log file.
+    fn scripted(mode: &str) -> (Setup, PathBuf) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_acp.py");
+        let log = std::env::temp_dir().join(format!("fake-acp-{}.log", uuid_like()));
+        let s = Setup::new(
+            &script,
+            vec![
+                ("FAKE_ACP_MODE".into(), mode.into()),
+                ("FAKE_ACP_LOG".into(), log.to_string_lossy().into()),
+            ],
+            &["FAKE_ACP_MODE", "FAKE_ACP_LOG"],
+        );
+        (s, log)
+    }
+
+    fn app(&self) -> App {
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let mut app = App::spawn_in_env(&self.home, &self.ws, &env);
+        app.call(
+            "initialize",
+            json!({"protocol_version": "wuu-app-server/v0.1", "client": {"name": "acp-test"}}),
+        );
+        app
+    }
+}
+
+fn uuid_like() -> String {
+    format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+fn start_thread(app: &mut App, mode: &str) -> String {
+    let r = app.call(
+        "thread/start",
+        json!({"engine": "pi", "permission_mode": mode}),
+    );
+    r["thread"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned()
+}
+
+fn turn(app: &mut App, thread_id: &str, prompt: &str) -> String {
+    let r = app.call(
+        "turn/start",
+        json!({"thread_id": thread_id, "prompt": prompt}),
+    );
+    r["turn"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned()
+}
+
+fn wait_turn_end(app: &mut App, thread_id: &str) -> Value {
+    let tid = thread_id.to_owned();
+    app.wait_for("turn end", move |v| {
+        matches!(
+            v["method"].as_str(),
+            Some("turn/completed") | Some("turn/error")
+        ) && v["params"]["thread_id"] == tid.as_str()
+    })
+}
+
+fn bodies(fp: &FakeProvider) -> Vec<String> {
+    fp.requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .map(|r| r.body.to_string())
+        .collect()
+}
+
+#[test]
+fn acp_conversation_streams_completes_and_continues_after_restart() {
+    let Some(bin) = acp_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::codex_acp(&fp, &bin);
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    fp.push(Script::text(&["Hello ", "from acp"]));
+    turn(&mut app, &thread_id, "say hello");
+    app.wait_for("a delta", |v| v["method"] == "item/agentMessage/delta");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    // codex-acp streams its own notice about the unknown fake model first.
+    let content = end["params"]["content"].as_str().unwrap_or("");
+    assert!(content.ends_with("Hello from acp"), "{end}");
+    assert!(bodies(&fp)[0].contains("say hello"));
+
+    // A restarted host continues the native session (session/load): the agent's own
+    // history of the first exchange goes to the model with the new prompt.
+    drop(app);
+    let mut app = s.app();
+    fp.push(Script::text(&["Second answer"]));
+    turn(&mut app, &thread_id, "and again");
+    let end = wait_turn_end(&mut app, &thread_id);
+    let content = end["params"]["content"].as_str().unwrap_or("");
+    assert!(content.ends_with("Second answer"), "{end}");
+    let last = bodies(&fp).pop().unwrap();
+    assert!(
+        last.contains("say hello") && last.contains("Hello from acp") && last.contains("and again"),
+        "{last}"
+    );
+    let r = app.call("thread/resume", json!({"session_id": thread_id}));
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 2, "{r}");
+}
+
+#[test]
+fn acp_interrupt_stops_the_prompt_and_the_conversation_goes_on() {
+    let Some(bin) = acp_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::codex_acp(&fp, &bin);
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    // codex-acp sends its next model request only once the cancelled stream has
+    // ended: the stall is short, and the interrupt must still end the turn before it.
+    fp.push(Script::stall(
+        &["thinking about it"],
+        Duration::from_secs(4),
+    ));
+    let turn_id = turn(&mut app, &thread_id, "take your time");
+    app.wait_for("first delta", |v| v["method"] == "item/agentMessage/delta");
+    app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert!(
+        end["params"]["turn"]["duration_ms"]
+            .as_u64()
+            .unwrap_or(u64::MAX)
+            < 4000,
+        "the interrupt ended the turn before the stalled stream did: {end}"
+    );
+    fp.push(Script::text(&["back again"]));
+    turn(&mut app, &thread_id, "continue");
+    let end = wait_turn_end(&mut app, &thread_id);
+    let content = end["params"]["content"].as_str().unwrap_or("");
+    assert!(content.ends_with("back again"), "{end}");
+}
+
+#[test]
+fn acp_permission_request_is_answered_by_a_client() {
+    let Some(bin) = acp_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = Setup::codex_acp(&fp, &bin);
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    fp.push(Script::tool_call(
+        "call_1",
+        "exec_command",
+        &json!({"cmd": "touch escalated.txt", "sandbox_permissions": "require_escalated",
+                "justification": "needs to write"})
+        .to_string(),
+    ));
+    fp.push(Script::text(&["done"]));
+    turn(&mut app, &thread_id, "touch it");
+    let q = app.notification("user-question/requested");
+    let req = &q["params"]["request"];
+    let allow = req["questions"][0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["description"] == "allow_once")
+        .unwrap_or_else(|| panic!("{q}"))["label"]
+        .clone();
+    app.call(
+        "user-question/respond",
+        json!({"request_id": req["request_id"], "answer": {"answers": [{"id": "permission", "selected": [allow]}]}}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert!(s.ws.join("escalated.txt").exists(), "{end}");
+}
+
+#[test]
+fn scripted_acp_permission_without_a_client_answer_is_refused() {
+    let (s, log) = Setup::scripted("permission");
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    let turn_id = turn(&mut app, &thread_id, "do it");
+    let q = app.notification("user-question/requested");
+    assert!(q.to_string().contains("rm -rf build"), "{q}");
+    // allow_always is never offered.
+    assert!(!q.to_string().contains("Always"), "{q}");
+    app.call(
+        "user-question/respond",
+        json!({"request_id": q["params"]["request"]["request_id"], "answer": {"answers": [{"id": "permission", "selected": ["Deny"]}]}}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    let content = end["params"]["content"].as_str().unwrap_or("");
+    assert!(content.contains(r#""optionId": "no""#), "{end}");
+    let _ = turn_id;
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""jsonrpc":"2.0""#), "{text}");
+}
+
+#[test]
+fn scripted_acp_crash_fails_the_turn_with_the_last_stderr_line() {
+    let (s, _log) = Setup::scripted("crash");
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "go");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/error", "{end}");
+    assert!(end.to_string().contains("out of cheese"), "{end}");
+    // The host still serves: the next turn starts a new agent (which crashes again).
+    turn(&mut app, &thread_id, "again");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/error", "{end}");
+}
+
+#[test]
+fn scripted_acp_file_requests_outside_the_workspace_are_refused() {
+    let (s, _log) = Setup::scripted("fs_outside");
+    std::fs::write(s.ws.join("inside.txt"), "in the workspace").unwrap();
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "read");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(
+        end["params"]["content"], "outside: refused inside: in the workspace",
+        "{end}"
+    );
+}
+
+#[test]
+fn engine_auth_lists_and_runs_the_agents_methods() {
+    let (s, log) = Setup::scripted("auth");
+    let mut app = s.app();
+    let r = app.call("engine/auth/methods", json!({"engine_id": "pi"}));
+    assert_eq!(r["authenticated"], false, "{r}");
+    let ids: Vec<&str> = r["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["id"].as_str())
+        .collect();
+    // Terminal logins are left to the CLI.
+    assert_eq!(ids, ["fake-login"], "{r}");
+    let e = app.call_err(
+        "engine/authenticate",
+        json!({"engine_id": "pi", "method_id": "term"}),
+    );
+    assert!(
+        e["message"].as_str().unwrap().contains("terminal login"),
+        "{e}"
+    );
+    let r = app.call(
+        "engine/authenticate",
+        json!({"engine_id": "pi", "method_id": "fake-login"}),
+    );
+    assert_eq!(r["authenticated"], true, "{r}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""methodId":"fake-login""#), "{text}");
+    let e = app.call_err("engine/auth/methods", json!({"engine_id": "codex"}));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not support ACP authentication"),
+        "{e}"
+    );
+    let r = app.call("engine/auth/cancel", json!({"engine_id": "pi"}));
+    assert_eq!(r["ok"], true, "{r}");
+}
+
+#[test]
+fn scripted_acp_child_gets_a_built_environment() {
+    let (mut s, log) = Setup::scripted("");
+    s.env.push(("OPENAI_API_KEY".into(), "sk-host-only".into()));
+    s.env.push(("SOME_SECRET_TOKEN".into(), "host-only".into()));
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "hi");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["content"], "hello", "{end}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let env_line = text.lines().find(|l| l.starts_with("ENV ")).unwrap();
+    let keys: Vec<String> = serde_json::from_str(&env_line[4..]).unwrap();
+    for absent in ["OPENAI_API_KEY", "SOME_SECRET_TOKEN", "WUU_PI_BINARY"] {
+        assert!(!keys.iter().any(|k| k == absent), "{absent} in {keys:?}");
+    }
+    for present in ["PATH", "HOME", "FAKE_ACP_MODE"] {
+        assert!(
+            keys.iter().any(|k| k == present),
+            "{present} not in {keys:?}"
+        );
+    }
+}
