@@ -193,6 +193,20 @@ pub fn check_thread_id(field: &str, id: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks that a thread id (from a client) can name a file or directory of its own:
+/// [`check_thread_id`] plus no `/` or `\\`, not empty, and not `.` or `..` — so
+/// `home.join(id)` stays beneath `home`. Errors name `field` (`invalid params: …`).
+pub fn check_path_id(field: &str, id: &str) -> Result<(), String> {
+    check_thread_id(field, id)?;
+    if id.is_empty() || id == "." || id == ".." || id.contains(['/', '\\']) {
+        return Err(format!(
+            "invalid params: {field}: {:?} is not a thread id",
+            clip(id, 40)
+        ));
+    }
+    Ok(())
+}
+
 /// At most the last `max` characters of `s`, keeping only ASCII letters, digits, `-`
 /// and `_` (for OS thread names: never a NUL, never a split character).
 pub fn name_tail(s: &str, max: usize) -> String {

@@ -473,3 +473,40 @@ fn an_exit_during_a_turn_reaches_the_model_at_its_next_step() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(lab.fake.requests().len(), 3);
 }
+
+#[test]
+fn process_methods_refuse_thread_ids_that_are_paths_and_zero_turns_background_off() {
+    let mut lab = Lab::new(json!({"max_background_processes": 0}));
+    // A record outside the home that a path-like thread id would reach.
+    let outside = lab.home.parent().unwrap().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let record = outside.join("bp_fake.json");
+    std::fs::write(&record, r#"{"id":"bp_fake","status":"running"}"#).unwrap();
+    let before = std::fs::read_to_string(&record).unwrap();
+    let rel = "../../outside".to_string();
+    let abs = outside.to_string_lossy().into_owned();
+    for tid in [rel.as_str(), abs.as_str(), ".", "..", "", "a/b"] {
+        for (method, extra) in [
+            ("process/list", json!({})),
+            ("process/read", json!({"process_id": "bp_fake"})),
+            ("process/stop", json!({"process_id": "bp_fake"})),
+        ] {
+            let mut params = extra.clone();
+            params["thread_id"] = json!(tid);
+            let e = lab.app.call_err(method, params);
+            assert_eq!(e["code"], "invalid_params", "{method} {tid:?}: {e}");
+        }
+    }
+    assert_eq!(std::fs::read_to_string(&record).unwrap(), before);
+    // max_background_processes 0: a background start is refused, nothing runs.
+    lab.fake.push(Script::tool_calls(&[(
+        "call_1",
+        "bash",
+        &bash_bg("sleep 1002"),
+    )]));
+    lab.fake.push(Script::text(&["ok"]));
+    lab.turn("try");
+    assert!(lab.sent().contains("background processes are turned off"));
+    assert!(lab.list().is_empty());
+    assert!(!lab.pids().iter().any(|(_, c)| c.starts_with("sleep 1002")));
+}

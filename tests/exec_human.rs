@@ -453,3 +453,38 @@ fn bad_color_value_is_invalid_input() {
         o.stderr
     );
 }
+
+#[test]
+fn the_final_message_on_a_terminal_has_no_escape_sequences() {
+    let mut job = Job::new();
+    let cassette = job.home.path().join("esc.json");
+    let text = "Final \u{1b}[31mRED\u{1b}[0m \u{1b}]52;c;ZXZpbA==\u{7} done";
+    let chunk = |delta: serde_json::Value, finish: serde_json::Value| {
+        serde_json::json!({"id": "c", "object": "chat.completion.chunk", "model": "r",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let cfg = serde_json::json!({
+        "protocol": "openai-compatible",
+        "responses": [{"events": [
+            chunk(serde_json::json!({"role": "assistant", "content": text}), serde_json::Value::Null),
+            chunk(serde_json::json!({}), serde_json::json!("stop")),
+        ]}],
+    });
+    std::fs::write(&cassette, cfg.to_string()).unwrap();
+    job.config = job.home.path().join("config.json");
+    let cfg = serde_json::json!({
+        "default_provider": "replay",
+        "providers": {"replay": {"type": "replay", "cassette": cassette, "model": "r"}},
+    });
+    std::fs::write(&job.config, cfg.to_string()).unwrap();
+    // On a terminal: the text without its sequences (OSC 52 would write the clipboard).
+    let o = job.on_terminal(&["-q"], &[]);
+    assert_eq!(o.code, 0, "{}", o.stdout);
+    assert_eq!(o.stdout, "Final RED  done\n");
+    // Into a pipe: the answer as the model gave it (scripts get the data).
+    let mut job2 = Job::new();
+    job2.config = job.config.clone();
+    let o = job2.piped(&["-q"], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, format!("{text}\n"));
+}

@@ -757,3 +757,45 @@ fn xai_device_login_denied_and_cancelled() {
     let e = app.call_err("auth/xai/login/poll", json!({"login_id": id}));
     assert!(e["message"].as_str().unwrap().contains("unknown"), "{e}");
 }
+
+#[test]
+fn message_image_read_serves_only_images_beneath_the_conversation() {
+    let fake = FakeProvider::start();
+    let (mut app, _home) = start(&fake, &[]);
+    init(&mut app);
+    let th = new_thread(&mut app);
+    // A real image outside the workspace, named by the message both ways.
+    let outside = app.workdir.parent().unwrap().join("outside.png");
+    std::fs::write(&outside, png(20, 10)).unwrap();
+    std::fs::write(app.workdir.join("inside.png"), png(20, 10)).unwrap();
+    let abs = outside.to_string_lossy().into_owned();
+    fake.push(Script::text(&[&format!(
+        "![a](../outside.png) ![b]({abs}) ![c](inside.png)"
+    )]));
+    let r = app.call("turn/start", json!({"thread_id": th, "prompt": "show"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    turn_end(&mut app, &turn);
+    let resumed = app.call("thread/resume", json!({"session_id": th}));
+    let answer_id = resumed["thread"]["turns"][0]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "agent_message")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let read = |app: &mut App, source: &str| {
+        let p = json!({"kind": "thread", "scope_id": th, "turn_id": turn,
+                       "message_id": answer_id, "source": source});
+        let id = app.send("message/image/read", p);
+        app.response(&id)
+    };
+    for source in ["../outside.png", abs.as_str()] {
+        let r = read(&mut app, source);
+        let msg = r["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains("outside the conversation"), "{source}: {r}");
+    }
+    let ok = read(&mut app, "inside.png");
+    assert_eq!(ok["result"]["media_type"], "image/png", "{ok}");
+}

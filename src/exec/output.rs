@@ -42,7 +42,14 @@ impl Out {
                     if r.status == "completed" && !r.final_message.is_empty() {
                         // Progress first: on a shared terminal the answer comes last.
                         h.sync(cancel, limit)?;
-                        let mut text = r.final_message.clone().into_bytes();
+                        // A terminal on stdout gets the text without escape or
+                        // control sequences (a model's answer must not retitle the
+                        // window or write the clipboard); a pipe gets it as it is.
+                        let mut text = if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                            super::painter::clean_text(&r.final_message).into_bytes()
+                        } else {
+                            r.final_message.clone().into_bytes()
+                        };
                         text.push(b'\n');
                         return self.send(text, cancel, limit);
                     }

@@ -267,7 +267,8 @@ fn sniff(bytes: &[u8]) -> &'static str {
 /// `message/image/read`: a chunk (or a preview) of an image embedded in a stored agent
 /// message. The `source` must be one of that message's Markdown image destinations (so a
 /// reference grants access to what the message shows, never to an arbitrary path); a
-/// relative path resolves against the conversation's directory, `~/` against `$HOME`.
+/// relative path resolves against the conversation's directory, `~/` against `$HOME`;
+/// only an image beneath the conversation's directory or the wuu home is read.
 pub fn message_image(shared: &Arc<Host>, p: MessageImageReadParams, reply: Responder) {
     let r = (|| -> Result<MessageImageReadResult, (ErrorCode, String)> {
         let invalid = |m: &str| (ErrorCode::InvalidParams, format!("invalid params: {m}"));
@@ -334,12 +335,28 @@ pub fn message_image(shared: &Arc<Host>, p: MessageImageReadParams, reply: Respo
                 "image is unavailable or exceeds 12 MB".to_owned(),
             )
         };
-        let meta = std::fs::metadata(&path).map_err(|_| unavailable())?;
-        if !meta.is_file() || meta.len() == 0 || meta.len() > MESSAGE_IMAGE_MAX_BYTES {
+        // Only images beneath the conversation's directory or the wuu home (where the
+        // host keeps attachments) are served: the check is lexical, before any disk
+        // access, and the read resolves beneath that root (no symlink out of it).
+        let cwd = std::path::PathBuf::from(&thread.cwd);
+        let (root, rel) = [cwd.as_path(), shared.opts.home.as_path()]
+            .into_iter()
+            .filter(|r| r.is_absolute())
+            .find_map(|r| crate::beneath::rel_beneath(r, &path).map(|rel| (r, rel)))
+            .ok_or_else(|| {
+                (
+                    ErrorCode::Error,
+                    "image is outside the conversation's directory".to_owned(),
+                )
+            })?;
+        let bytes = crate::beneath::Root::open(root)
+            .map_err(|_| unavailable())?
+            .read_capped(&rel, MESSAGE_IMAGE_MAX_BYTES)
+            .map_err(|_| unavailable())?;
+        if bytes.is_empty() {
             return Err(unavailable());
         }
-        let bytes = std::fs::read(&path).map_err(|_| unavailable())?;
-        if bytes.len() as u64 > MESSAGE_IMAGE_MAX_BYTES || sniff(&bytes) != media {
+        if sniff(&bytes) != media {
             return Err((ErrorCode::Error, "invalid image contents".into()));
         }
         use base64::Engine;

@@ -13,7 +13,7 @@ fn table(shared: &Host, thread_id: &str) -> Result<Arc<Processes>, String> {
     shared
         .background
         .of(thread_id.trim(), false)
-        .map_err(|e| format!("invalid params: {e}"))
+        .map_err(|e| e.to_string())
 }
 
 /// Serves one `process/*` request.

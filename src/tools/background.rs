@@ -114,7 +114,7 @@ impl Background {
     /// forgotten, so ids that name nothing take no memory. `Err` when the id cannot name
     /// a directory.
     pub fn of(&self, thread_id: &str, keep: bool) -> Result<Arc<Processes>, String> {
-        crate::util::check_thread_id("thread_id", thread_id)?;
+        crate::util::check_path_id("thread_id", thread_id)?;
         let mut map = self.threads.lock();
         if let Some(p) = map.get(thread_id) {
             return Ok(p.clone());
@@ -144,7 +144,7 @@ impl Background {
     pub fn forget_thread(&self, thread_id: &str) {
         let p = self.threads.lock().remove(thread_id);
         let dir = self.home.join("processes").join(thread_id);
-        if crate::util::check_thread_id("thread_id", thread_id).is_err() {
+        if crate::util::check_path_id("thread_id", thread_id).is_err() {
             return;
         }
         let _ = std::thread::Builder::new()
@@ -315,6 +315,11 @@ impl Processes {
         ctx: &ToolContext,
         limit: usize,
     ) -> Result<Summary, Fail> {
+        if limit == 0 {
+            return Err(Fail::Error(
+                "background processes are turned off (agent.max_background_processes = 0); run the command in the foreground".into(),
+            ));
+        }
         let running = self.running();
         if running >= limit {
             return Err(Fail::Error(format!(

@@ -189,7 +189,7 @@ impl Driver<'_> {
                 temperature: agent.temperature,
                 max_background: agent
                     .max_background_processes
-                    .map(|n| n.max(1) as usize)
+                    .map(|n| n as usize)
                     .unwrap_or(crate::tools::background::DEFAULT_LIMIT),
             },
             background: self.s.shared.background.of(&self.s.id, true).ok(),
