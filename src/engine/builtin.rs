@@ -15,7 +15,8 @@ use super::{
     Reconnecting, StepStart, TurnRequest,
 };
 use crate::provider::chat::{
-    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, Usage,
+    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, ToolSpec,
+    Usage,
 };
 use crate::provider::{self, Provider};
 use crate::tools::{self, ToolContext, ToolEvent, ToolOutcome};
@@ -157,148 +158,42 @@ impl Engine for Builtin {
     ) -> Outcome {
         self.interrupted = false;
         self.usage = Usage::default();
-        let mode = req.permission_mode;
-        let sections = context::system_sections(
-            &req.workspace_root,
-            &req.cwd,
-            mode.as_str(),
-            req.instructions.as_deref(),
-        );
-        let system = context::system_prompt(&sections);
-        let tool_specs = self.host_tools.offered(mode);
-        let provider = self.provider.clone();
-        let provider_id = provider.id().to_owned();
+        let turn = self.turn_frame(&req);
         let max_steps = req.limits.max_steps.max(1);
         let mut trace = Trace::open(&req.home, &req.thread_id);
         // Calls of the previous step the output limit cut off: the model is told.
         let mut cut_note: Option<String> = None;
         loop {
-            self.drain(controls);
-            if self.interrupted {
-                return Outcome::Interrupted;
-            }
-            let Some(start) = sink.call(|reply| EngineEvent::BeginStep { reply }) else {
-                return Outcome::Interrupted;
+            let mut start = match self.begin_step(max_steps, sink, controls) {
+                Ok(start) => start,
+                Err(end) => return end,
             };
-            let step = start.step;
-            if step > max_steps {
-                return Outcome::Failed(Box::new(TurnError {
-                    message: format!(
-                        "the turn reached the step limit ({max_steps} model requests)"
-                    ),
-                    code: Some("max_steps_exceeded".into()),
-                    category: Some("local".into()),
-                    ..Default::default()
-                }));
-            }
-            let cache_key = req.thread_id.chars().take(64).collect::<String>();
-            let settings = start.compaction.clone();
             if req.compact_only {
-                return match self.compact(CompactReason::Manual, &req, &settings, sink, controls) {
+                return match self.compact(
+                    CompactReason::Manual,
+                    &req,
+                    &start.compaction,
+                    sink,
+                    controls,
+                ) {
                     Compaction::Done(_) | Compaction::Nothing => Outcome::Completed,
                     Compaction::Failed(e) => Outcome::Failed(e),
                     Compaction::Interrupted => Outcome::Interrupted,
                 };
             }
-            let mut messages = start.messages;
-            let mut turn_start_index = start.turn_start_index;
-            match settings.threshold_tokens() {
-                Some(limit) if context::over(&system, &messages, &tool_specs, limit) => {
-                    match self.compact(CompactReason::Auto, &req, &settings, sink, controls) {
-                        Compaction::Done(s) => {
-                            messages = s.messages;
-                            turn_start_index = s.turn_start_index;
-                        }
-                        // A failed summary leaves the history as it was: the request
-                        // may still fit, and an overflow compacts once more.
-                        Compaction::Nothing | Compaction::Failed(_) => {}
-                        Compaction::Interrupted => return Outcome::Interrupted,
-                    }
-                }
-                None if settings.auto && settings.window.is_none() => {
-                    warn_no_window(&provider_id, &req.model)
-                }
-                _ => {}
+            if let Err(end) = self.compact_if_over(&req, &turn, &mut start, sink, controls) {
+                return end;
             }
             if let Some(note) = cut_note.take() {
-                messages.push(ChatMessage::text(Role::User, note));
+                start.messages.push(ChatMessage::text(Role::User, note));
             }
-            // The step is sent again once after a context overflow, compacted.
-            let mut overflow_compacted = false;
-            let calls = loop {
-                let chat = ChatRequest {
-                    model: req.model.clone(),
-                    system: system.clone(),
-                    messages: messages.clone(),
-                    tools: tool_specs.clone(),
-                    effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
-                    max_output_tokens: None,
-                    prompt_cache_key: Some(cache_key.clone()),
-                    output_schema: req
-                        .output_schema
-                        .clone()
-                        .map(|s| json!({"name": "final_answer", "schema": s})),
-                    temperature: req.limits.temperature,
-                };
-                let rc = context::request_context(
-                    step,
-                    &sections,
-                    &system,
-                    &chat.messages,
-                    turn_start_index.min(chat.messages.len()),
-                    &chat.tools,
-                    &cache_key,
-                );
-                trace.write(json!({
-                    "type": "request", "thread_id": req.thread_id, "turn_id": req.turn_id,
-                    "step": step, "provider": provider_id, "model": req.model,
-                    "messages": chat.messages.len(), "tools": chat.tools.len(),
-                    "system_hash": rc["system_hash"], "turn_prefix_hash": rc["turn_prefix_hash"],
-                }));
-                sink.emit(EngineEvent::Diagnostic(rc));
-                sink.emit(EngineEvent::Diagnostic(context::provider_state(
-                    step,
-                    &provider_id,
-                    provider.protocol(),
-                    chat.messages.len(),
-                )));
-                let started = now_ms();
-                let end = self.stream_step(provider.clone(), chat, &provider_id, sink, controls);
-                match end {
-                    Ok(Some(calls)) => {
-                        trace.write(json!({
-                            "type": "response", "thread_id": req.thread_id, "turn_id": req.turn_id,
-                            "step": step, "duration_ms": now_ms() - started,
-                            "tool_calls": calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
-                            "usage": self.usage,
-                        }));
-                        break Some(calls);
-                    }
-                    // A steer ended the stream at the visible text: next step.
-                    Ok(None) => break None,
-                    Err(Outcome::Failed(e))
-                        if is_overflow(&e)
-                            && !overflow_compacted
-                            && !self.step_output
-                            && settings.auto =>
-                    {
-                        overflow_compacted = true;
-                        match self.compact(CompactReason::Overflow, &req, &settings, sink, controls)
-                        {
-                            Compaction::Done(s) => {
-                                messages = s.messages;
-                                turn_start_index = s.turn_start_index;
-                            }
-                            Compaction::Nothing | Compaction::Failed(_) => {
-                                return Outcome::Failed(e)
-                            }
-                            Compaction::Interrupted => return Outcome::Interrupted,
-                        }
-                    }
-                    Err(end) => return end,
-                }
+            let calls = match self.request_step(&req, &turn, &mut start, &mut trace, sink, controls)
+            {
+                Ok(Some(calls)) => calls,
+                // A steer ended the stream at the visible text: next step.
+                Ok(None) => continue,
+                Err(end) => return end,
             };
-            let Some(calls) = calls else { continue };
             if calls.is_empty() {
                 // The user may have added input before the answer settled: continue.
                 return match sink.call(|reply| EngineEvent::AnswerReady { reply }) {
@@ -313,6 +208,195 @@ impl Engine for Builtin {
             }
             for call in calls {
                 self.run_tool(call, &req, sink, controls, &mut trace);
+            }
+        }
+    }
+}
+
+/// What every step of one turn sends alike: the system prompt, the tools and the provider.
+struct TurnFrame {
+    sections: Vec<context::Section>,
+    system: String,
+    tool_specs: Vec<ToolSpec>,
+    provider: Arc<dyn Provider>,
+    provider_id: String,
+}
+
+impl Builtin {
+    /// The turn's fixed request parts, built once per turn from its workspace and mode.
+    fn turn_frame(&self, req: &TurnRequest) -> TurnFrame {
+        let mode = req.permission_mode;
+        let sections = context::system_sections(
+            &req.workspace_root,
+            &req.cwd,
+            mode.as_str(),
+            req.instructions.as_deref(),
+        );
+        let system = context::system_prompt(&sections);
+        let tool_specs = self.host_tools.offered(mode);
+        let provider = self.provider.clone();
+        let provider_id = provider.id().to_owned();
+        TurnFrame {
+            sections,
+            system,
+            tool_specs,
+            provider,
+            provider_id,
+        }
+    }
+
+    /// Opens the next step: takes waiting controls, gets the transcript, enforces the step limit.
+    fn begin_step(
+        &mut self,
+        max_steps: u32,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Result<StepStart, Outcome> {
+        self.drain(controls);
+        if self.interrupted {
+            return Err(Outcome::Interrupted);
+        }
+        let Some(start) = sink.call(|reply| EngineEvent::BeginStep { reply }) else {
+            return Err(Outcome::Interrupted);
+        };
+        if start.step > max_steps {
+            return Err(Outcome::Failed(Box::new(TurnError {
+                message: format!("the turn reached the step limit ({max_steps} model requests)"),
+                code: Some("max_steps_exceeded".into()),
+                category: Some("local".into()),
+                ..Default::default()
+            })));
+        }
+        Ok(start)
+    }
+
+    /// Compacts the step's transcript first when it is over the threshold, so the request fits.
+    fn compact_if_over(
+        &mut self,
+        req: &TurnRequest,
+        turn: &TurnFrame,
+        start: &mut StepStart,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Result<(), Outcome> {
+        match start.compaction.threshold_tokens() {
+            Some(limit)
+                if context::over(&turn.system, &start.messages, &turn.tool_specs, limit) =>
+            {
+                match self.compact(CompactReason::Auto, req, &start.compaction, sink, controls) {
+                    Compaction::Done(s) => {
+                        start.messages = s.messages;
+                        start.turn_start_index = s.turn_start_index;
+                    }
+                    // A failed summary leaves the history as it was: the request
+                    // may still fit, and an overflow compacts once more.
+                    Compaction::Nothing | Compaction::Failed(_) => {}
+                    Compaction::Interrupted => return Err(Outcome::Interrupted),
+                }
+            }
+            None if start.compaction.auto && start.compaction.window.is_none() => {
+                warn_no_window(&turn.provider_id, &req.model)
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Sends the step's request and streams the answer, compacting and resending once on overflow.
+    fn request_step(
+        &mut self,
+        req: &TurnRequest,
+        turn: &TurnFrame,
+        start: &mut StepStart,
+        trace: &mut Trace,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> StepEnd {
+        let step = start.step;
+        let cache_key = req.thread_id.chars().take(64).collect::<String>();
+        // The step is sent again once after a context overflow, compacted.
+        let mut overflow_compacted = false;
+        loop {
+            let chat = ChatRequest {
+                model: req.model.clone(),
+                system: turn.system.clone(),
+                messages: start.messages.clone(),
+                tools: turn.tool_specs.clone(),
+                effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
+                max_output_tokens: None,
+                prompt_cache_key: Some(cache_key.clone()),
+                output_schema: req
+                    .output_schema
+                    .clone()
+                    .map(|s| json!({"name": "final_answer", "schema": s})),
+                temperature: req.limits.temperature,
+            };
+            let rc = context::request_context(
+                step,
+                &turn.sections,
+                &turn.system,
+                &chat.messages,
+                start.turn_start_index.min(chat.messages.len()),
+                &chat.tools,
+                &cache_key,
+            );
+            trace.write(json!({
+                "type": "request", "thread_id": req.thread_id, "turn_id": req.turn_id,
+                "step": step, "provider": turn.provider_id, "model": req.model,
+                "messages": chat.messages.len(), "tools": chat.tools.len(),
+                "system_hash": rc["system_hash"], "turn_prefix_hash": rc["turn_prefix_hash"],
+            }));
+            sink.emit(EngineEvent::Diagnostic(rc));
+            sink.emit(EngineEvent::Diagnostic(context::provider_state(
+                step,
+                &turn.provider_id,
+                turn.provider.protocol(),
+                chat.messages.len(),
+            )));
+            let started = now_ms();
+            let end = self.stream_step(
+                turn.provider.clone(),
+                chat,
+                &turn.provider_id,
+                sink,
+                controls,
+            );
+            match end {
+                Ok(Some(calls)) => {
+                    trace.write(json!({
+                        "type": "response", "thread_id": req.thread_id, "turn_id": req.turn_id,
+                        "step": step, "duration_ms": now_ms() - started,
+                        "tool_calls": calls.iter().map(|c| c.name.clone()).collect::<Vec<_>>(),
+                        "usage": self.usage,
+                    }));
+                    return Ok(Some(calls));
+                }
+                Ok(None) => return Ok(None),
+                Err(Outcome::Failed(e))
+                    if is_overflow(&e)
+                        && !overflow_compacted
+                        && !self.step_output
+                        && start.compaction.auto =>
+                {
+                    overflow_compacted = true;
+                    match self.compact(
+                        CompactReason::Overflow,
+                        req,
+                        &start.compaction,
+                        sink,
+                        controls,
+                    ) {
+                        Compaction::Done(s) => {
+                            start.messages = s.messages;
+                            start.turn_start_index = s.turn_start_index;
+                        }
+                        Compaction::Nothing | Compaction::Failed(_) => {
+                            return Err(Outcome::Failed(e))
+                        }
+                        Compaction::Interrupted => return Err(Outcome::Interrupted),
+                    }
+                }
+                Err(end) => return Err(end),
             }
         }
     }

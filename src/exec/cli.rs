@@ -164,21 +164,8 @@ pub const PERMISSION_MODES: &[&str] = &["standard", "read_only", "unconfined"];
 pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
     let mut args = args;
     let mut o = Options::default();
-    let mut last = false;
     let mut fork_flag: Option<String> = None;
-    let sub = args.first().and_then(|a| a.to_str()).map(str::to_owned);
-    let subcommand = match sub.as_deref() {
-        Some("resume") | Some("fork") => {
-            args.remove(0);
-            sub
-        }
-        Some("-c") | Some("--continue") => {
-            args.remove(0);
-            last = true;
-            Some("resume".to_owned())
-        }
-        _ => None,
-    };
+    let (subcommand, mut last) = take_subcommand(&mut args);
     // Everything after `--` is prompt text, even a subcommand word.
     let before_dashdash: Vec<OsString> = args.iter().take_while(|a| *a != "--").cloned().collect();
     let mut p = lexopt::Parser::from_args(args);
@@ -188,19 +175,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             Short('h') | Long("help") => return Ok(Command::Help),
             Long("json") => o.json = bool_flag(&mut p, "json")?,
             Short('q') | Long("quiet") => o.quiet = bool_flag(&mut p, "quiet")?,
-            Long("color") | Long("colour") => {
-                let v = string(&mut p, "color")?;
-                o.color = match v.trim() {
-                    "auto" => ColorWhen::Auto,
-                    "always" => ColorWhen::Always,
-                    "never" => ColorWhen::Never,
-                    _ => {
-                        return Err(InvalidInput(format!(
-                            "invalid --color {v:?} (expected auto, always or never)"
-                        )))
-                    }
-                };
-            }
+            Long("color") | Long("colour") => o.color = color_arg(&mut p)?,
             Long("ephemeral") => o.ephemeral = bool_flag(&mut p, "ephemeral")?,
             Long("safe-mode") => o.safe_mode = bool_flag(&mut p, "safe-mode")?,
             Long("ignore-user-config") => {
@@ -216,13 +191,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             Long("model") => o.model = Some(nonempty(&mut p, "model")?),
             Long("engine") => o.engine = Some(nonempty(&mut p, "engine")?),
             Long("permission-mode") => {
-                let m = string(&mut p, "permission-mode")?.trim().to_owned();
-                if !m.is_empty() {
-                    if !PERMISSION_MODES.contains(&m.as_str()) {
-                        return Err(InvalidInput(format!(
-                            "invalid --permission-mode {m:?} (expected standard, read_only or unconfined)"
-                        )));
-                    }
+                if let Some(m) = permission_mode_arg(&mut p)? {
                     o.permission_mode = Some(m);
                 }
             }
@@ -234,23 +203,8 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             Long("output-last-message") => {
                 o.output_last_message = Some(path(&mut p, "output-last-message")?)
             }
-            Long("timeout") => {
-                let v = string(&mut p, "timeout")?;
-                let d = parse_duration(&v)
-                    .map_err(|e| InvalidInput(format!("invalid --timeout {v:?}: {e}")))?;
-                o.timeout = d.filter(|d| !d.is_zero());
-            }
-            Long("max-turns") => {
-                let v = string(&mut p, "max-turns")?;
-                let n: i64 = v.trim().parse().map_err(|_| {
-                    InvalidInput(format!("invalid --max-turns {v:?}: not an integer"))
-                })?;
-                if n < 0 {
-                    return Err(InvalidInput("--max-turns must not be negative".into()));
-                }
-                o.max_turns = u32::try_from(n)
-                    .map_err(|_| InvalidInput(format!("--max-turns {n} is too large")))?;
-            }
+            Long("timeout") => o.timeout = timeout_arg(&mut p)?,
+            Long("max-turns") => o.max_turns = max_turns_arg(&mut p)?,
             Long("image") => o.images.push(path(&mut p, "image")?),
             Long("file") => o.files.push(path(&mut p, "file")?),
             Long("fork") => fork_flag = Some(nonempty(&mut p, "fork")?),
@@ -261,13 +215,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
                     && SUBCOMMANDS.contains(&word.as_str())
                     && before_dashdash.iter().any(|a| *a == *word)
                 {
-                    return Err(InvalidInput(if word == "review" {
-                        "`wuu exec review` is not implemented yet; to ask for a review, quote the prompt: wuu exec \"review …\"".into()
-                    } else {
-                        format!(
-                            "`{word}` is a subcommand and must come first: wuu exec {word} [OPTIONS] … (to start a prompt with the word, quote it or put `--` before it)"
-                        )
-                    }));
+                    return Err(misplaced_subcommand(&word));
                 }
                 positional.push(word);
             }
@@ -284,7 +232,99 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             other => return Err(other.unexpected().into()),
         }
     }
-    o.mode = match (subcommand.as_deref(), fork_flag) {
+    o.mode = run_mode(subcommand.as_deref(), fork_flag, last, &mut positional)?;
+    for f in o.images.iter().chain(&o.files) {
+        if f.as_os_str().is_empty() {
+            return Err(InvalidInput("--image/--file need a path".into()));
+        }
+    }
+    o.prompt_args = positional;
+    Ok(Command::Run(Box::new(o)))
+}
+
+/// Takes a leading subcommand word off `args`: (`resume`/`fork`, `--last` implied by `-c`).
+fn take_subcommand(args: &mut Vec<OsString>) -> (Option<String>, bool) {
+    let sub = args.first().and_then(|a| a.to_str()).map(str::to_owned);
+    match sub.as_deref() {
+        Some("resume") | Some("fork") => {
+            args.remove(0);
+            (sub, false)
+        }
+        Some("-c") | Some("--continue") => {
+            args.remove(0);
+            (Some("resume".to_owned()), true)
+        }
+        _ => (None, false),
+    }
+}
+
+/// The value of `--color`: `auto`, `always` or `never`.
+fn color_arg(p: &mut lexopt::Parser) -> Result<ColorWhen, InvalidInput> {
+    let v = string(p, "color")?;
+    match v.trim() {
+        "auto" => Ok(ColorWhen::Auto),
+        "always" => Ok(ColorWhen::Always),
+        "never" => Ok(ColorWhen::Never),
+        _ => Err(InvalidInput(format!(
+            "invalid --color {v:?} (expected auto, always or never)"
+        ))),
+    }
+}
+
+/// The value of `--permission-mode`, checked against [`PERMISSION_MODES`] (`None`: empty).
+fn permission_mode_arg(p: &mut lexopt::Parser) -> Result<Option<String>, InvalidInput> {
+    let m = string(p, "permission-mode")?.trim().to_owned();
+    if m.is_empty() {
+        return Ok(None);
+    }
+    if !PERMISSION_MODES.contains(&m.as_str()) {
+        return Err(InvalidInput(format!(
+            "invalid --permission-mode {m:?} (expected standard, read_only or unconfined)"
+        )));
+    }
+    Ok(Some(m))
+}
+
+/// The value of `--timeout` as a Go duration; `None` (no deadline) for zero or negative.
+fn timeout_arg(p: &mut lexopt::Parser) -> Result<Option<Duration>, InvalidInput> {
+    let v = string(p, "timeout")?;
+    let d =
+        parse_duration(&v).map_err(|e| InvalidInput(format!("invalid --timeout {v:?}: {e}")))?;
+    Ok(d.filter(|d| !d.is_zero()))
+}
+
+/// The value of `--max-turns`: a non-negative integer that fits a `u32`.
+fn max_turns_arg(p: &mut lexopt::Parser) -> Result<u32, InvalidInput> {
+    let v = string(p, "max-turns")?;
+    let n: i64 = v
+        .trim()
+        .parse()
+        .map_err(|_| InvalidInput(format!("invalid --max-turns {v:?}: not an integer")))?;
+    if n < 0 {
+        return Err(InvalidInput("--max-turns must not be negative".into()));
+    }
+    u32::try_from(n).map_err(|_| InvalidInput(format!("--max-turns {n} is too large")))
+}
+
+/// The error for a subcommand word given after options: it must come first (`review`: not yet).
+fn misplaced_subcommand(word: &str) -> InvalidInput {
+    InvalidInput(if word == "review" {
+        "`wuu exec review` is not implemented yet; to ask for a review, quote the prompt: wuu exec \"review …\"".into()
+    } else {
+        format!(
+            "`{word}` is a subcommand and must come first: wuu exec {word} [OPTIONS] … (to start a prompt with the word, quote it or put `--` before it)"
+        )
+    })
+}
+
+/// How the run gets its thread (start, resume or fork); takes the id word off `positional`.
+fn run_mode(
+    subcommand: Option<&str>,
+    fork_flag: Option<String>,
+    last: bool,
+    positional: &mut Vec<String>,
+) -> Result<Mode, InvalidInput> {
+    Ok(match (subcommand, fork_flag) {
         (Some(_), Some(_)) => {
             return Err(InvalidInput(
                 "--fork cannot be combined with `resume` or `fork`".into(),
@@ -315,14 +355,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, InvalidInput> {
             Mode::Fork(id)
         }
         _ => Mode::Start,
-    };
-    for f in o.images.iter().chain(&o.files) {
-        if f.as_os_str().is_empty() {
-            return Err(InvalidInput("--image/--file need a path".into()));
-        }
-    }
-    o.prompt_args = positional;
-    Ok(Command::Run(Box::new(o)))
+    })
 }
 
 /// Words that name a `wuu exec` subcommand (`review` is reserved: not implemented yet).

@@ -13,7 +13,7 @@
 //! commands, output, paths) is cleaned of escape sequences and control characters
 //! before it reaches the terminal; the painter masks secrets.
 
-use super::events::{Event, FileChange, RunResultEvent};
+use super::events::{CommandInfo, Event, FileChange, RunResultEvent, Subagent, ThreadInfo};
 use super::painter::{self, clean_line, clean_text, cut, duration, Form, Paint, Painter, Status};
 use super::writer::Blocked;
 use anstyle::{AnsiColor, Style};
@@ -211,21 +211,14 @@ impl Human {
         })));
     }
 
+    /// Turns one event into paints by its kind's line builder (quiet: error lines only).
     fn render(&mut self, ev: &Event, out: &mut Vec<Paint>) {
         if self.look.quiet {
             if let Event::Error { error, .. } = ev {
-                let e = clean_line(error);
-                self.line(
-                    out,
-                    paint(
-                        self.pal.bad,
-                        &format!("structured_output_validation_failed: {e}"),
-                    ),
-                );
+                self.error_line(out, error);
             }
             return;
         }
-        let p = self.pal;
         match ev {
             Event::SessionConfigured {
                 provider,
@@ -233,93 +226,21 @@ impl Human {
                 workspace_root,
                 permissions,
                 ..
-            } => {
-                let mut head = format!(
-                    "provider: {} · model: {}",
-                    clean_line(provider),
-                    clean_line(model)
-                );
-                if let Some(m) = permissions.get("mode").and_then(Value::as_str) {
-                    if !m.is_empty() {
-                        head.push_str(&format!(" · permission_mode: {}", clean_line(m)));
-                    }
-                }
-                self.line(out, paint(p.dim, &head));
-                let ws = format!("workspace: {}", clean_line(workspace_root));
-                self.line(out, paint(p.dim, &ws));
-            }
+            } => self.session_header(out, provider, model, workspace_root, permissions),
             Event::ThreadStarted(t) | Event::ThreadResumed(t) | Event::ThreadForked(t) => {
                 let how = match ev {
                     Event::ThreadResumed(_) => " (resumed)",
                     Event::ThreadForked(_) => " (forked)",
                     _ => "",
                 };
-                let l = format!("thread_id: {}{how}", clean_line(&t.thread_id));
-                self.line(out, paint(p.dim, &l));
+                self.thread_line(out, t, how);
             }
-            Event::TurnStarted { turn_id, .. } => {
-                self.turns += 1;
-                self.shown.clear();
-                let l = format!("turn {} · turn_id: {}", self.turns, clean_line(turn_id));
-                self.line(out, paint(p.dim, &l));
-                self.waiting(out);
-            }
+            Event::TurnStarted { turn_id, .. } => self.turn_started(out, turn_id),
             Event::AgentMessageDelta { delta, .. } => self.text(out, delta),
-            Event::AgentMessageFinal { message, .. } => {
-                // The turn's text now reads `message`: more of it (a client that gets
-                // whole messages) is shown; a withdrawn attempt is not taken back (the
-                // retry line said so).
-                match message.strip_prefix(self.shown.as_str()) {
-                    Some(more) if !more.is_empty() => {
-                        let more = more.to_owned();
-                        self.text(out, &more);
-                    }
-                    _ => self.shown = message.clone(),
-                }
-            }
-            Event::CommandStarted(info) => {
-                let label = if info.command.trim().is_empty() {
-                    format!("(process {})", clean_line(&info.process_id))
-                } else {
-                    command_label(&info.command)
-                };
-                self.line(
-                    out,
-                    format!("{} {}", paint(p.cmd, "$"), paint(p.bold, &label)),
-                );
-                out.push(Paint::Status(Some(Status {
-                    label: cut(&label, 60),
-                    since: Instant::now(),
-                    detail: String::new(),
-                })));
-                self.commands.insert(
-                    info.item_id.clone(),
-                    Running {
-                        label,
-                        started: Instant::now(),
-                        shown_at: Instant::now(),
-                        tail: String::new(),
-                        cut: false,
-                        newlines: 0,
-                        open_line: false,
-                    },
-                );
-            }
+            Event::AgentMessageFinal { message, .. } => self.message_final(out, message),
+            Event::CommandStarted(info) => self.command_started(out, info),
             Event::CommandOutputDelta { info, delta } => {
-                if let Some(r) = self.commands.get_mut(&info.item_id) {
-                    r.push(delta);
-                    // The status line shows the latest output line, redrawn at most
-                    // every STATUS_EVERY however fast the output comes.
-                    if self.look.live && r.shown_at.elapsed() >= STATUS_EVERY {
-                        r.shown_at = Instant::now();
-                        let last = r.last_line();
-                        out.push(Paint::Status(Some(Status {
-                            label: cut(&r.label, 60),
-                            since: r.started,
-                            detail: last,
-                        })));
-                    }
-                }
+                self.command_output(out, &info.item_id, delta)
             }
             Event::CommandCompleted {
                 info,
@@ -328,40 +249,7 @@ impl Human {
                 exit_code,
                 duration_ms,
             } => {
-                let run = self.commands.remove(&info.item_id);
-                out.push(Paint::Status(None));
-                let took = if *duration_ms > 0 {
-                    Duration::from_millis(*duration_ms)
-                } else {
-                    run.as_ref()
-                        .map(|r| r.started.elapsed())
-                        .unwrap_or_default()
-                };
-                let took = duration(took);
-                let l = match exit_code {
-                    Some(0) => paint(p.ok, &format!("  ✓ exit 0 · {took}")),
-                    Some(c) => paint(p.bad, &format!("  ✗ exit {c} · {took}")),
-                    None if status == "completed" => paint(p.ok, &format!("  ✓ done · {took}")),
-                    None => {
-                        let why = first_line(error);
-                        let why = if why.is_empty() { status.as_str() } else { why };
-                        paint(p.bad, &format!("  ✗ {} · {took}", clean_line(why)))
-                    }
-                };
-                self.line(out, l);
-                if let Some(r) = run {
-                    let (hidden, lines) = r.tail_lines(TAIL_LINES);
-                    if hidden > 0 {
-                        let s = if hidden == 1 { "" } else { "s" };
-                        let note = format!("    │ … {hidden} earlier line{s} (in the trace)");
-                        self.line(out, paint(p.dim, &note));
-                    }
-                    for l in lines {
-                        let l = format!("    │ {l}");
-                        self.line(out, paint(p.dim, l.trim_end()));
-                    }
-                }
-                self.waiting(out);
+                self.command_completed(out, &info.item_id, status, error, *exit_code, *duration_ms)
             }
             Event::CommandRemoved { item_id, .. } => {
                 let running = self.commands.remove(item_id);
@@ -374,34 +262,14 @@ impl Human {
                 name,
                 arguments,
                 ..
-            } if name.trim() != "bash" => {
-                self.end_text(out);
-                self.tools
-                    .insert(item_id.clone(), (name.clone(), arguments.clone()));
-                out.push(Paint::Status(Some(Status {
-                    label: clean_line(name),
-                    since: Instant::now(),
-                    detail: String::new(),
-                })));
-            }
+            } if name.trim() != "bash" => self.tool_started(out, item_id, name, arguments),
             Event::ToolCompleted {
                 item_id,
                 name,
                 status,
                 error,
                 ..
-            } if name.trim() != "bash" => {
-                let args = self
-                    .tools
-                    .remove(item_id)
-                    .map(|(_, a)| a)
-                    .unwrap_or_default();
-                out.push(Paint::Status(None));
-                if let Some(l) = self.tool_line(name, &args, status, error) {
-                    self.line(out, l);
-                }
-                self.waiting(out);
-            }
+            } if name.trim() != "bash" => self.tool_completed(out, item_id, name, status, error),
             Event::ToolRemoved { item_id, .. } => {
                 let running = self.tools.remove(item_id);
                 if running.is_some() {
@@ -420,43 +288,16 @@ impl Human {
                 message,
                 ..
             } if status == "retrying" => {
-                let why = if reason.is_empty() {
-                    String::new()
-                } else {
-                    format!(", {}", clean_line(reason))
-                };
-                let l = format!(
-                    "↻ retrying the model request ({retry_count}/{max_retries}{why}): {}",
-                    clean_line(first_line(message))
-                );
-                self.line(out, paint(p.warn, &l));
+                self.retry_line(out, *retry_count, *max_retries, reason, message)
             }
-            Event::SubagentStarted(a) | Event::SubagentCompleted(a) => {
-                let who = [&a.task_name, &a.agent_type, &a.agent_id]
-                    .into_iter()
-                    .find(|s| !s.trim().is_empty())
-                    .map(|s| clean_line(s))
-                    .unwrap_or_default();
-                let what = match ev {
-                    Event::SubagentStarted(_) => "started".to_owned(),
-                    _ if a.error.is_empty() => clean_line(&a.status),
-                    _ => format!(
-                        "{}: {}",
-                        clean_line(&a.status),
-                        clean_line(first_line(&a.error))
-                    ),
-                };
-                self.line(out, paint(p.dim, &format!("agent {who} {what}")));
-            }
+            Event::SubagentStarted(a) => self.subagent_line(out, a, true),
+            Event::SubagentCompleted(a) => self.subagent_line(out, a, false),
             Event::TodoUpdated { todo, .. } => {
                 if let Some(l) = todo_line(todo) {
-                    self.line(out, paint(p.dim, &l));
+                    self.line(out, paint(self.pal.dim, &l));
                 }
             }
-            Event::Error { error, .. } => {
-                let l = format!("structured_output_validation_failed: {}", clean_line(error));
-                self.line(out, paint(p.bad, &l));
-            }
+            Event::Error { error, .. } => self.error_line(out, error),
             Event::Result(r) => {
                 out.push(Paint::Status(None));
                 let l = self.summary(r);
@@ -464,6 +305,238 @@ impl Human {
             }
             _ => {}
         }
+    }
+
+    /// The run's header: provider, model and permission mode, then the workspace root.
+    fn session_header(
+        &mut self,
+        out: &mut Vec<Paint>,
+        provider: &str,
+        model: &str,
+        workspace_root: &str,
+        permissions: &Value,
+    ) {
+        let p = self.pal;
+        let mut head = format!(
+            "provider: {} · model: {}",
+            clean_line(provider),
+            clean_line(model)
+        );
+        if let Some(m) = permissions.get("mode").and_then(Value::as_str) {
+            if !m.is_empty() {
+                head.push_str(&format!(" · permission_mode: {}", clean_line(m)));
+            }
+        }
+        self.line(out, paint(p.dim, &head));
+        let ws = format!("workspace: {}", clean_line(workspace_root));
+        self.line(out, paint(p.dim, &ws));
+    }
+
+    /// The thread id line; `how` tells a resumed or forked thread from a new one.
+    fn thread_line(&mut self, out: &mut Vec<Paint>, t: &ThreadInfo, how: &str) {
+        let l = format!("thread_id: {}{how}", clean_line(&t.thread_id));
+        self.line(out, paint(self.pal.dim, &l));
+    }
+
+    /// A root turn began: counts it, resets the shown text and waits for the model.
+    fn turn_started(&mut self, out: &mut Vec<Paint>, turn_id: &str) {
+        self.turns += 1;
+        self.shown.clear();
+        let l = format!("turn {} · turn_id: {}", self.turns, clean_line(turn_id));
+        self.line(out, paint(self.pal.dim, &l));
+        self.waiting(out);
+    }
+
+    /// The turn's text now reads `message`: shows what is new; a withdrawal stays (retry said so).
+    fn message_final(&mut self, out: &mut Vec<Paint>, message: &str) {
+        match message.strip_prefix(self.shown.as_str()) {
+            Some(more) if !more.is_empty() => {
+                let more = more.to_owned();
+                self.text(out, &more);
+            }
+            _ => self.shown = message.to_owned(),
+        }
+    }
+
+    /// A command started: its `$ cmd` line, the live status, and its running record.
+    fn command_started(&mut self, out: &mut Vec<Paint>, info: &CommandInfo) {
+        let p = self.pal;
+        let label = if info.command.trim().is_empty() {
+            format!("(process {})", clean_line(&info.process_id))
+        } else {
+            command_label(&info.command)
+        };
+        self.line(
+            out,
+            format!("{} {}", paint(p.cmd, "$"), paint(p.bold, &label)),
+        );
+        out.push(Paint::Status(Some(Status {
+            label: cut(&label, 60),
+            since: Instant::now(),
+            detail: String::new(),
+        })));
+        self.commands.insert(
+            info.item_id.clone(),
+            Running {
+                label,
+                started: Instant::now(),
+                shown_at: Instant::now(),
+                tail: String::new(),
+                cut: false,
+                newlines: 0,
+                open_line: false,
+            },
+        );
+    }
+
+    /// Keeps a command's output for its tail; redraws the status at most every [`STATUS_EVERY`].
+    fn command_output(&mut self, out: &mut Vec<Paint>, item_id: &str, delta: &str) {
+        if let Some(r) = self.commands.get_mut(item_id) {
+            r.push(delta);
+            if self.look.live && r.shown_at.elapsed() >= STATUS_EVERY {
+                r.shown_at = Instant::now();
+                let last = r.last_line();
+                out.push(Paint::Status(Some(Status {
+                    label: cut(&r.label, 60),
+                    since: r.started,
+                    detail: last,
+                })));
+            }
+        }
+    }
+
+    /// A command ended: its `✓`/`✗` line with exit code and time, then its output tail.
+    fn command_completed(
+        &mut self,
+        out: &mut Vec<Paint>,
+        item_id: &str,
+        status: &str,
+        error: &str,
+        exit_code: Option<i64>,
+        duration_ms: u64,
+    ) {
+        let p = self.pal;
+        let run = self.commands.remove(item_id);
+        out.push(Paint::Status(None));
+        let took = if duration_ms > 0 {
+            Duration::from_millis(duration_ms)
+        } else {
+            run.as_ref()
+                .map(|r| r.started.elapsed())
+                .unwrap_or_default()
+        };
+        let took = duration(took);
+        let l = match exit_code {
+            Some(0) => paint(p.ok, &format!("  ✓ exit 0 · {took}")),
+            Some(c) => paint(p.bad, &format!("  ✗ exit {c} · {took}")),
+            None if status == "completed" => paint(p.ok, &format!("  ✓ done · {took}")),
+            None => {
+                let why = first_line(error);
+                let why = if why.is_empty() { status } else { why };
+                paint(p.bad, &format!("  ✗ {} · {took}", clean_line(why)))
+            }
+        };
+        self.line(out, l);
+        if let Some(r) = run {
+            self.command_tail(out, &r);
+        }
+        self.waiting(out);
+    }
+
+    /// A finished command's last [`TAIL_LINES`] output lines, noting earlier ones in the trace.
+    fn command_tail(&mut self, out: &mut Vec<Paint>, r: &Running) {
+        let p = self.pal;
+        let (hidden, lines) = r.tail_lines(TAIL_LINES);
+        if hidden > 0 {
+            let s = if hidden == 1 { "" } else { "s" };
+            let note = format!("    │ … {hidden} earlier line{s} (in the trace)");
+            self.line(out, paint(p.dim, &note));
+        }
+        for l in lines {
+            let l = format!("    │ {l}");
+            self.line(out, paint(p.dim, l.trim_end()));
+        }
+    }
+
+    /// A non-command tool started: remembered (for its arguments) and shown as status.
+    fn tool_started(&mut self, out: &mut Vec<Paint>, item_id: &str, name: &str, arguments: &str) {
+        self.end_text(out);
+        self.tools
+            .insert(item_id.to_owned(), (name.to_owned(), arguments.to_owned()));
+        out.push(Paint::Status(Some(Status {
+            label: clean_line(name),
+            since: Instant::now(),
+            detail: String::new(),
+        })));
+    }
+
+    /// A non-command tool ended: its one line (see [`Human::tool_line`]), then waiting.
+    fn tool_completed(
+        &mut self,
+        out: &mut Vec<Paint>,
+        item_id: &str,
+        name: &str,
+        status: &str,
+        error: &str,
+    ) {
+        let args = self
+            .tools
+            .remove(item_id)
+            .map(|(_, a)| a)
+            .unwrap_or_default();
+        out.push(Paint::Status(None));
+        if let Some(l) = self.tool_line(name, &args, status, error) {
+            self.line(out, l);
+        }
+        self.waiting(out);
+    }
+
+    /// The model request is retried: count, budget, reason and the failure's first line.
+    fn retry_line(
+        &mut self,
+        out: &mut Vec<Paint>,
+        retry_count: u64,
+        max_retries: u64,
+        reason: &str,
+        message: &str,
+    ) {
+        let why = if reason.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", clean_line(reason))
+        };
+        let l = format!(
+            "↻ retrying the model request ({retry_count}/{max_retries}{why}): {}",
+            clean_line(first_line(message))
+        );
+        self.line(out, paint(self.pal.warn, &l));
+    }
+
+    /// A subagent started or ended: who (task name, type or id) and how it went.
+    fn subagent_line(&mut self, out: &mut Vec<Paint>, a: &Subagent, started: bool) {
+        let who = [&a.task_name, &a.agent_type, &a.agent_id]
+            .into_iter()
+            .find(|s| !s.trim().is_empty())
+            .map(|s| clean_line(s))
+            .unwrap_or_default();
+        let what = if started {
+            "started".to_owned()
+        } else if a.error.is_empty() {
+            clean_line(&a.status)
+        } else {
+            format!(
+                "{}: {}",
+                clean_line(&a.status),
+                clean_line(first_line(&a.error))
+            )
+        };
+        self.line(out, paint(self.pal.dim, &format!("agent {who} {what}")));
+    }
+
+    /// The error line (structured output that failed validation); shown even in quiet mode.
+    fn error_line(&mut self, out: &mut Vec<Paint>, error: &str) {
+        let l = format!("structured_output_validation_failed: {}", clean_line(error));
+        self.line(out, paint(self.pal.bad, &l));
     }
 
     fn text(&mut self, out: &mut Vec<Paint>, delta: &str) {

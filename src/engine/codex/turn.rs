@@ -54,7 +54,26 @@ pub fn native_input(input: &UserInput) -> Vec<Value> {
     out
 }
 
+/// What the turn loop tracks besides the projection: early notifications and the interrupt.
+struct TurnWait {
+    /// `turn/start` or `thread/compact/start` (named when its request fails).
+    method: &'static str,
+    /// A compact-only turn: its turn id may come only with `turn/started`.
+    compact_only: bool,
+    /// Notifications that arrived before the turn id was known.
+    early: Vec<(String, Value)>,
+    /// When the interrupt came; the turn ends [`INTERRUPT_GRACE`] later at the latest.
+    interrupted_at: Option<Instant>,
+    /// An interrupt came before the turn id was known: it is sent once the id is.
+    pending_interrupt: bool,
+    /// The compaction request was answered; its turn id comes with `turn/started`.
+    compact_started: bool,
+    /// The host's controls channel is disconnected.
+    controls_gone: bool,
+}
+
 impl CodexEngine {
+    /// Runs one native turn: starts it, then serves codex messages and host controls to its end.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn drive(
         &mut self,
@@ -68,6 +87,75 @@ impl CodexEngine {
         sandbox_policy: Value,
     ) -> Outcome {
         sink.emit(EngineEvent::Step);
+        let method = match self.start_turn(req, thread_id, peer, inbox_tx, sandbox_policy) {
+            Ok(method) => method,
+            Err(end) => return end,
+        };
+        let mut map = TurnMap {
+            sink,
+            peer: peer.clone(),
+            thread_id: thread_id.to_owned(),
+            turn_id: String::new(),
+            mode: req.permission_mode,
+            message: None,
+            held_message: false,
+            reasoning: None,
+            tools: HashMap::new(),
+            total_tokens: 0,
+            reconnecting: false,
+            error: None,
+            open_requests: HashMap::new(),
+            steers: HashMap::new(),
+        };
+        let mut wait = TurnWait {
+            method,
+            compact_only: req.compact_only,
+            early: vec![],
+            interrupted_at: None,
+            pending_interrupt: false,
+            compact_started: false,
+            controls_gone: false,
+        };
+        loop {
+            let ctl = if wait.controls_gone {
+                never()
+            } else {
+                controls.clone()
+            };
+            let grace = match wait.interrupted_at {
+                Some(t) => INTERRUPT_GRACE.saturating_sub(t.elapsed()),
+                None => Duration::from_secs(3600),
+            };
+            select! {
+                recv(inbox) -> msg => {
+                    let Ok(msg) = msg else {
+                        return failure("codex turn stream closed before completion", "engine_stream_closed");
+                    };
+                    if let Some(end) = self.on_inbound(msg, peer, thread_id, &mut map, &mut wait) {
+                        return end;
+                    }
+                }
+                recv(ctl) -> c => {
+                    self.on_control(c, peer, thread_id, inbox_tx, &mut map, &mut wait);
+                }
+                default(grace) => {
+                    if wait.interrupted_at.is_some() {
+                        return Outcome::Interrupted;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `turn/start` (or `thread/compact/start` for a compact-only turn); returns the method.
+    fn start_turn(
+        &mut self,
+        req: &TurnRequest,
+        thread_id: &str,
+        peer: &Arc<Peer>,
+        inbox_tx: &Sender<Inbound>,
+        sandbox_policy: Value,
+    ) -> Result<&'static str, Outcome> {
         let (_, approval, _) = permissions(req.permission_mode, &req.workspace_root);
         let mut params = json!({
             "threadId": thread_id,
@@ -92,128 +180,130 @@ impl CodexEngine {
             ("turn/start", params)
         };
         if let Err(e) = peer.request_to(method, params, inbox_tx, "turn/start") {
-            return self.rpc_failure(method, e);
+            return Err(self.rpc_failure(method, e));
         }
-        let mut map = TurnMap {
-            sink,
-            peer: peer.clone(),
-            thread_id: thread_id.to_owned(),
-            turn_id: String::new(),
-            mode: req.permission_mode,
-            message: None,
-            held_message: false,
-            reasoning: None,
-            tools: HashMap::new(),
-            total_tokens: 0,
-            reconnecting: false,
-            error: None,
-            open_requests: HashMap::new(),
-            steers: HashMap::new(),
-        };
-        // Notifications that arrived before the turn id was known.
-        let mut early: Vec<(String, Value)> = vec![];
-        let mut interrupted_at: Option<Instant> = None;
-        let mut pending_interrupt = false;
-        // The compaction request was answered; its turn id comes with `turn/started`.
-        let mut compact_started = false;
-        let mut controls_gone = false;
-        loop {
-            let ctl = if controls_gone {
-                never()
-            } else {
-                controls.clone()
-            };
-            let wait = match interrupted_at {
-                Some(t) => INTERRUPT_GRACE.saturating_sub(t.elapsed()),
-                None => Duration::from_secs(3600),
-            };
-            select! {
-                recv(inbox) -> msg => {
-                    let Ok(msg) = msg else {
-                        return failure("codex turn stream closed before completion", "engine_stream_closed");
-                    };
-                    match msg {
-                        Inbound::Response { tag, result } => {
-                            if tag == "turn/start" {
-                                match result {
-                                    Ok(v) => {
-                                        map.turn_id = v.pointer("/turn/id").and_then(Value::as_str).unwrap_or("").to_owned();
-                                        if map.turn_id.is_empty() && req.compact_only {
-                                            map.turn_id = early.iter()
-                                                .find(|(m, _)| m == "turn/started")
-                                                .and_then(|(_, p)| p.pointer("/turn/id").and_then(Value::as_str))
-                                                .unwrap_or("").to_owned();
-                                            compact_started = true;
-                                        }
-                                        if pending_interrupt {
-                                            self.interrupt(peer, thread_id, &map.turn_id);
-                                        }
-                                        for (m, p) in std::mem::take(&mut early) {
-                                            if let Some(end) = map.notification(&m, &p) {
-                                                return self.finish(&mut map, end);
-                                            }
-                                        }
-                                    }
-                                    Err(e) => return self.rpc_failure(method, e),
-                                }
-                            } else if let Some(input_id) = tag.strip_prefix("steer:") {
-                                self.steer_answer(&mut map, input_id, result);
-                            }
-                        }
-                        Inbound::Notification { method, params } => {
-                            let turn = params.get("turnId").and_then(Value::as_str)
-                                .or_else(|| params.pointer("/turn/id").and_then(Value::as_str));
-                            if map.turn_id.is_empty() {
-                                match turn.filter(|_| compact_started && method == "turn/started") {
-                                    Some(t) => map.turn_id = t.to_owned(),
-                                    None => {
-                                        early.push((method, params));
-                                        continue;
-                                    }
-                                }
-                            }
-                            if turn.is_some_and(|t| t != map.turn_id) {
-                                continue;
-                            }
-                            if let Some(end) = map.notification(&method, &params) {
-                                return self.finish(&mut map, end);
-                            }
-                        }
-                        Inbound::Request { id, method, params } => {
-                            self.server_request(&mut map, id, &method, &params);
-                        }
-                        Inbound::Closed(why) => {
-                            self.host = None;
-                            self.loaded = None;
-                            return failure(
-                                format!("the codex engine stopped during the turn: {why}; the next turn starts a new codex app-server"),
-                                "engine_exited",
-                            );
+        Ok(method)
+    }
+
+    /// Handles one message from codex; returns how the turn ended when it did.
+    fn on_inbound(
+        &mut self,
+        msg: Inbound,
+        peer: &Peer,
+        thread_id: &str,
+        map: &mut TurnMap,
+        wait: &mut TurnWait,
+    ) -> Option<Outcome> {
+        match msg {
+            Inbound::Response { tag, result } => {
+                if tag == "turn/start" {
+                    return self.turn_start_answer(result, peer, thread_id, map, wait);
+                } else if let Some(input_id) = tag.strip_prefix("steer:") {
+                    self.steer_answer(map, input_id, result);
+                }
+            }
+            Inbound::Notification { method, params } => {
+                let turn = params
+                    .get("turnId")
+                    .and_then(Value::as_str)
+                    .or_else(|| params.pointer("/turn/id").and_then(Value::as_str));
+                if map.turn_id.is_empty() {
+                    match turn.filter(|_| wait.compact_started && method == "turn/started") {
+                        Some(t) => map.turn_id = t.to_owned(),
+                        None => {
+                            wait.early.push((method, params));
+                            return None;
                         }
                     }
                 }
-                recv(ctl) -> c => match c {
-                    Ok(Control::Interrupt) | Err(_) => {
-                        if c.is_err() { controls_gone = true; }
-                        if interrupted_at.is_none() {
-                            interrupted_at = Some(Instant::now());
-                            if map.turn_id.is_empty() {
-                                pending_interrupt = true;
-                            } else {
-                                self.interrupt(peer, thread_id, &map.turn_id);
-                            }
-                        }
-                    }
-                    Ok(Control::Steer(Some(steer))) => self.steer(&mut map, steer, inbox_tx),
-                    Ok(Control::Steer(None)) => {}
-                    Ok(Control::Answer { request_id, answer }) => self.answer(&mut map, &request_id, answer),
-                },
-                default(wait) => {
-                    if interrupted_at.is_some() {
-                        return Outcome::Interrupted;
+                if turn.is_some_and(|t| t != map.turn_id) {
+                    return None;
+                }
+                if let Some(end) = map.notification(&method, &params) {
+                    return Some(self.finish(map, end));
+                }
+            }
+            Inbound::Request { id, method, params } => {
+                self.server_request(map, id, &method, &params);
+            }
+            Inbound::Closed(why) => {
+                self.host = None;
+                self.loaded = None;
+                return Some(failure(
+                    format!("the codex engine stopped during the turn: {why}; the next turn starts a new codex app-server"),
+                    "engine_exited",
+                ));
+            }
+        }
+        None
+    }
+
+    /// The `turn/start` answer: sets the turn id, sends a held interrupt, replays early messages.
+    fn turn_start_answer(
+        &mut self,
+        result: Result<Value, RpcError>,
+        peer: &Peer,
+        thread_id: &str,
+        map: &mut TurnMap,
+        wait: &mut TurnWait,
+    ) -> Option<Outcome> {
+        let v = match result {
+            Ok(v) => v,
+            Err(e) => return Some(self.rpc_failure(wait.method, e)),
+        };
+        map.turn_id = v
+            .pointer("/turn/id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if map.turn_id.is_empty() && wait.compact_only {
+            map.turn_id = wait
+                .early
+                .iter()
+                .find(|(m, _)| m == "turn/started")
+                .and_then(|(_, p)| p.pointer("/turn/id").and_then(Value::as_str))
+                .unwrap_or("")
+                .to_owned();
+            wait.compact_started = true;
+        }
+        if wait.pending_interrupt {
+            self.interrupt(peer, thread_id, &map.turn_id);
+        }
+        for (m, p) in std::mem::take(&mut wait.early) {
+            if let Some(end) = map.notification(&m, &p) {
+                return Some(self.finish(map, end));
+            }
+        }
+        None
+    }
+
+    /// Applies a host control: an interrupt (held until the turn id is known), a steer, an answer.
+    fn on_control(
+        &mut self,
+        c: Result<Control, crossbeam_channel::RecvError>,
+        peer: &Peer,
+        thread_id: &str,
+        inbox_tx: &Sender<Inbound>,
+        map: &mut TurnMap,
+        wait: &mut TurnWait,
+    ) {
+        match c {
+            Ok(Control::Interrupt) | Err(_) => {
+                if c.is_err() {
+                    wait.controls_gone = true;
+                }
+                if wait.interrupted_at.is_none() {
+                    wait.interrupted_at = Some(Instant::now());
+                    if map.turn_id.is_empty() {
+                        wait.pending_interrupt = true;
+                    } else {
+                        self.interrupt(peer, thread_id, &map.turn_id);
                     }
                 }
             }
+            Ok(Control::Steer(Some(steer))) => self.steer(map, steer, inbox_tx),
+            Ok(Control::Steer(None)) => {}
+            Ok(Control::Answer { request_id, answer }) => self.answer(map, &request_id, answer),
         }
     }
 

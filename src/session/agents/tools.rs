@@ -174,19 +174,34 @@ fn resolve(shared: &Host, root_id: &str, target: &str) -> Option<Rec> {
     })
 }
 
-fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -> ToolOutcome {
-    super::recover(shared, root_id);
+/// The checked arguments of one `spawn_agent` call.
+struct SpawnArgs<'a> {
+    description: &'a str,
+    prompt: &'a str,
+    /// The worker starts from a copy of the root's history.
+    fork: bool,
+    /// `general-purpose` or `fork`.
+    agent_type: &'static str,
+    profile: String,
+    /// The worker runs in a new git worktree.
+    isolated: bool,
+    background: bool,
+    task_name: String,
+}
+
+/// Checks a `spawn_agent` call's arguments in order, so the first bad one names the error.
+fn spawn_args(args: &Value) -> Result<SpawnArgs<'_>, String> {
     let Some(description) = str_arg(args, "description") else {
-        return ToolOutcome::error("spawn_agent: description is required");
+        return Err("spawn_agent: description is required".into());
     };
     let Some(prompt) = str_arg(args, "prompt") else {
-        return ToolOutcome::error("spawn_agent: prompt is required");
+        return Err("spawn_agent: prompt is required".into());
     };
     let fork = match str_arg(args, "context").unwrap_or("fresh") {
         "fresh" => false,
         "fork" => true,
         other => {
-            return ToolOutcome::error(format!(
+            return Err(format!(
                 "spawn_agent: context {:?} is not fresh or fork",
                 crate::util::clip(other, 40)
             ))
@@ -201,7 +216,7 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
             }
         }
         Some(other) => {
-            return ToolOutcome::error(format!(
+            return Err(format!(
                 "spawn_agent: unknown subagent_type {:?} (known: general-purpose)",
                 crate::util::clip(other, 40)
             ))
@@ -209,13 +224,13 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
     };
     let profile = str_arg(args, "agent_profile").unwrap_or("").to_owned();
     if profile == "default" {
-        return ToolOutcome::error("spawn_agent: agent_profile \"default\" is reserved");
+        return Err("spawn_agent: agent_profile \"default\" is reserved".into());
     }
     let isolated = match str_arg(args, "isolation") {
         None | Some("inplace") => false,
         Some("worktree") => true,
         Some(other) => {
-            return ToolOutcome::error(format!(
+            return Err(format!(
                 "spawn_agent: isolation {:?} is not supported (only \"worktree\")",
                 crate::util::clip(other, 40)
             ))
@@ -230,14 +245,33 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
     let task_name = match str_arg(args, "name") {
         Some(n) if valid_name(n) => n.to_owned(),
         Some(n) => {
-            return ToolOutcome::error(format!(
+            return Err(format!(
                 "spawn_agent: name {:?} must be 1-64 lowercase letters, digits or _ (and not root)",
                 crate::util::clip(n, 40)
             ))
         }
         None => derive_name(description),
     };
-    let agent_path = format!("/root/{task_name}");
+    Ok(SpawnArgs {
+        description,
+        prompt,
+        fork,
+        agent_type,
+        profile,
+        isolated,
+        background,
+        task_name,
+    })
+}
+
+/// Checks, records and starts a worker; a foreground call then waits for its result.
+fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -> ToolOutcome {
+    super::recover(shared, root_id);
+    let a = match spawn_args(args) {
+        Ok(a) => a,
+        Err(e) => return ToolOutcome::error(e),
+    };
+    let agent_path = format!("/root/{}", a.task_name);
     if shared
         .agents
         .of_root(root_id)
@@ -250,23 +284,18 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
     }
     let max = shared.config().max_parallel();
     let has_slot = shared.agents.has_capacity(root_id, max);
-    if !background && !has_slot {
+    if !a.background && !has_slot {
         return ToolOutcome::error(format!(
             "spawn_agent: the max_parallel limit ({max}) of running workers is reached; spawn with run_in_background: true so the task can queue, or wait for a worker to finish"
         ));
     }
     let id = format!(
-        "{agent_type}-{}",
+        "{}-{}",
+        a.agent_type,
         crate::util::name_tail(&uuid::Uuid::now_v7().simple().to_string(), 8)
     );
-    let (worktree, repo) = if isolated {
-        let root_cwd = root_row(shared, root_id).map(|r| r.cwd).unwrap_or_default();
-        let cwd = if root_cwd.is_empty() {
-            shared.opts.workdir.clone()
-        } else {
-            std::path::PathBuf::from(root_cwd)
-        };
-        match super::worktree::create(&shared.opts.home, &cwd, &id) {
+    let (worktree, repo) = if a.isolated {
+        match worker_worktree(shared, root_id, &id) {
             Ok((p, top)) => (Some(p), Some(top)),
             Err(e) => return ToolOutcome::error(format!("spawn_agent: {e}")),
         }
@@ -277,35 +306,34 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
         shared,
         root_id,
         &id,
-        agent_type,
-        &task_name,
+        a.agent_type,
+        &a.task_name,
         &agent_path,
-        description,
-        fork,
+        a.description,
+        a.fork,
         worktree.as_deref(),
     ) {
         Ok(row) => row,
         Err(e) => return ToolOutcome::error(format!("spawn_agent: {e}")),
     };
-    let now = now_ms();
     let rec = Rec {
         id: id.clone(),
         root_id: root_id.to_owned(),
         parent_id: root_id.to_owned(),
-        agent_type: agent_type.into(),
-        task_name: task_name.clone(),
-        agent_profile: profile,
-        agent_path: agent_path.clone(),
-        description: description.to_owned(),
+        agent_type: a.agent_type.into(),
+        task_name: a.task_name,
+        agent_profile: a.profile,
+        agent_path,
+        description: a.description.to_owned(),
         status: "queued".into(),
-        prompt: prompt.to_owned(),
-        isolation: if isolated { "worktree" } else { "inplace" }.into(),
+        prompt: a.prompt.to_owned(),
+        isolation: if a.isolated { "worktree" } else { "inplace" }.into(),
         worktree_path: worktree.map(|p| p.to_string_lossy().into_owned()),
         repo: repo.map(|p| p.to_string_lossy().into_owned()),
         provider: child.provider.clone(),
         model: child.model.clone(),
-        created_at_ms: now,
-        foreground: !background,
+        created_at_ms: now_ms(),
+        foreground: !a.background,
         ..Default::default()
     };
     shared.agents.insert(shared, rec);
@@ -313,30 +341,54 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
     if let Some(r) = shared.agents.get(&id).filter(|r| r.status == "queued") {
         super::announce(shared, &r);
     }
-    if background {
-        let rec = shared.agents.get(&id).unwrap_or_default();
-        let mut out = json!({
-            "action": SPAWN,
-            "agent_id": id,
-            "task_name": rec.task_name,
-            "agent_path": rec.agent_path,
-            "status": if rec.status == "pending" { "running" } else { rec.status.as_str() },
-            "isolation": rec.isolation,
-            "next_steps": ["The result arrives later as a <subagent_notification> message; continue with other work or end your turn."],
-        });
-        if let Some(w) = &rec.worktree_path {
-            out["worktree_path"] = json!(w);
-        }
-        return ok(out);
+    if a.background {
+        return background_spawned(shared, &id);
     }
-    // Foreground: wait for the worker's terminal state; an interrupt of this turn stops it.
+    wait_for_worker(shared, &id, cancel)
+}
+
+/// A new git worktree for worker `id`, made from the root's cwd (else the workdir).
+fn worker_worktree(
+    shared: &Host,
+    root_id: &str,
+    id: &str,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), String> {
+    let root_cwd = root_row(shared, root_id).map(|r| r.cwd).unwrap_or_default();
+    let cwd = if root_cwd.is_empty() {
+        shared.opts.workdir.clone()
+    } else {
+        std::path::PathBuf::from(root_cwd)
+    };
+    super::worktree::create(&shared.opts.home, &cwd, id)
+}
+
+/// The reply to a background spawn: the worker's identity now; its result comes later.
+fn background_spawned(shared: &Host, id: &str) -> ToolOutcome {
+    let rec = shared.agents.get(id).unwrap_or_default();
+    let mut out = json!({
+        "action": SPAWN,
+        "agent_id": id,
+        "task_name": rec.task_name,
+        "agent_path": rec.agent_path,
+        "status": if rec.status == "pending" { "running" } else { rec.status.as_str() },
+        "isolation": rec.isolation,
+        "next_steps": ["The result arrives later as a <subagent_notification> message; continue with other work or end your turn."],
+    });
+    if let Some(w) = &rec.worktree_path {
+        out["worktree_path"] = json!(w);
+    }
+    ok(out)
+}
+
+/// Foreground: waits for the worker's terminal state; an interrupt of this turn stops it.
+fn wait_for_worker(shared: &Arc<Host>, id: &str, cancel: &AtomicBool) -> ToolOutcome {
     let started = now_ms();
     loop {
-        let Some(rec) = shared.agents.get(&id) else {
+        let Some(rec) = shared.agents.get(id) else {
             return ToolOutcome::error("spawn_agent: the worker vanished");
         };
         if super::is_terminal(&rec.status) && rec.generation_done {
-            let rec = super::consume(shared, &id).unwrap_or(rec);
+            let rec = super::consume(shared, id).unwrap_or(rec);
             let mut out = json!({
                 "action": SPAWN,
                 "agent_id": rec.id,
@@ -360,7 +412,7 @@ fn spawn(shared: &Arc<Host>, root_id: &str, args: &Value, cancel: &AtomicBool) -
             return ok(out);
         }
         if cancel.load(Ordering::SeqCst) || shared.is_closing() {
-            super::cancel(shared, &id, false, "the main agent's turn was interrupted");
+            super::cancel(shared, id, false, "the main agent's turn was interrupted");
             return ToolOutcome::error("spawn_agent: interrupted; the worker was stopped");
         }
         shared.agents.wait(Duration::from_millis(250));
