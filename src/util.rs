@@ -194,7 +194,7 @@ pub fn check_thread_id(field: &str, id: &str) -> Result<(), String> {
 }
 
 /// Checks that a thread id (from a client) can name a file or directory of its own:
-/// [`check_thread_id`] plus no `/` or `\\`, not empty, and not `.` or `..` — so
+/// [`check_thread_id`] plus no `/` or backslash, not empty, and not `.` or `..` — so
 /// `home.join(id)` stays beneath `home`. Errors name `field` (`invalid params: …`).
 pub fn check_path_id(field: &str, id: &str) -> Result<(), String> {
     check_thread_id(field, id)?;
