@@ -38,10 +38,12 @@ type Job = Box<dyn FnOnce() + Send>;
 
 struct Pool {
     tx: Sender<Job>,
+    /// The `overloaded` message when the queue is full.
+    full: &'static str,
 }
 
 impl Pool {
-    fn start(name: &str, threads: usize, queue: usize) -> Pool {
+    fn start(name: &str, threads: usize, queue: usize, full: &'static str) -> Pool {
         let (tx, rx) = bounded::<Job>(queue);
         for i in 0..threads {
             let rx = rx.clone();
@@ -58,170 +60,124 @@ impl Pool {
                 log::error!("cannot start the {name} pool thread: {e}");
             }
         }
-        Pool { tx }
+        Pool { tx, full }
     }
-}
 
-fn views() -> &'static Pool {
-    static P: OnceLock<Pool> = OnceLock::new();
-    P.get_or_init(|| Pool::start("panels", 2, 64))
-}
-
-fn process_pool() -> &'static Pool {
-    static P: OnceLock<Pool> = OnceLock::new();
-    P.get_or_init(|| Pool::start("processes", 4, 32))
-}
-
-/// Runs `f` on the process pool (`process/*`: reads that wait, stops that wait for the
-/// end), or refuses at once (`overloaded`) when its queue is full.
-fn on_processes(
-    shared: &Arc<Host>,
-    reply: Responder,
-    f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
-) {
-    let s = shared.clone();
-    let slot = Arc::new(Mutex::new(Some(reply)));
-    let slot2 = slot.clone();
-    let job: Job = Box::new(move || {
-        let Some(reply) = slot2.lock().take() else {
-            return;
-        };
-        f(&s, reply)
-    });
-    if process_pool().tx.try_send(job).is_err() {
-        if let Some(reply) = slot.lock().take() {
-            reply.err(
-                ErrorCode::Overloaded,
-                "overloaded: too many process requests are waiting (32); nothing was done, retry shortly",
-            );
-        }
-    }
-}
-
-fn mcp_pool() -> &'static Pool {
-    static P: OnceLock<Pool> = OnceLock::new();
-    P.get_or_init(|| Pool::start("mcp", 2, 32))
-}
-
-/// Runs an MCP request on the MCP pool, or refuses at once when its queue is full.
-fn on_mcp(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
-    let s = shared.clone();
-    let slot = Arc::new(Mutex::new(Some(reply)));
-    let slot2 = slot.clone();
-    let job: Job = Box::new(move || {
-        let Some(reply) = slot2.lock().take() else {
-            return;
-        };
-        if s.is_closing() {
-            return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
-        }
-        mcp::handle(&s, req, reply)
-    });
-    if mcp_pool().tx.try_send(job).is_err() {
-        if let Some(reply) = slot.lock().take() {
-            reply.err(
-                ErrorCode::Overloaded,
-                "overloaded: too many MCP requests are waiting (32); retry shortly",
-            );
-        }
-    }
-}
-
-fn helper_pool() -> &'static Pool {
-    static P: OnceLock<Pool> = OnceLock::new();
-    P.get_or_init(|| Pool::start("helpers", 2, 8))
-}
-
-/// Runs `f` on the views pool, or refuses at once (`overloaded`) when its queue is full:
-/// the reader never waits for room.
-fn on_views(
-    shared: &Arc<Host>,
-    reply: Responder,
-    f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
-) {
-    let s = shared.clone();
-    let slot = Arc::new(Mutex::new(Some(reply)));
-    let slot2 = slot.clone();
-    let job: Job = Box::new(move || {
-        let Some(reply) = slot2.lock().take() else {
-            return;
-        };
-        if s.is_closing() {
-            return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
-        }
-        f(&s, reply)
-    });
-    if let Err(e) = views().tx.try_send(job) {
-        if let Some(reply) = slot.lock().take() {
-            match e {
-                TrySendError::Full(_) => reply.err(
-                    ErrorCode::Overloaded,
-                    "overloaded: the panels queue is full (64 requests waiting); nothing was done, retry later",
-                ),
-                TrySendError::Disconnected(_) => {
-                    reply.err(ErrorCode::InternalError, "the panels pool is gone")
+    /// Runs `f` on this pool, or refuses at once (`overloaded`, nothing done) when its
+    /// queue is full: the reader never waits for room. A job that starts once the
+    /// server is shutting down answers `server_closed`.
+    fn run(
+        &self,
+        shared: &Arc<Host>,
+        reply: Responder,
+        f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
+    ) {
+        let s = shared.clone();
+        // The reply is shared with the job so a refused job (which keeps its closure)
+        // can still be answered here.
+        let slot = Arc::new(Mutex::new(Some(reply)));
+        let slot2 = slot.clone();
+        let job: Job = Box::new(move || {
+            let Some(reply) = slot2.lock().take() else {
+                return;
+            };
+            if s.is_closing() {
+                return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
+            }
+            f(&s, reply)
+        });
+        if let Err(e) = self.tx.try_send(job) {
+            if let Some(reply) = slot.lock().take() {
+                match e {
+                    TrySendError::Full(_) => reply.err(ErrorCode::Overloaded, self.full),
+                    TrySendError::Disconnected(_) => {
+                        reply.err(ErrorCode::InternalError, "the pool's threads are gone")
+                    }
                 }
             }
         }
     }
 }
 
-/// Runs `f` on the helpers pool, or refuses at once when its queue is full.
-fn on_helpers(
-    shared: &Arc<Host>,
-    reply: Responder,
-    f: impl FnOnce(&Arc<Host>, Responder) + Send + 'static,
-) {
-    let s = shared.clone();
-    let slot = Arc::new(Mutex::new(Some(reply)));
-    let slot2 = slot.clone();
-    let job: Job = Box::new(move || {
-        let Some(reply) = slot2.lock().take() else {
-            return;
-        };
-        if s.is_closing() {
-            return reply.err(ErrorCode::ServerClosed, "the server is shutting down");
-        }
-        f(&s, reply)
-    });
-    match helper_pool().tx.try_send(job) {
-        Ok(()) => {}
-        Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-            if let Some(reply) = slot.lock().take() {
-                reply.err(
-                    ErrorCode::Overloaded,
-                    "overloaded: too many model helper requests are waiting (8); retry shortly",
-                );
-            }
-        }
-    }
+/// Quick disk work: config edits, listings.
+fn views() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| {
+        Pool::start(
+            "panels",
+            2,
+            64,
+            "overloaded: the panels queue is full (64 requests waiting); nothing was done, retry later",
+        )
+    })
+}
+
+/// `process/*`: reads that wait, stops that wait for the end.
+fn processes_pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| {
+        Pool::start(
+            "processes",
+            4,
+            32,
+            "overloaded: too many process requests are waiting (32); nothing was done, retry shortly",
+        )
+    })
+}
+
+/// `mcp/*`: connects and OAuth exchanges that may wait for a server.
+fn mcp_pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| {
+        Pool::start(
+            "mcp",
+            2,
+            32,
+            "overloaded: too many MCP requests are waiting (32); retry shortly",
+        )
+    })
+}
+
+/// One-shot model calls of up to a minute.
+fn helpers_pool() -> &'static Pool {
+    static P: OnceLock<Pool> = OnceLock::new();
+    P.get_or_init(|| {
+        Pool::start(
+            "helpers",
+            2,
+            8,
+            "overloaded: too many model helper requests are waiting (8); retry shortly",
+        )
+    })
 }
 
 /// Handles a panel request routed `inline` (see the module docs for where it runs).
 pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
     match req {
-        ClientRequest::ConfigAdvancedUpdate(p) => on_views(shared, reply, move |s, r| {
+        ClientRequest::ConfigAdvancedUpdate(p) => views().run(shared, reply, move |s, r| {
             settings::advanced_update(s, p, r)
         }),
         ClientRequest::ConfigGeneralUpdate(p) => {
-            on_views(shared, reply, move |s, r| settings::general_update(s, p, r))
+            views().run(shared, reply, move |s, r| settings::general_update(s, p, r))
         }
-        ClientRequest::ConfigProviderRemove(p) => on_views(shared, reply, move |s, r| {
+        ClientRequest::ConfigProviderRemove(p) => views().run(shared, reply, move |s, r| {
             settings::provider_remove(s, p, r)
         }),
-        ClientRequest::SkillList(_) => on_views(shared, reply, skills::list),
+        ClientRequest::SkillList(_) => views().run(shared, reply, skills::list),
         ClientRequest::InstructionsList(p) => {
-            on_views(shared, reply, move |s, r| instructions::list(s, p, r))
+            views().run(shared, reply, move |s, r| instructions::list(s, p, r))
         }
         ClientRequest::TextPolish(p) => {
-            on_helpers(shared, reply, move |s, r| helpers::polish(s, p, r))
+            helpers_pool().run(shared, reply, move |s, r| helpers::polish(s, p, r))
         }
         ClientRequest::GitCommitMessage(p) => {
-            on_helpers(shared, reply, move |s, r| helpers::commit_message(s, p, r))
+            helpers_pool().run(shared, reply, move |s, r| helpers::commit_message(s, p, r))
         }
-        ClientRequest::ThreadRegenerateTitle(p) => on_helpers(shared, reply, move |s, r| {
-            helpers::regenerate_title(s, p, r)
-        }),
+        ClientRequest::ThreadRegenerateTitle(p) => {
+            helpers_pool().run(shared, reply, move |s, r| {
+                helpers::regenerate_title(s, p, r)
+            })
+        }
         req @ (ClientRequest::McpList(_)
         | ClientRequest::McpConnect(_)
         | ClientRequest::McpDisconnect(_)
@@ -229,7 +185,9 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         | ClientRequest::McpAuthStart(_)
         | ClientRequest::McpAuthStatus(_)
         | ClientRequest::McpAuthFinish(_)
-        | ClientRequest::McpAuthRemove(_)) => on_mcp(shared, req, reply),
+        | ClientRequest::McpAuthRemove(_)) => {
+            mcp_pool().run(shared, reply, move |s, r| mcp::handle(s, req, r))
+        }
         req @ (ClientRequest::WorkspaceGitStatus(_)
         | ClientRequest::WorkspaceGitChanges(_)
         | ClientRequest::WorkspaceGitDiff(_)
@@ -237,40 +195,40 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         | ClientRequest::WorkspaceFileRead(_)
         | ClientRequest::WorkspaceFileResolve(_)
         | ClientRequest::WorkspaceFileChunk(_)) => {
-            on_views(shared, reply, move |s, r| workspace::handle(s, req, r))
+            views().run(shared, reply, move |s, r| workspace::handle(s, req, r))
         }
         ClientRequest::SideThreadOpen(p) => {
-            on_views(shared, reply, move |s, r| side_chat::open(s, p, r))
+            views().run(shared, reply, move |s, r| side_chat::open(s, p, r))
         }
         ClientRequest::SideThreadGetHistory(p) => {
-            on_views(shared, reply, move |s, r| side_chat::get_history(s, p, r))
+            views().run(shared, reply, move |s, r| side_chat::get_history(s, p, r))
         }
         ClientRequest::SideThreadSendMessage(p) => {
-            on_views(shared, reply, move |s, r| side_chat::send(s, p, r))
+            views().run(shared, reply, move |s, r| side_chat::send(s, p, r))
         }
         ClientRequest::SideThreadInterrupt(p) => side_chat::interrupt(shared, p, reply),
         ClientRequest::SideThreadReset(p) => {
-            on_views(shared, reply, move |s, r| side_chat::reset(s, p, r))
+            views().run(shared, reply, move |s, r| side_chat::reset(s, p, r))
         }
         req @ (ClientRequest::ActivityList(_)
         | ClientRequest::ActivityTakeover(_)
         | ClientRequest::ActivityRelease(_)
-        | ClientRequest::ActivityStop(_)) => on_views(shared, reply, move |s, r| {
+        | ClientRequest::ActivityStop(_)) => views().run(shared, reply, move |s, r| {
             crate::session::activity::handle(s, req, r)
         }),
-        ClientRequest::AuthXaiLoginStart(_) => on_helpers(shared, reply, xai_login::start),
+        ClientRequest::AuthXaiLoginStart(_) => helpers_pool().run(shared, reply, xai_login::start),
         ClientRequest::AuthXaiLoginPoll(p) => {
-            on_helpers(shared, reply, move |s, r| xai_login::poll(s, p, r))
+            helpers_pool().run(shared, reply, move |s, r| xai_login::poll(s, p, r))
         }
         ClientRequest::AuthXaiLoginCancel(p) => xai_login::cancel(shared, p, reply),
         ClientRequest::MessageImageRead(p) => {
-            on_views(shared, reply, move |s, r| extras::message_image(s, p, r))
+            views().run(shared, reply, move |s, r| extras::message_image(s, p, r))
         }
         ClientRequest::ThreadTextSnapshot(p) => {
-            on_views(shared, reply, move |s, r| extras::text_snapshot(s, p, r))
+            views().run(shared, reply, move |s, r| extras::text_snapshot(s, p, r))
         }
         ClientRequest::ConfigCodexCredentials(_) => {
-            on_views(shared, reply, extras::codex_credentials)
+            views().run(shared, reply, extras::codex_credentials)
         }
         req @ (ClientRequest::ThreadControlTake(_)
         | ClientRequest::ThreadControlReturn(_)
@@ -283,7 +241,7 @@ pub fn handle(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         | ClientRequest::ProcessWrite(_)
         | ClientRequest::ProcessResize(_)
         | ClientRequest::ProcessStop(_)) => {
-            on_processes(shared, reply, move |s, r| processes::handle(s, req, r))
+            processes_pool().run(shared, reply, move |s, r| processes::handle(s, req, r))
         }
         other => reply.err(
             ErrorCode::InternalError,

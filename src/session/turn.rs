@@ -262,18 +262,16 @@ fn commit_admission(
         }
         if let Some(c) = &input.consume {
             // A concurrent edit or cancel keeps a stale input out of history.
-            let fresh = tx.get_input(&c.thread_id, &c.id)?;
-            let live = fresh.as_ref().is_some_and(|f| {
+            let live = tx.get_input(&c.thread_id, &c.id)?.filter(|f| {
                 f.state == wuu_store::input_state::PENDING
                     || f.state == wuu_store::input_state::HELD
             });
-            if !live {
+            let Some(mut done) = live else {
                 return Err(wuu_store::StoreError::Invalid(format!(
                     "input {:?} was cancelled or already consumed",
                     c.id
                 )));
-            }
-            let mut done = fresh.expect("checked");
+            };
             done.state = wuu_store::input_state::CONSUMED.into();
             done.updated_at_ms = now;
             tx.upsert_input(&done)?;
