@@ -395,3 +395,425 @@ fn scripted_acp_child_gets_a_built_environment() {
         );
     }
 }
+
+/// The `key=json` lines a scripted turn reported.
+fn report(end: &Value) -> std::collections::HashMap<String, Value> {
+    end["params"]["content"]
+        .as_str()
+        .unwrap_or("")
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_owned(), serde_json::from_str(v).unwrap_or(Value::Null)))
+        .collect()
+}
+
+#[test]
+fn scripted_acp_terminals_run_in_the_sandbox_and_show_as_commands() {
+    let (s, _log) = Setup::scripted("terminal");
+    std::fs::create_dir(s.ws.join("sub")).unwrap();
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "run things");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    let r = report(&end);
+    assert_eq!(r["wait"], json!({"exitCode": 3, "signal": null}), "{end}");
+    assert_eq!(
+        r["output"],
+        json!({"output": "out\nerr\n", "truncated": false,
+               "exitStatus": {"exitCode": 3, "signal": null}}),
+        "{end}"
+    );
+    assert_eq!(r["release"], json!({}), "{end}");
+    assert_eq!(
+        r["after_release"], true,
+        "a released terminal is gone: {end}"
+    );
+    // 16 bytes, limit 5: the newest 5 would start inside an "é"; 4 are kept.
+    assert_eq!(r["limited"]["output"], "éé", "{end}");
+    assert_eq!(r["limited"]["truncated"], true, "{end}");
+    assert!(r["killed_running"].get("exitStatus").is_none(), "{end}");
+    assert_eq!(r["kill"], json!({}), "{end}");
+    let killed = &r["killed"];
+    assert!(
+        killed["signal"] == "SIGTERM" || killed["exitCode"] == 143,
+        "killed by SIGTERM: {end}"
+    );
+    assert_eq!(
+        r["cwd_env"],
+        format!("{}/sub\nhi\n", s.ws.display()),
+        "cwd beneath the workspace, env from the request: {end}"
+    );
+    assert!(
+        r["outside"].as_str().unwrap_or("").contains("outside"),
+        "a cwd outside the workspace is refused in standard mode: {end}"
+    );
+    assert_eq!(r["touch"]["exitCode"], 0, "{end}");
+    assert!(s.ws.join("written-by-terminal").exists());
+    // The terminal the agent embedded in its tool call is a command item.
+    let items = end["params"]["turn"]["items"].as_array().unwrap();
+    let tool = items
+        .iter()
+        .find(|i| i["type"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool item: {end}"));
+    let text = tool.to_string();
+    assert!(
+        text.contains(r#"sh -c 'echo out; echo err >&2; exit 3'"#),
+        "{tool}"
+    );
+    assert!(text.contains("exec"), "{tool}");
+    assert_eq!(tool["result"], "out\nerr\n", "{tool}");
+}
+
+/// Pids of live processes whose command line holds `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[test]
+fn scripted_acp_terminals_die_with_the_turn() {
+    let (s, _log) = Setup::scripted("terminal_linger");
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "leave one running");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert!(
+        end["params"]["content"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("left term"),
+        "{end}"
+    );
+    let left = processes_with("987.654");
+    assert!(left.is_empty(), "the terminal outlived its turn: {left:?}");
+}
+
+/// The ACP reference schema (`schema/v1/schema.json` of npm `@agentclientprotocol/sdk`,
+/// pinned in `.ci/run`) from `WUU_TEST_ACP_SCHEMA`; without it the test prints why.
+fn acp_schema() -> Option<Value> {
+    let Some(p) = std::env::var_os("WUU_TEST_ACP_SCHEMA").map(PathBuf::from) else {
+        eprintln!("skipped: WUU_TEST_ACP_SCHEMA is not set (install @agentclientprotocol/sdk)");
+        return None;
+    };
+    match std::fs::read(&p) {
+        Ok(b) => Some(serde_json::from_slice(&b).expect("schema.json is JSON")),
+        Err(e) => {
+            eprintln!("skipped: WUU_TEST_ACP_SCHEMA={}: {e}", p.display());
+            None
+        }
+    }
+}
+
+/// A validator of `$defs/name` (or of `body` with the schema's `$defs`).
+fn def_validator(schema: &Value, body: Value) -> jsonschema::Validator {
+    let mut s = body;
+    s["$schema"] = schema["$schema"].clone();
+    s["$defs"] = schema["$defs"].clone();
+    jsonschema::validator_for(&s).expect("a valid schema")
+}
+
+/// The `$defs` entry handled by `side` for `method` whose name ends with `suffix`.
+fn def_of(schema: &Value, side: &str, method: &str, suffix: &str) -> Option<String> {
+    schema["$defs"]
+        .as_object()?
+        .iter()
+        .find(|(k, v)| v["x-side"] == side && v["x-method"] == method && k.ends_with(suffix))
+        .map(|(k, _)| k.clone())
+}
+
+#[test]
+fn scripted_acp_messages_we_send_match_the_acp_schema() {
+    let Some(schema) = acp_schema() else { return };
+    let (s, log) = Setup::scripted("schema");
+    let mut app = s.app();
+    let r = app.call(
+        "engine/authenticate",
+        json!({"engine_id": "pi", "method_id": "fake-login"}),
+    );
+    assert_eq!(r["authenticated"], true, "{r}");
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "exercise every method");
+    let q = app.notification("user-question/requested");
+    app.call(
+        "user-question/respond",
+        json!({"request_id": q["params"]["request"]["request_id"], "answer": {"answers": [{"id": "permission", "selected": ["Allow"]}]}}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["content"], "schema done", "{end}");
+    // session/cancel.
+    let turn_id = turn(&mut app, &thread_id, "wait for cancel");
+    app.wait_for("the agent waits", |v| {
+        v["method"] == "item/agentMessage/delta"
+    });
+    app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    // A restarted host loads the session (session/load) and prompts with an image.
+    drop(app);
+    let mut app = s.app();
+    let r = app.call(
+        "turn/start",
+        json!({"thread_id": thread_id, "prompt": "hi", "images": [
+            {"data": "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==", "media_type": "image/png"}]}),
+    );
+    assert!(r["turn"]["id"].is_string(), "{r}");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["content"], "hello", "{end}");
+    drop(app);
+
+    let client = schema["anyOf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["title"] == "Client")
+        .expect("the schema has a Client branch")
+        .clone();
+    let client = def_validator(&schema, client);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut asked = std::collections::HashMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut failures = vec![];
+    for line in text.lines() {
+        if let Some(sent) = line.strip_prefix("SENT ") {
+            let v: Value = serde_json::from_str(sent).unwrap();
+            if let (Some(id), Some(m)) = (v.get("id"), v["method"].as_str()) {
+                asked.insert(id.to_string(), m.to_owned());
+            }
+            continue;
+        }
+        if line.starts_with("ENV ") {
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).unwrap();
+        let mut errors: Vec<String> = client.iter_errors(&v).map(|e| e.to_string()).collect();
+        let (what, part, def) = if let Some(m) = v["method"].as_str() {
+            let suffix = if v.get("id").is_some() {
+                "Request"
+            } else {
+                "Notification"
+            };
+            (
+                m.to_owned(),
+                &v["params"],
+                def_of(&schema, "agent", m, suffix),
+            )
+        } else {
+            let m = asked.get(&v["id"].to_string()).cloned().unwrap_or_default();
+            if v.get("error").is_some() {
+                (
+                    format!("{m} (error)"),
+                    &v["error"],
+                    Some("Error".to_owned()),
+                )
+            } else {
+                (
+                    m.clone(),
+                    &v["result"],
+                    def_of(&schema, "client", &m, "Response"),
+                )
+            }
+        };
+        match def {
+            Some(d) => {
+                let val = def_validator(&schema, json!({"$ref": format!("#/$defs/{d}")}));
+                errors.extend(val.iter_errors(part).map(|e| format!("{d}: {e}")));
+            }
+            None => errors.push(format!("no schema for {what}")),
+        }
+        if !errors.is_empty() {
+            failures.push(format!("{line}\n  {errors:?}"));
+        }
+        seen.insert(what);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    for m in [
+        "initialize",
+        "authenticate",
+        "session/new",
+        "session/set_mode",
+        "session/prompt",
+        "session/cancel",
+        "session/load",
+        "session/request_permission",
+        "fs/write_text_file",
+        "fs/read_text_file",
+        "fs/read_text_file (error)",
+        "terminal/create",
+        "terminal/output",
+        "terminal/wait_for_exit",
+        "terminal/kill",
+        "terminal/release",
+        "no/such_method (error)",
+    ] {
+        assert!(seen.contains(m), "{m} was not exercised: {seen:?}");
+    }
+}
+
+/// The real claude-code-acp agent (npm `@zed-industries/claude-code-acp`, pinned in
+/// `.ci/run`), from `WUU_TEST_CLAUDE_CODE_ACP_BIN`; without it the test prints why.
+fn claude_acp_bin() -> Option<PathBuf> {
+    match std::env::var_os("WUU_TEST_CLAUDE_CODE_ACP_BIN").map(PathBuf::from) {
+        Some(p) if p.exists() => Some(p),
+        Some(p) => {
+            eprintln!(
+                "skipped: WUU_TEST_CLAUDE_CODE_ACP_BIN={} does not exist",
+                p.display()
+            );
+            None
+        }
+        None => {
+            eprintln!("skipped: WUU_TEST_CLAUDE_CODE_ACP_BIN is not set (install @zed-industries/claude-code-acp)");
+            None
+        }
+    }
+}
+
+/// claude-code-acp as the `pi` engine, its Claude Code talking to the fake Messages
+/// provider `fp` with an isolated config dir and no outside traffic.
+fn claude_acp_setup(fp: &FakeProvider, bin: &Path) -> Setup {
+    let config = tempfile::tempdir().unwrap().keep();
+    let vars = [
+        ("ANTHROPIC_BASE_URL", fp.root_url()),
+        ("ANTHROPIC_API_KEY", "test".to_owned()),
+        ("CLAUDE_CONFIG_DIR", config.to_string_lossy().into_owned()),
+        ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1".to_owned()),
+        ("DISABLE_TELEMETRY", "1".to_owned()),
+        ("DISABLE_AUTOUPDATER", "1".to_owned()),
+    ];
+    let keep: Vec<&str> = vars.iter().map(|(k, _)| *k).collect();
+    Setup::new(
+        bin,
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+        &keep,
+    )
+}
+
+#[test]
+fn claude_code_acp_turn_streams_and_completes() {
+    let Some(bin) = claude_acp_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = claude_acp_setup(&fp, &bin);
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    fp.push(Script::text(&["Hello ", "from claude-code-acp"]));
+    turn(&mut app, &thread_id, "say hello");
+    app.wait_for("a delta", |v| v["method"] == "item/agentMessage/delta");
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert_eq!(
+        end["params"]["content"], "Hello from claude-code-acp",
+        "{end}"
+    );
+    let asked: Vec<String> = fp.requests().iter().map(|r| r.body.to_string()).collect();
+    assert!(asked.iter().any(|b| b.contains("say hello")), "{asked:?}");
+}
+
+#[test]
+fn claude_code_acp_runs_its_bash_in_our_terminal() {
+    let Some(bin) = claude_acp_bin() else { return };
+    let fp = FakeProvider::start();
+    fp.set_validate(false);
+    let s = claude_acp_setup(&fp, &bin);
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    // With the client's terminal capability claude-code-acp offers its own Bash tool,
+    // which runs the command in a client terminal.
+    fp.push(Script::tool_call(
+        "toolu_t1",
+        "mcp__acp__Bash",
+        &json!({"command": "echo acp-terminal > t.txt && cat t.txt",
+                "description": "write a marker"})
+        .to_string(),
+    ));
+    fp.push(Script::text(&["wrote it"]));
+    turn(&mut app, &thread_id, "write the marker");
+    let end = loop {
+        let v = app.wait_for("a question or the turn end", |v| {
+            v["method"] == "user-question/requested"
+                || matches!(
+                    v["method"].as_str(),
+                    Some("turn/completed") | Some("turn/error")
+                )
+        });
+        if v["method"] != "user-question/requested" {
+            break v;
+        }
+        let req = &v["params"]["request"];
+        let allow = req["questions"][0]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["description"] == "allow_once")
+            .unwrap_or_else(|| panic!("{v}"))["label"]
+            .clone();
+        app.call(
+            "user-question/respond",
+            json!({"request_id": req["request_id"], "answer": {"answers": [{"id": "permission", "selected": [allow]}]}}),
+        );
+    };
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.join("t.txt")).unwrap_or_default(),
+        "acp-terminal\n"
+    );
+    let items = end["params"]["turn"]["items"].as_array().unwrap();
+    let tool = items
+        .iter()
+        .find(|i| i["type"] == "tool_call")
+        .unwrap_or_else(|| panic!("no tool item: {end}"));
+    assert_eq!(tool["name"], "exec", "{tool}");
+    assert!(
+        tool.to_string().contains("echo acp-terminal > t.txt"),
+        "{tool}"
+    );
+    assert!(
+        tool["result"]
+            .as_str()
+            .unwrap_or("")
+            .contains("acp-terminal"),
+        "{tool}"
+    );
+}
+
+#[test]
+fn acp_engine_list_discovers_the_agents_models() {
+    let Some(bin) = acp_bin() else { return };
+    let fp = FakeProvider::start();
+    let s = Setup::codex_acp(&fp, &bin);
+    let mut app = s.app();
+    let r = app.call("engine/list", json!({"cwd": s.ws}));
+    let pi = r["engines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == "pi")
+        .unwrap_or_else(|| panic!("{r}"))
+        .clone();
+    assert_eq!(pi["models_status"], "ready", "{pi}");
+    let models = pi["models"].as_array().unwrap();
+    // codex-acp's `model` config option: the configured model is current.
+    let default = models
+        .iter()
+        .find(|m| m["is_default"] == true)
+        .unwrap_or_else(|| panic!("{pi}"));
+    assert_eq!(default["id"], "fake-model", "{pi}");
+    assert!(models.len() > 1, "{pi}");
+    // Discovery never prompts.
+    assert!(bodies(&fp).is_empty());
+}

@@ -588,13 +588,13 @@ pub fn cache_key(id: &str, binary: &Path, root: &Path, env: &Env) -> String {
 
 /// Model discovery of engine `id` through `probe`, cached: fresh for 2 min after a
 /// success (5 s after a failure) unless `refresh`; a different key wipes the entry; a
-/// result completed after this request began is reused. Returns `(status, models,
-/// error)`.
+/// result completed after this request began is reused. A probe answering `Ok(None)`
+/// found no model catalogue (`unsupported`). Returns `(status, models, error)`.
 pub fn discover(
     id: &str,
     key: String,
     refresh: bool,
-    probe: impl FnOnce() -> Result<Vec<EngineModelInfo>, String>,
+    probe: impl FnOnce() -> Result<Option<Vec<EngineModelInfo>>, String>,
     rekey: impl FnOnce() -> String,
 ) -> (String, Vec<EngineModelInfo>, Option<String>) {
     let began = Instant::now();
@@ -627,7 +627,14 @@ pub fn discover(
         );
     }
     let entry = match result {
-        Ok(models) => Cached {
+        Ok(None) => Cached {
+            key,
+            status: "unsupported".into(),
+            models: vec![],
+            error: None,
+            at: Instant::now(),
+        },
+        Ok(Some(models)) => Cached {
             key,
             status: if models.is_empty() { "empty" } else { "ready" }.into(),
             models,
@@ -819,10 +826,10 @@ mod tests {
     fn discovery_cache_serves_fresh_results_and_keeps_stale_lists() {
         let id = "test-engine-cache";
         let ok = || {
-            Ok(vec![EngineModelInfo {
+            Ok(Some(vec![EngineModelInfo {
                 id: "m".into(),
                 ..Default::default()
-            }])
+            }]))
         };
         let (s, m, _) = discover(id, "k".into(), false, ok, || "k".into());
         assert_eq!((s.as_str(), m.len()), ("ready", 1));
@@ -844,5 +851,8 @@ mod tests {
             || "k2".into(),
         );
         assert_eq!((s.as_str(), m.len()), ("error", 0));
+        // No catalogue: unsupported, without an error.
+        let (s, m, e) = discover(id, "k3".into(), false, || Ok(None), || "k3".into());
+        assert_eq!((s.as_str(), m.len(), e), ("unsupported", 0, None));
     }
 }

@@ -12,7 +12,7 @@
 //! are added (the usage collectors plug in there and nowhere else).
 
 use crate::engine::catalog::{self, Env};
-use crate::engine::codex;
+use crate::engine::{acp, codex};
 use crate::outbound::Responder;
 use crate::session::Host;
 use serde_json::{json, Map, Value};
@@ -140,7 +140,7 @@ pub fn build(
                 }
             }
         }
-        let probed = discover && info.enabled && e.id == codex::ID;
+        let probed = discover && info.enabled && (e.id == codex::ID || acp::is_acp(e.id));
         if !discover {
             info.models_status = Some("deferred".into());
         } else if !probed && info.enabled {
@@ -152,16 +152,23 @@ pub fn build(
             if let Some(binary) = detection.path {
                 let (cwd, env) = (cwd.to_path_buf(), env.clone());
                 let settings = codex::ChildSettings::from_config(&cfg, &shared.opts.home);
+                let id = e.id;
                 probes.push((
                     idx,
                     std::thread::spawn(move || {
-                        let key = catalog::cache_key(codex::ID, &binary, &cwd, &env);
+                        let key = catalog::cache_key(id, &binary, &cwd, &env);
                         catalog::discover(
-                            codex::ID,
+                            id,
                             key,
                             refresh,
-                            || codex::discover_models(&binary, &cwd, &settings),
-                            || catalog::cache_key(codex::ID, &binary, &cwd, &env),
+                            || {
+                                if id == codex::ID {
+                                    codex::discover_models(&binary, &cwd, &settings).map(Some)
+                                } else {
+                                    acp::discover_models(id, &binary, &cwd, &settings)
+                                }
+                            },
+                            || catalog::cache_key(id, &binary, &cwd, &env),
                         )
                     }),
                 ));

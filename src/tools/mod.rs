@@ -170,6 +170,7 @@ pub mod sandbox;
 mod search;
 mod shell;
 pub mod skill;
+pub mod terminal;
 mod todo;
 
 #[cfg(test)]

@@ -65,7 +65,8 @@ pub fn serve(
             let content = p.get("content").and_then(Value::as_str).unwrap_or("");
             dir.write_atomic(&rel, content.as_bytes(), true)
                 .map_err(refuse)?;
-            Ok(Value::Null)
+            // `WriteTextFileResponse` is an object.
+            Ok(json!({}))
         }
         other => Err((-32601, format!("unsupported engine request: {other}"))),
     }
@@ -86,7 +87,7 @@ mod tests {
             &root,
             PermissionMode::Standard,
         );
-        assert_eq!(w, Ok(Value::Null));
+        assert_eq!(w, Ok(json!({})));
         let r = serve(
             "fs/read_text_file",
             &json!({"path": f, "line": 2, "limit": 1}),

@@ -13,15 +13,19 @@
 //! events until the prompt answers with its `stopReason`. `turn/interrupt` sends
 //! `session/cancel`. Agent requests: `session/request_permission` becomes a host
 //! approval (accepted without asking in `unconfined`), `fs/read_text_file` /
-//! `fs/write_text_file` are served beneath the workspace root ([`fs`]); any other
-//! request is refused (`-32601`). The JSON-RPC peer is the one of the Codex adapter in
+//! `fs/write_text_file` are served beneath the workspace root ([`fs`]), `terminal/*`
+//! run commands in the conversation's sandbox like the `bash` tool ([`terminal`]); any
+//! other request is refused (`-32601`). The JSON-RPC peer is the one of the Codex adapter in
 //! strict JSON-RPC 2.0 framing.
 
 mod env;
 mod fs;
+mod models;
+mod terminal;
 mod turn;
 
 pub use env::{child_env, engine_vars};
+pub use models::{discover_models, models_of};
 
 use super::codex::rpc::Peer;
 use super::codex::ChildSettings;
@@ -99,7 +103,7 @@ pub fn start(
         "clientInfo": {"name": "wuu", "title": "Wuu", "version": env!("CARGO_PKG_VERSION")},
         "clientCapabilities": {
             "fs": {"readTextFile": true, "writeTextFile": true},
-            "terminal": false,
+            "terminal": true,
         },
     });
     let answer = match peer.request("initialize", init, INIT_TIMEOUT) {
@@ -146,6 +150,8 @@ pub struct AcpEngine {
     loaded: Option<String>,
     /// The `modes` of the loaded session and the mode id last set on it.
     modes: (Value, Option<String>),
+    /// The session's client terminals (`terminal/*`); all killed when a turn ends.
+    terminals: Arc<crate::tools::terminal::Terminals>,
 }
 
 impl AcpEngine {
@@ -159,6 +165,7 @@ impl AcpEngine {
             peer: None,
             loaded: None,
             modes: (Value::Null, None),
+            terminals: Arc::default(),
         }
     }
 

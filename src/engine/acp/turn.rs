@@ -3,12 +3,14 @@
 //! and the host's controls until the prompt answers with its `stopReason` (or the child
 //! dies, or an interrupt's grace runs out).
 
+use super::terminal::{self, TurnTerminals};
 use super::{failure, AcpEngine, INTERRUPT_GRACE};
 use crate::engine::codex::rpc::{Inbound, Peer};
 use crate::engine::{
     Answer, ApprovalDecision, Control, EngineEvent, EventSink, Outcome, Question, TurnRequest,
 };
 use crate::provider::chat::Usage;
+use crate::tools::terminal::Terminal;
 use crate::tools::PermissionMode;
 use crossbeam_channel::{never, select, Receiver, Sender};
 use serde_json::{json, Value};
@@ -29,6 +31,10 @@ struct Map<'a> {
     tools: HashMap<String, String>,
     /// Open permission requests: host request id → (native id, options).
     open: HashMap<String, (Value, Vec<Value>)>,
+    /// The turn's terminals.
+    terms: TurnTerminals,
+    /// Tool calls that show a terminal (native id → the terminal).
+    term_calls: HashMap<String, Arc<Terminal>>,
 }
 
 impl Map<'_> {
@@ -102,10 +108,24 @@ impl Map<'_> {
         };
         let call_id = call_id.to_owned();
         let status = u.get("status").and_then(Value::as_str).unwrap_or("");
+        let title = u.get("title").and_then(Value::as_str);
+        let shown = terminal::embedded(u)
+            .find_map(|t| self.terms.created.get(t).cloned())
+            .filter(|t| {
+                self.term_calls
+                    .get(&call_id)
+                    .is_none_or(|old| old.id() != t.id())
+            });
+        if let Some(t) = &shown {
+            self.term_calls.insert(call_id.clone(), t.clone());
+        }
         if !self.tools.contains_key(&call_id) {
             self.close_reasoning();
             self.close_message(false);
-            let (name, args) = tool_of(u);
+            let (name, args) = match &shown {
+                Some(t) => ("exec".to_owned(), terminal::exec_args(t, title)),
+                None => tool_of(u),
+            };
             self.tools.insert(call_id.clone(), name.clone());
             self.sink.emit(EngineEvent::ToolStart {
                 call_id: call_id.clone(),
@@ -117,16 +137,35 @@ impl Map<'_> {
                 at_most_once: false,
                 reply,
             });
+        } else if let Some(t) = &shown {
+            // The agent embedded a terminal in a call it had already started.
+            self.sink.emit(EngineEvent::ToolArgs {
+                call_id: call_id.clone(),
+                name: "exec".to_owned(),
+                arguments: terminal::exec_args(t, title),
+            });
         }
         if matches!(status, "completed" | "failed") {
             let failed = status == "failed";
-            let output = output_of(u).unwrap_or_else(|| status.to_owned());
+            let mut detail = u.clone();
+            let term = self.term_calls.remove(&call_id).map(|t| t.snapshot());
+            let output = match (output_of(u), &term) {
+                (Some(o), _) => o,
+                (None, Some(s)) => s.output.clone(),
+                (None, None) => status.to_owned(),
+            };
+            if let Some(s) = term {
+                detail["terminal"] = json!({
+                    "truncated": s.truncated,
+                    "exitStatus": s.exit.as_ref().map(terminal::exit_json),
+                });
+            }
             self.tools.remove(&call_id);
             self.sink.emit(EngineEvent::ToolEnd {
                 call_id,
                 error: failed.then(|| output.clone()),
                 output: Some(output),
-                detail: Some(u.clone()),
+                detail: Some(detail),
                 is_error: failed,
                 permission_denied: false,
             });
@@ -143,6 +182,7 @@ impl Map<'_> {
                     Err((code, m)) => self.peer.respond_error(&id, code, &m),
                 }
             }
+            m if m.starts_with("terminal/") => self.terms.serve(&self.peer, id, m, p),
             other => self.peer.respond_error(
                 &id,
                 -32601,
@@ -394,6 +434,12 @@ impl AcpEngine {
             reasoning: false,
             tools: HashMap::new(),
             open: HashMap::new(),
+            terms: TurnTerminals {
+                table: self.terminals.clone(),
+                ctx: terminal::tool_context(req),
+                created: HashMap::new(),
+            },
+            term_calls: HashMap::new(),
         };
         let mut interrupted_at: Option<Instant> = None;
         let mut controls_gone = false;
@@ -479,6 +525,8 @@ impl AcpEngine {
             }
         };
         map.revoke_all();
+        // Terminals die with the turn.
+        self.terminals.release_all();
         end
     }
 
