@@ -3,9 +3,11 @@
 //! which talks to the fake Chat Completions provider on loopback through
 //! `OPENCODE_CONFIG_CONTENT` (an `@ai-sdk/openai-compatible` provider), with
 //! `OPENCODE_DISABLE_MODELS_FETCH=1` and its own HOME and XDG dirs: no outside traffic.
+//! What the real server cannot be made to do on demand (crash with a last stderr line,
+//! ignore an abort) is scripted in `tests/support/fake_opencode.py`.
 //!
-//! The OpenCode binary comes from `WUU_TEST_OPENCODE_BIN`; without it the tests print
-//! why and return.
+//! The OpenCode binary comes from `WUU_TEST_OPENCODE_BIN`; without it the real-OpenCode
+//! tests print why and return.
 
 mod support;
 
@@ -53,6 +55,10 @@ struct Setup {
 
 impl Setup {
     fn new(bin: &Path, fp: &FakeProvider) -> Setup {
+        Setup::with(bin, fp, json!({"agent": {"auto_title": false}}), &[])
+    }
+
+    fn with(bin: &Path, fp: &FakeProvider, wuu_config: Value, extra: &[(&str, &str)]) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("wuu-home");
         let ws = dir.path().join("ws");
@@ -60,11 +66,7 @@ impl Setup {
         for d in [&home, &ws, &xdg] {
             std::fs::create_dir_all(d).unwrap();
         }
-        std::fs::write(
-            home.join("config.json"),
-            json!({"agent": {"auto_title": false}}).to_string(),
-        )
-        .unwrap();
+        std::fs::write(home.join("config.json"), wuu_config.to_string()).unwrap();
         let ws = ws.canonicalize().unwrap();
         let config = json!({
             "model": "fake/fake-model",
@@ -76,7 +78,7 @@ impl Setup {
             }},
         });
         let x = |d: &str| xdg.join(d).to_string_lossy().into_owned();
-        let env: Vec<(String, String)> = vec![
+        let mut env: Vec<(String, String)> = vec![
             ("WUU_OPENCODE_BINARY".into(), bin.to_string_lossy().into()),
             ("HOME".into(), home.to_string_lossy().into()),
             ("XDG_CONFIG_HOME".into(), x("config")),
@@ -87,6 +89,9 @@ impl Setup {
             ("OPENCODE_DISABLE_MODELS_FETCH".into(), "1".into()),
             ("OPENCODE_DISABLE_LSP_DOWNLOAD".into(), "1".into()),
         ];
+        for (k, v) in extra {
+            env.push((k.to_string(), v.to_string()));
+        }
         Setup {
             _dir: dir,
             home,
@@ -586,4 +591,57 @@ fn opencode_exec_runs_one_shot_with_the_engine_flag() {
     assert_eq!(result["type"], "result", "{stdout}");
     assert_eq!(result["status"], "completed", "{stdout}");
     assert_eq!(result["final_message"], "hello from exec", "{stdout}");
+}
+
+// ---- the scripted fake `opencode serve` (tests/support/fake_opencode.py) ----
+
+/// A setup whose OpenCode is the scripted fake in `mode` (its variable reaches it only
+/// as named in `agent.shell_env.keep`).
+fn fake(mode: &str) -> (FakeProvider, Setup) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_opencode.py");
+    let fp = FakeProvider::start();
+    let config = json!({"agent": {"auto_title": false,
+        "shell_env": {"keep": ["FAKE_OPENCODE_MODE"]}}});
+    let s = Setup::with(&script, &fp, config, &[("FAKE_OPENCODE_MODE", mode)]);
+    (fp, s)
+}
+
+#[test]
+fn a_crashed_opencode_fails_the_turn_with_its_last_stderr_line() {
+    let (_fp, s) = fake("crash");
+    let mut app = s.app();
+    let mut f = Frames::new();
+    let thread_id = start_thread(&mut app, "standard");
+    turn(&mut app, &thread_id, "hi");
+    let end = f.turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/error", "{end}");
+    let msg = end["params"]["error"].to_string();
+    assert!(
+        msg.contains("OpenCode exited") && msg.contains("simulated crash"),
+        "{end}"
+    );
+    // The host is fine: it answers at once.
+    app.call("thread/list", json!({}));
+}
+
+#[test]
+fn a_hung_opencode_is_ended_after_an_interrupt() {
+    let (_fp, s) = fake("hang");
+    let mut app = s.app();
+    let mut f = Frames::new();
+    let thread_id = start_thread(&mut app, "standard");
+    let turn_id = turn(&mut app, &thread_id, "hi");
+    // The fake starts at once; give the turn a moment to post its prompt.
+    f.notification(&mut app, "turn/started");
+    std::thread::sleep(Duration::from_secs(2));
+    std::thread::sleep(Duration::from_millis(300));
+    let asked = Instant::now();
+    app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let end = f.turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert!(asked.elapsed() < Duration::from_secs(25), "not stalled");
+    app.call("thread/list", json!({}));
 }
