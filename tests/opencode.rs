@@ -396,6 +396,46 @@ fn opencode_command_permission_is_a_question_the_client_answers() {
 }
 
 #[test]
+fn opencode_asks_its_question_and_the_client_answers() {
+    let Some(bin) = opencode_bin() else { return };
+    let fp = provider();
+    let s = Setup::new(&bin, &fp);
+    let mut app = s.app();
+    let mut f = Frames::new();
+    let thread_id = start_thread(&mut app, "standard");
+    let question = json!({"questions": [{"question": "Which color?", "header": "Color",
+        "options": [{"label": "red", "description": "warm"},
+                    {"label": "blue", "description": "cool"}]}]});
+    fp.push(Script::tool_call(
+        "call_q1",
+        "question",
+        &question.to_string(),
+    ));
+    fp.push(Script::text(&["you chose blue"]));
+    let turn_id = turn(&mut app, &thread_id, "ask me");
+    let q = f.notification(&mut app, "user-question/requested");
+    let req = q["params"]["request"].clone();
+    assert_eq!(req["call_id"], "call_q1", "{q}");
+    assert_eq!(req["turn_id"], turn_id.as_str());
+    assert_eq!(req["questions"][0]["question"], "Which color?");
+    assert_eq!(req["questions"][0]["options"][1]["label"], "blue");
+    app.call(
+        "user-question/respond",
+        json!({"request_id": req["request_id"], "answer": {"answers": [
+            {"id": req["questions"][0]["id"], "selected": ["blue"]}]}}),
+    );
+    let end = f.turn_end(&mut app, &thread_id);
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert_eq!(end["params"]["content"], "you chose blue", "{end}");
+    // OpenCode got the answer as its tool's result and sent it to the model.
+    let last = bodies(&fp).pop().unwrap();
+    assert!(
+        last.contains("Which color?") && last.contains("blue"),
+        "{last}"
+    );
+}
+
+#[test]
 fn opencode_permission_denied_refuses_the_command() {
     let Some(bin) = opencode_bin() else { return };
     let fp = provider();

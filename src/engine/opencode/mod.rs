@@ -14,8 +14,9 @@
 //! turn re-applies the `ask` rule for every permission, so the host decides each one
 //! ([`turn`]). A turn posts the newest user input (`POST /session/<id>/message`, which
 //! answers when the native turn ends) and maps the session's events to engine events
-//! ([`projection`]); its permission requests become user questions (accepted without
-//! asking in `unconfined`; no answer rejects). `turn/interrupt` is `POST
+//! ([`projection`]); its permission requests and its own questions become user
+//! questions (permissions are accepted without asking in `unconfined`; no answer
+//! rejects). `turn/interrupt` is `POST
 //! /session/<id>/abort`. OpenCode takes no input while its turn runs: steers are queued
 //! and run as the next turn.
 

@@ -7,7 +7,9 @@
 //! each new assistant message is a new step; usage is each message's `tokens`, emitted
 //! as it grows. Permission requests (`permission.asked`) become user questions (Allow /
 //! Deny; accepted without asking in `unconfined`) answered with a one-time `once` or
-//! `reject`, never `always`: approvals do not become native rules.
+//! `reject`, never `always`: approvals do not become native rules. Native questions
+//! (`question.asked`, OpenCode's `question` tool) become user questions too; their
+//! answer is the chosen labels per question, no answer rejects.
 
 use super::server::{segment, Server};
 use crate::engine::{Answer, EngineEvent, EventSink, Question};
@@ -53,6 +55,8 @@ pub(super) struct TurnMap<'a> {
     open: HashMap<String, (String, String)>,
     /// Calls whose permission the user refused.
     denied: HashSet<String>,
+    /// Open native questions: our request id → (native question id, question count).
+    asked: HashMap<String, (String, usize)>,
 }
 
 /// The text of an OpenCode error object (`{name, data: {message}}`).
@@ -87,6 +91,7 @@ impl<'a> TurnMap<'a> {
             calls: HashMap::new(),
             open: HashMap::new(),
             denied: HashSet::new(),
+            asked: HashMap::new(),
         }
     }
 
@@ -128,16 +133,7 @@ impl<'a> TurnMap<'a> {
                 })
             }
             "permission.asked" => self.permission(props),
-            "question.asked" => {
-                let id = props.get("id").and_then(Value::as_str).unwrap_or("");
-                if !id.is_empty() {
-                    let path = format!("/question/{}/reject", segment(id));
-                    if let Err(e) = self.server.call("POST", &path, None, &self.root) {
-                        log::warn!("{e}");
-                    }
-                }
-                return Err("this OpenCode turn asked a structured question, which this integration does not support".into());
-            }
+            "question.asked" => self.question(props),
             "server.instance.disposed" => {
                 return Err("OpenCode disposed the active workspace".into())
             }
@@ -483,7 +479,8 @@ impl<'a> TurnMap<'a> {
         if native.is_empty() || native.len() > 200 {
             return;
         }
-        if self.unconfined {
+        // Asking the user (the `question` tool) needs no permission of its own.
+        if self.unconfined || s("permission") == "question" {
             return self.reply(&native, "once");
         }
         let call_id = props
@@ -541,6 +538,66 @@ impl<'a> TurnMap<'a> {
         });
     }
 
+    /// A native question (OpenCode's `question` tool): its questions go to the user;
+    /// the answer goes back as `POST /question/<id>/reply {answers}`.
+    fn question(&mut self, props: &Value) {
+        let native = props
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        if native.is_empty() || native.len() > 200 {
+            return;
+        }
+        let questions: Vec<Question> = props
+            .get("questions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, q)| {
+                let t = |k: &str| q.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+                Question {
+                    id: format!("q{i}"),
+                    header: t("header"),
+                    question: t("question"),
+                    is_other: true,
+                    options: q
+                        .get("options")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .map(|o| {
+                            let t = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or("");
+                            (t("label").to_owned(), t("description").to_owned())
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        let call_id = props
+            .pointer("/tool/callID")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let request_id = format!("opencode-{native}");
+        self.asked
+            .insert(request_id.clone(), (native, questions.len()));
+        self.emit(EngineEvent::Question {
+            request_id,
+            call_id,
+            questions,
+            blocking: true,
+        });
+    }
+
+    fn reject_question(&self, native: &str) {
+        let path = format!("/question/{}/reject", segment(native));
+        if let Err(e) = self.server.call("POST", &path, None, &self.root) {
+            log::warn!("{e}");
+        }
+    }
+
     fn reply(&self, native: &str, reply: &str) {
         let path = format!("/permission/{}/reply", segment(native));
         if let Err(e) = self
@@ -554,6 +611,31 @@ impl<'a> TurnMap<'a> {
     /// The user's answer to an open permission question: `Allow` → `once`; anything
     /// else, or no answer → `reject`.
     pub(super) fn answer(&mut self, request_id: &str, answer: Answer) {
+        if let Some((native, count)) = self.asked.remove(request_id) {
+            let Answer::Question(Some(given)) = answer else {
+                return self.reject_question(&native);
+            };
+            // One list of chosen labels (plus free text) per question, in order.
+            let answers: Vec<Vec<String>> = (0..count)
+                .map(|i| {
+                    let id = format!("q{i}");
+                    given
+                        .iter()
+                        .filter(|a| a.id == id)
+                        .flat_map(|a| {
+                            let custom = a.custom.clone().filter(|c| !c.trim().is_empty());
+                            a.selected.iter().cloned().chain(custom)
+                        })
+                        .collect()
+                })
+                .collect();
+            let path = format!("/question/{}/reply", segment(&native));
+            let body = json!({"answers": answers});
+            if let Err(e) = self.server.call("POST", &path, Some(&body), &self.root) {
+                log::warn!("{e}");
+            }
+            return;
+        }
         let Some((native, call_id)) = self.open.remove(request_id) else {
             return;
         };
@@ -579,6 +661,10 @@ impl<'a> TurnMap<'a> {
     pub(super) fn revoke_all(&mut self) {
         for (k, (native, _)) in std::mem::take(&mut self.open) {
             self.reply(&native, "reject");
+            self.emit(EngineEvent::Revoked { request_id: k });
+        }
+        for (k, (native, _)) in std::mem::take(&mut self.asked) {
+            self.reject_question(&native);
             self.emit(EngineEvent::Revoked { request_id: k });
         }
     }
