@@ -108,6 +108,7 @@ pub const ADAPTERS: &[&str] = &[
     "grok",
     "hermes",
     "pi",
+    super::opencode::ID,
     "antigravity",
 ];
 
@@ -724,6 +725,15 @@ pub fn describe(e: &Entry, engines: Option<&EnginesConfig>, env: &Env) -> (Engin
                 "user-questions".into(),
                 "account-quota".into(),
                 "queued-steer".into(),
+            ],
+            // OpenCode: its permission requests reach the user through
+            // `user-question/*`; steers wait for the next turn.
+            "opencode" => vec![
+                "native-tool-loop".into(),
+                "native-session-resume".into(),
+                "user-questions".into(),
+                "queued-steer".into(),
+                "opencode".into(),
             ],
             _ if e.protocol == "acp" => vec![
                 "native-tool-loop".into(),

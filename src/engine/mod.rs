@@ -16,7 +16,8 @@
 //!
 //! Implementations: [`builtin`] (the provider loop plus the tools), [`codex`]
 //! (`codex app-server` as a child process), [`claude`] (`claude -p`, one child per
-//! turn) and [`acp`] (Agent Client Protocol agents); [`child`] holds what external
+//! turn), [`acp`] (Agent Client Protocol agents) and [`opencode`] (`opencode serve`
+//! over HTTP and SSE); [`child`] holds what external
 //! engines' children share. The inventory of engines is [`catalog`].
 //! Dependencies: `engine` → `provider`, `tools`, `store`/`protocol` types; never
 //! `session` or `server`.
@@ -31,6 +32,7 @@ pub mod compaction;
 pub mod content_parts;
 pub mod context;
 pub mod history;
+pub mod opencode;
 pub mod trace;
 
 use crate::provider::chat::{ChatMessage, ToolSpec, Usage};

@@ -66,7 +66,7 @@ impl HostTools for ClientTools {
 pub fn steering(thread: &ThreadRow) -> crate::engine::Steering {
     match engine_id(thread) {
         crate::engine::codex::ID => crate::engine::Steering::Native,
-        crate::engine::claude::ID => crate::engine::Steering::Queued,
+        crate::engine::claude::ID | crate::engine::opencode::ID => crate::engine::Steering::Queued,
         _ => crate::engine::Steering::NextStep,
     }
 }
@@ -150,6 +150,13 @@ fn open_external(s: &mut Session, id: &str) -> Box<dyn Engine> {
             let settings =
                 crate::engine::child::ChildSettings::from_config(&cfg, &s.shared.opts.home);
             Box::new(crate::engine::claude::ClaudeEngine::new(binary, settings))
+        }
+        Ok(binary) if id == crate::engine::opencode::ID => {
+            let settings =
+                crate::engine::child::ChildSettings::from_config(&cfg, &s.shared.opts.home);
+            Box::new(crate::engine::opencode::OpenCodeEngine::new(
+                binary, settings,
+            ))
         }
         Ok(binary) if crate::engine::acp::is_acp(id) => {
             let settings =
