@@ -6,6 +6,7 @@ use rusqlite::{params, OptionalExtension, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{turn_status, ItemRow, TurnRow, TurnWithItems};
+use crate::sql::{values, Cells, Ops, Value};
 use crate::store::Tx;
 use crate::util::{get, get_json, get_json_opt, get_u64, json_text, now_ms, U64};
 
@@ -19,7 +20,7 @@ pub(crate) fn turn_from_row_pub(row: &Row<'_>) -> Result<TurnRow> {
     turn_from_row(row)
 }
 
-fn turn_from_row(row: &Row<'_>) -> Result<TurnRow> {
+fn turn_from_row(row: &(impl Cells + ?Sized)) -> Result<TurnRow> {
     let thread_id: String = get(row, 0, "turns", "?")?;
     let id: String = get(row, 1, "turns", &thread_id)?;
     let key = format!("{thread_id}/{id}");
@@ -108,28 +109,66 @@ fn turn_params(t: &TurnRow) -> [Box<dyn rusqlite::ToSql + '_>; 18] {
     ]
 }
 
-impl Tx<'_> {
+/// A turn row's values in [`TURN_COLS`] order (`?1`..`?18`), for the shared
+/// ([`crate::sql::Conn`]) statements.
+fn turn_values(t: &TurnRow) -> Result<Vec<Value>> {
+    Ok(vec![
+        Value::from(&t.thread_id),
+        Value::from(&t.id),
+        Value::from(&t.kind),
+        Value::from(&t.status),
+        Value::from(&t.provider),
+        Value::from(&t.model),
+        Value::from(t.error.as_ref().map(json_text)),
+        Value::from(t.started_at_ms),
+        Value::from(&t.completed_at_ms),
+        Value::from(&t.answer_ready_at_ms),
+        U64(t.input_tokens).value()?,
+        U64(t.output_tokens).value()?,
+        U64(t.cache_read_tokens).value()?,
+        U64(t.cache_creation_tokens).value()?,
+        Value::from(&t.finish_reason),
+        Value::from(&t.stop_reason),
+        Value::from(t.truncated),
+        Value::from(json_text(&t.extra)),
+    ])
+}
+
+impl Ops<'_> {
     /// See [`crate::Store::insert_turn`].
-    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
-        let exists: bool = crate::util::query_row(
-            self.conn,
-            "SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1)",
-            [&t.thread_id],
-            |r| r.get(0),
+    pub(crate) fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        let rows = self.conn.rows(
+            "SELECT 1 FROM threads WHERE id = ?1",
+            &values![&t.thread_id],
         )?;
-        if !exists {
+        if rows.is_empty() {
             return Err(StoreError::not_found("thread", &t.thread_id));
         }
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             &format!(
                 "INSERT INTO turns ({TURN_COLS}, ordinal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
                  ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
                  (SELECT coalesce(max(ordinal), 0) + 1 FROM turns WHERE thread_id = ?1))"
             ),
-            rusqlite::params_from_iter(turn_params(t).iter()),
+            &turn_values(t)?,
         )?;
         Ok(())
+    }
+
+    /// Reads one turn. `Ok(None)` when it does not exist.
+    pub(crate) fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 AND id = ?2"),
+            &values![thread_id, turn_id],
+        )?;
+        rows.first().map(turn_from_row).transpose()
+    }
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::insert_turn`].
+    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        self.ops().insert_turn(t)
     }
 
     /// See [`crate::Store::update_turn`].
@@ -154,14 +193,7 @@ impl Tx<'_> {
 
     /// Reads one turn. `Ok(None)` when it does not exist.
     pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 AND id = ?2"
-        ))?;
-        let mut rows = stmt.query([thread_id, turn_id])?;
-        match rows.next()? {
-            Some(row) => turn_from_row(row).map(Some),
-            None => Ok(None),
-        }
+        self.ops().get_turn(thread_id, turn_id)
     }
 
     /// See [`crate::Store::upsert_item`].

@@ -4,6 +4,7 @@ use rusqlite::{params, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{input_mode, input_state, InputRow, RunRow, UsageRow};
+use crate::sql::{values, Cells, Ops};
 use crate::store::Tx;
 use crate::util::{get, get_json, get_u64, json_text, now_ms, U64};
 
@@ -46,7 +47,7 @@ fn input_from_row(row: &Row<'_>) -> Result<InputRow> {
     })
 }
 
-fn run_from_row(row: &Row<'_>) -> Result<RunRow> {
+fn run_from_row(row: &(impl Cells + ?Sized)) -> Result<RunRow> {
     let id: String = get(row, 0, "runs", "?")?;
     let (t, k) = ("runs", id.as_str());
     Ok(RunRow {
@@ -157,37 +158,12 @@ impl Tx<'_> {
 
     /// See [`crate::Store::upsert_run`].
     pub fn upsert_run(&self, r: &RunRow) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
-                 owner_instance = excluded.owner_instance, body = excluded.body, \
-                 updated_at_ms = excluded.updated_at_ms"
-            ),
-            params![
-                r.id,
-                r.thread_id,
-                r.status,
-                r.owner_instance,
-                json_text(&r.body),
-                r.created_at_ms,
-                r.updated_at_ms,
-            ],
-        )?;
-        Ok(())
+        self.ops().upsert_run(r)
     }
 
     /// See [`crate::Store::get_run`].
     pub fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"))?;
-        let mut rows = stmt.query([id])?;
-        match rows.next()? {
-            Some(row) => run_from_row(row).map(Some),
-            None => Ok(None),
-        }
+        self.ops().get_run(id)
     }
 
     /// See [`crate::Store::list_runs`].
@@ -212,5 +188,38 @@ impl Tx<'_> {
             params![thread_id, source_turn_id, now_ms()],
         )?;
         Ok(n == 1)
+    }
+}
+
+impl Ops<'_> {
+    /// See [`crate::Store::upsert_run`].
+    pub(crate) fn upsert_run(&self, r: &RunRow) -> Result<()> {
+        self.conn.exec(
+            &format!(
+                "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+                 owner_instance = excluded.owner_instance, body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms"
+            ),
+            &values![
+                &r.id,
+                &r.thread_id,
+                &r.status,
+                &r.owner_instance,
+                json_text(&r.body),
+                r.created_at_ms,
+                r.updated_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_run`].
+    pub(crate) fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
+            &values![id],
+        )?;
+        rows.first().map(run_from_row).transpose()
     }
 }

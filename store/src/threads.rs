@@ -5,6 +5,7 @@ use rusqlite::{params, OptionalExtension, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow, ThreadView};
+use crate::sql::{values, Cells, Ops, Value};
 use crate::store::Tx;
 use crate::util::{filtered, find_ci, get, get_json, get_u64, json_text, snippet, U64};
 
@@ -20,7 +21,7 @@ pub(crate) const THREAD_COLS: &str = "id, cwd, title, title_revision, preview, p
     forked_from_id, forked_from_turn_id, forked_from_item_id, created_at_ms, \
     updated_at_ms, extra";
 
-pub(crate) fn thread_from_row(row: &Row<'_>) -> Result<ThreadRow> {
+pub(crate) fn thread_from_row(row: &(impl Cells + ?Sized)) -> Result<ThreadRow> {
     let id: String = get(row, 0, "threads", "?")?;
     let k = id.as_str();
     let t = "threads";
@@ -182,48 +183,12 @@ impl Tx<'_> {
 
     /// See [`crate::Store::insert_thread`].
     pub fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO threads ({THREAD_COLS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18, ?19)"
-            ),
-            params![
-                t.id,
-                t.cwd,
-                t.title.clone().map(filtered),
-                U64(t.title_revision),
-                filtered(t.preview.clone()),
-                t.provider,
-                t.model,
-                t.variant,
-                t.effort,
-                t.permission_mode,
-                t.engine_id,
-                t.archived,
-                t.archive_reason,
-                t.forked_from_id,
-                t.forked_from_turn_id,
-                t.forked_from_item_id,
-                t.created_at_ms,
-                t.updated_at_ms,
-                json_text(&t.extra),
-            ],
-        )?;
-        Ok(())
+        self.ops().insert_thread(t)
     }
 
     /// See [`crate::Store::get_thread`].
     pub fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {THREAD_COLS} FROM threads WHERE id = ?1"))?;
-        let mut rows = stmt.query([id])?;
-        match rows.next()? {
-            Some(row) => thread_from_row(row).map(Some),
-            None => Ok(None),
-        }
+        self.ops().get_thread(id)
     }
 
     /// See [`crate::Store::update_thread`].
@@ -513,5 +478,49 @@ impl Tx<'_> {
             }
         }
         Ok(Some(out))
+    }
+}
+
+impl Ops<'_> {
+    /// See [`crate::Store::insert_thread`].
+    pub(crate) fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
+        self.conn.exec(
+            &format!(
+                "INSERT INTO threads ({THREAD_COLS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                 ?16, ?17, ?18, ?19)"
+            ),
+            &[
+                Value::from(&t.id),
+                Value::from(&t.cwd),
+                Value::from(t.title.clone().map(filtered)),
+                U64(t.title_revision).value()?,
+                Value::from(filtered(t.preview.clone())),
+                Value::from(&t.provider),
+                Value::from(&t.model),
+                Value::from(&t.variant),
+                Value::from(&t.effort),
+                Value::from(&t.permission_mode),
+                Value::from(&t.engine_id),
+                Value::from(t.archived),
+                Value::from(&t.archive_reason),
+                Value::from(&t.forked_from_id),
+                Value::from(&t.forked_from_turn_id),
+                Value::from(&t.forked_from_item_id),
+                Value::from(t.created_at_ms),
+                Value::from(t.updated_at_ms),
+                Value::from(json_text(&t.extra)),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_thread`].
+    pub(crate) fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {THREAD_COLS} FROM threads WHERE id = ?1"),
+            &values![id],
+        )?;
+        rows.first().map(thread_from_row).transpose()
     }
 }
