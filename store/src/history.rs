@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::Row;
 
 use crate::error::{Result, StoreError};
 use crate::rows::{turn_status, ItemRow, TurnRow, TurnWithItems};
@@ -84,31 +84,6 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
     })
 }
 
-/// A turn row's values in [`TURN_COLS`] order (`?1`..`?18`), shared by insert and
-/// update so the two can never disagree about the column order.
-fn turn_params(t: &TurnRow) -> [Box<dyn rusqlite::ToSql + '_>; 18] {
-    [
-        Box::new(&t.thread_id),
-        Box::new(&t.id),
-        Box::new(&t.kind),
-        Box::new(&t.status),
-        Box::new(&t.provider),
-        Box::new(&t.model),
-        Box::new(t.error.as_ref().map(json_text)),
-        Box::new(t.started_at_ms),
-        Box::new(t.completed_at_ms),
-        Box::new(t.answer_ready_at_ms),
-        Box::new(U64(t.input_tokens)),
-        Box::new(U64(t.output_tokens)),
-        Box::new(U64(t.cache_read_tokens)),
-        Box::new(U64(t.cache_creation_tokens)),
-        Box::new(&t.finish_reason),
-        Box::new(&t.stop_reason),
-        Box::new(t.truncated),
-        Box::new(json_text(&t.extra)),
-    ]
-}
-
 /// A turn row's values in [`TURN_COLS`] order (`?1`..`?18`), for the shared
 /// ([`crate::sql::Conn`]) statements.
 fn turn_values(t: &TurnRow) -> Result<Vec<Value>> {
@@ -155,6 +130,82 @@ impl Ops<'_> {
         Ok(())
     }
 
+    /// See [`crate::Store::update_turn`].
+    pub(crate) fn update_turn(&self, t: &TurnRow) -> Result<()> {
+        let n = self.conn.exec(
+            "UPDATE turns SET kind = ?3, status = ?4, provider = ?5, model = ?6, error = ?7, \
+             started_at_ms = ?8, completed_at_ms = ?9, answer_ready_at_ms = ?10, \
+             input_tokens = ?11, output_tokens = ?12, cache_read_tokens = ?13, \
+             cache_creation_tokens = ?14, finish_reason = ?15, stop_reason = ?16, \
+             truncated = ?17, extra = ?18 WHERE thread_id = ?1 AND id = ?2",
+            &turn_values(t)?,
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found(
+                "turn",
+                format!("{}/{}", t.thread_id, t.id),
+            ));
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::upsert_item`].
+    pub(crate) fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
+        let turn = self.conn.rows(
+            "SELECT 1 FROM turns WHERE thread_id = ?1 AND id = ?2",
+            &values![&item.thread_id, &item.turn_id],
+        )?;
+        if turn.is_empty() {
+            return Err(StoreError::not_found(
+                "turn",
+                format!("{}/{}", item.thread_id, item.turn_id),
+            ));
+        }
+        let key = format!("{}/{}", item.thread_id, item.id);
+        let existing = self.conn.rows(
+            "SELECT seq FROM items WHERE thread_id = ?1 AND id = ?2",
+            &values![&item.thread_id, &item.id],
+        )?;
+        let body = json_text(&item.body);
+        if let Some(row) = existing.first() {
+            let seq = get_u64(row, 0, "items", &key)?;
+            self.conn.exec(
+                "UPDATE items SET turn_id = ?3, item_type = ?4, status = ?5, body = ?6 \
+                 WHERE thread_id = ?1 AND id = ?2",
+                &values![
+                    &item.thread_id,
+                    &item.id,
+                    &item.turn_id,
+                    &item.item_type,
+                    &item.status,
+                    body
+                ],
+            )?;
+            return Ok(seq);
+        }
+        let next = self.conn.rows(
+            "UPDATE threads SET item_seq = item_seq + 1 WHERE id = ?1 RETURNING item_seq",
+            &values![&item.thread_id],
+        )?;
+        let seq = match next.first() {
+            Some(row) => get_u64(row, 0, "threads", &item.thread_id)?,
+            None => return Err(StoreError::not_found("thread", &item.thread_id)),
+        };
+        self.conn.exec(
+            &format!("INSERT INTO items ({ITEM_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+            &[
+                Value::from(&item.thread_id),
+                Value::from(&item.turn_id),
+                Value::from(&item.id),
+                Value::from(&item.item_type),
+                Value::from(&item.status),
+                U64(seq).value()?,
+                Value::from(body),
+            ],
+        )?;
+        Ok(seq)
+    }
+
     /// Reads one turn. `Ok(None)` when it does not exist.
     pub(crate) fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
         let rows = self.conn.rows(
@@ -173,22 +224,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::update_turn`].
     pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
-        let n = crate::util::execute(
-            self.conn,
-            "UPDATE turns SET kind = ?3, status = ?4, provider = ?5, model = ?6, error = ?7, \
-             started_at_ms = ?8, completed_at_ms = ?9, answer_ready_at_ms = ?10, \
-             input_tokens = ?11, output_tokens = ?12, cache_read_tokens = ?13, \
-             cache_creation_tokens = ?14, finish_reason = ?15, stop_reason = ?16, \
-             truncated = ?17, extra = ?18 WHERE thread_id = ?1 AND id = ?2",
-            rusqlite::params_from_iter(turn_params(t).iter()),
-        )?;
-        if n == 0 {
-            return Err(StoreError::not_found(
-                "turn",
-                format!("{}/{}", t.thread_id, t.id),
-            ));
-        }
-        Ok(())
+        self.ops().update_turn(t)
     }
 
     /// Reads one turn. `Ok(None)` when it does not exist.
@@ -198,63 +234,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::upsert_item`].
     pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
-        let turn_exists: bool = crate::util::query_row(
-            self.conn,
-            "SELECT EXISTS (SELECT 1 FROM turns WHERE thread_id = ?1 AND id = ?2)",
-            [&item.thread_id, &item.turn_id],
-            |r| r.get(0),
-        )?;
-        if !turn_exists {
-            return Err(StoreError::not_found(
-                "turn",
-                format!("{}/{}", item.thread_id, item.turn_id),
-            ));
-        }
-        let existing: Option<U64> = self
-            .conn
-            .query_row(
-                "SELECT seq FROM items WHERE thread_id = ?1 AND id = ?2",
-                [&item.thread_id, &item.id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let body = json_text(&item.body);
-        if let Some(U64(seq)) = existing {
-            crate::util::execute(
-                self.conn,
-                "UPDATE items SET turn_id = ?3, item_type = ?4, status = ?5, body = ?6 \
-                 WHERE thread_id = ?1 AND id = ?2",
-                params![
-                    item.thread_id,
-                    item.id,
-                    item.turn_id,
-                    item.item_type,
-                    item.status,
-                    body
-                ],
-            )?;
-            return Ok(seq);
-        }
-        let U64(seq) = crate::util::query_row(
-            self.conn,
-            "UPDATE threads SET item_seq = item_seq + 1 WHERE id = ?1 RETURNING item_seq",
-            [&item.thread_id],
-            |r| r.get(0),
-        )?;
-        crate::util::execute(
-            self.conn,
-            &format!("INSERT INTO items ({ITEM_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-            params![
-                item.thread_id,
-                item.turn_id,
-                item.id,
-                item.item_type,
-                item.status,
-                U64(seq),
-                body
-            ],
-        )?;
-        Ok(seq)
+        self.ops().upsert_item(item)
     }
 
     /// See [`crate::Store::delete_item`].

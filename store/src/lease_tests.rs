@@ -91,14 +91,14 @@ fn lite() -> Lite {
 }
 
 #[cfg(feature = "postgres")]
-mod pg_backend {
+pub(crate) mod pg_backend {
     use super::*;
     use crate::pg::PgStore;
 
     /// A PostgreSQL store in its own schema of the test server.
-    pub(super) struct Pg {
-        pub(super) store: PgStore,
-        url: String,
+    pub(crate) struct Pg {
+        pub(crate) store: PgStore,
+        pub(crate) url: String,
     }
 
     impl Backend for Pg {
@@ -113,7 +113,7 @@ mod pg_backend {
 
     /// A store in a fresh schema of `WUU_TEST_PG_URL`'s database; `None` (with the
     /// reason printed) when the variable is unset.
-    pub(super) fn pg() -> Option<Pg> {
+    pub(crate) fn pg() -> Option<Pg> {
         let Ok(base) = std::env::var("WUU_TEST_PG_URL") else {
             eprintln!("skipped on PostgreSQL: WUU_TEST_PG_URL is not set (.ci/run sets it)");
             return None;

@@ -123,7 +123,8 @@ fn view_from_row<'r>(row: &'r Row<'_>, extra: &'r mut serde_json::Value) -> Opti
 fn listing_sql() -> String {
     format!(
         "SELECT {THREAD_COLS} FROM threads \
-         WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR archived = ?2) \
+         WHERE (CAST(?1 AS TEXT) IS NULL OR cwd = ?1) \
+         AND (CAST(?2 AS INTEGER) IS NULL OR archived = ?2) \
          ORDER BY updated_at_ms DESC, id"
     )
 }
@@ -225,15 +226,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::touch_thread`].
     pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
-        let n = crate::util::execute(
-            self.conn,
-            "UPDATE threads SET updated_at_ms = max(updated_at_ms, ?2) WHERE id = ?1",
-            params![id, updated_at_ms],
-        )?;
-        if n == 0 {
-            return Err(StoreError::not_found("thread", id));
-        }
-        Ok(())
+        self.ops().touch_thread(id, updated_at_ms)
     }
 
     /// See [`crate::Store::set_title`].
@@ -522,5 +515,41 @@ impl Ops<'_> {
             &values![id],
         )?;
         rows.first().map(thread_from_row).transpose()
+    }
+
+    /// See [`crate::Store::touch_thread`].
+    pub(crate) fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
+        let n = self.conn.exec(
+            "UPDATE threads SET updated_at_ms = \
+             CASE WHEN updated_at_ms > ?2 THEN updated_at_ms ELSE ?2 END WHERE id = ?1",
+            &values![id, updated_at_ms],
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found("thread", id));
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_threads`] (all matching rows are read, then decoded).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn list_threads(&self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        for row in self.conn.rows(
+            &listing_sql(),
+            &values![filter.cwd.as_deref(), filter.archived],
+        )? {
+            match thread_from_row(&row) {
+                Ok(t) => out.push(t),
+                Err(e) => log::warn!("skipping damaged thread row: {e}"),
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 }

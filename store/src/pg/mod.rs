@@ -17,7 +17,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
-use crate::rows::{LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, ThreadRow, TurnRow};
+use crate::rows::{
+    ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, ThreadFilter, ThreadRow, TurnRow,
+};
 use crate::sql::{dollar_placeholders, Conn, Dialect, Ops, Value, ValueRow};
 use crate::DEFAULT_LEASE_STALE_MS;
 
@@ -402,6 +404,37 @@ impl PgStore {
         self.transaction(Some(&t.thread_id), |ops| ops.insert_turn(t))
     }
 
+    /// See [`crate::Store::update_turn`].
+    pub fn update_turn(&mut self, t: &TurnRow) -> Result<()> {
+        self.transaction(Some(&t.thread_id), |ops| ops.update_turn(t))
+    }
+
+    /// See [`crate::Store::upsert_item`].
+    pub fn upsert_item(&mut self, item: &ItemRow) -> Result<u64> {
+        self.transaction(Some(&item.thread_id), |ops| ops.upsert_item(item))
+    }
+
+    /// See [`crate::Store::touch_thread`].
+    pub fn touch_thread(&mut self, id: &str, updated_at_ms: i64) -> Result<()> {
+        self.transaction(Some(id), |ops| ops.touch_thread(id, updated_at_ms))
+    }
+
+    /// See [`crate::Store::list_threads`].
+    pub fn list_threads(&mut self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+        self.transaction(None, |ops| ops.list_threads(filter))
+    }
+
+    /// Runs `f` with the shared row methods in one transaction, committed when it
+    /// returns `Ok` (see [`crate::Store::transaction`]); the commit announces `thread_id`
+    /// on [`CHANNEL`] when given.
+    pub fn with_transaction<T>(
+        &mut self,
+        thread_id: Option<&str>,
+        f: impl FnOnce(&PgTx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.transaction(thread_id, |ops| f(&PgTx(ops)))
+    }
+
     /// See [`crate::Store::get_turn`].
     pub fn get_turn(&mut self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
         self.transaction(None, |ops| ops.get_turn(thread_id, turn_id))
@@ -486,6 +519,32 @@ impl PgStore {
     }
 }
 
+/// The row methods of [`PgStore`] inside one transaction
+/// ([`PgStore::with_transaction`]): nothing is committed until the closure returns `Ok`.
+pub struct PgTx<'a>(&'a Ops<'a>);
+
+impl PgTx<'_> {
+    /// See [`crate::Store::insert_turn`].
+    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        self.0.insert_turn(t)
+    }
+
+    /// See [`crate::Store::update_turn`].
+    pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
+        self.0.update_turn(t)
+    }
+
+    /// See [`crate::Store::upsert_item`].
+    pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
+        self.0.upsert_item(item)
+    }
+
+    /// See [`crate::Store::touch_thread`].
+    pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
+        self.0.touch_thread(id, updated_at_ms)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -508,6 +567,122 @@ mod tests {
             scrub("password s3cret rejected", "postgresql://u:s3cret@h/d"),
             "password *** rejected"
         );
+    }
+
+    fn thread(id: &str) -> ThreadRow {
+        ThreadRow::new(id, "/w", 1_000)
+    }
+
+    /// Polls `store` for notifications until `want` arrives (up to 5 s).
+    fn await_change(store: &mut PgStore, want: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if store.changes().unwrap().iter().any(|c| c == want) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    #[test]
+    fn hosts_migrate_once_and_see_each_others_conversations() {
+        let Some(first) = crate::lease_tests::pg_backend::pg() else {
+            return;
+        };
+        // a fresh schema, opened by several hosts at once: one migrates, all agree
+        let url = first.url.replace("search_path%3D", "search_path%3Dfresh_");
+        let schema = url
+            .rsplit("search_path%3D")
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let base = first.url.split("?options").next().unwrap_or_default();
+        let created = std::process::Command::new("psql")
+            .args([base, "-qc", &format!("CREATE SCHEMA {schema}")])
+            .status()
+            .unwrap();
+        assert!(created.success());
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                std::thread::spawn(move || PgStore::open(&url))
+            })
+            .collect();
+        let mut hosts: Vec<PgStore> = opens
+            .into_iter()
+            .map(|h| h.join().unwrap().unwrap())
+            .collect();
+        for h in &hosts {
+            assert_eq!(h.schema_version().unwrap(), schema::MIGRATIONS.len() as i64);
+        }
+        let mut b = hosts.pop().unwrap();
+        let mut a = hosts.pop().unwrap();
+        a.listen().unwrap();
+        assert!(a.changes().unwrap().is_empty());
+
+        // host b starts a conversation and runs a turn's writes
+        b.insert_thread(&thread("t1")).unwrap();
+        let mut turn = TurnRow::new("t1", "u1", "user", 2_000);
+        b.insert_turn(&turn).unwrap();
+        let item = ItemRow {
+            thread_id: "t1".into(),
+            turn_id: "u1".into(),
+            id: "i1".into(),
+            item_type: "agent_message".into(),
+            status: Some("completed".into()),
+            seq: 0,
+            body: serde_json::json!({"id": "i1", "type": "agent_message", "text": "hi"}),
+        };
+        assert_eq!(b.upsert_item(&item).unwrap(), 1);
+        assert_eq!(b.upsert_item(&item).unwrap(), 1, "an update keeps its seq");
+        turn.status = "completed".into();
+        b.update_turn(&turn).unwrap();
+        b.touch_thread("t1", 5_000).unwrap();
+        b.touch_thread("t1", 4_000).unwrap();
+
+        // host a is told, and its listing shows it
+        assert!(await_change(&mut a, "t1"), "no notification for t1");
+        let listed = a
+            .list_threads(&ThreadFilter {
+                cwd: Some("/w".into()),
+                archived: Some(false),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].id, "t1");
+        assert_eq!(listed[0].updated_at_ms, 5_000, "activity never moves back");
+        assert_eq!(a.get_turn("t1", "u1").unwrap().unwrap().status, "completed");
+    }
+
+    #[test]
+    fn a_lost_connection_fails_the_call_clearly_and_the_next_reconnects() {
+        let Some(first) = crate::lease_tests::pg_backend::pg() else {
+            return;
+        };
+        let mut store = first.store;
+        let mut killer = PgStore::open(&first.url).unwrap();
+        let pid: i64 = {
+            let rows = store.conn.rows("SELECT pg_backend_pid()", &[]).unwrap();
+            crate::util::get(&rows[0], 0, "pg", "pid").unwrap()
+        };
+        store.insert_thread(&thread("before")).unwrap();
+        killer
+            .conn
+            .rows(
+                "SELECT pg_terminate_backend(CAST(?1 AS INTEGER))",
+                &[Value::Int(pid)],
+            )
+            .unwrap();
+        let err = store.insert_thread(&thread("lost")).unwrap_err();
+        assert!(err.is_unavailable(), "{err:?}");
+        assert!(err.to_string().contains(store.url()), "{err}");
+        // the failed write did not commit; the next call reconnects and works
+        store.insert_thread(&thread("after")).unwrap();
+        assert!(store.get_thread("before").unwrap().is_some());
+        assert!(store.get_thread("lost").unwrap().is_none());
+        assert!(store.get_thread("after").unwrap().is_some());
     }
 
     #[test]
