@@ -662,7 +662,7 @@ mod tests {
             return;
         };
         let mut store = first.store;
-        let mut killer = PgStore::open(&first.url).unwrap();
+        let killer = PgStore::open(&first.url).unwrap();
         let pid: i64 = {
             let rows = store.conn.rows("SELECT pg_backend_pid()", &[]).unwrap();
             crate::util::get(&rows[0], 0, "pg", "pid").unwrap()
