@@ -154,7 +154,11 @@ fn main() {
             ms(pg_turn) / ms(lite_turn)
         );
         let _ = std::process::Command::new("psql")
-            .args([&base, "-qc", &format!("DROP SCHEMA {schema} CASCADE")])
+            .args([
+                &base,
+                "-qc",
+                &format!("SET client_min_messages = warning; DROP SCHEMA {schema} CASCADE"),
+            ])
             .status();
     }
 }
