@@ -66,7 +66,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 /// (listing of 1,000, one turn's writes), medians.
 fn run(s: &mut dyn Calls, turns: usize) -> (Duration, Duration) {
     for i in 0..THREADS {
-        let mut t = ThreadRow::new(&format!("t{i:04}"), "/bench", 1_000);
+        let mut t = ThreadRow::new(format!("t{i:04}"), "/bench", 1_000);
         t.updated_at_ms = 1_000 + i as i64;
         t.preview = format!("conversation {i} about something worth listing");
         s.insert_thread(&t).unwrap();
@@ -86,7 +86,7 @@ fn run(s: &mut dyn Calls, turns: usize) -> (Duration, Duration) {
     for n in 0..turns {
         let thread = format!("t{:04}", n % THREADS);
         let started = Instant::now();
-        let mut turn = TurnRow::new(&thread, &format!("u{n}"), "user", 2_000);
+        let mut turn = TurnRow::new(&thread, format!("u{n}"), "user", 2_000);
         s.insert_turn(&turn).unwrap();
         for k in 0..5 {
             let mut item = ItemRow {
