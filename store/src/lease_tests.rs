@@ -25,6 +25,8 @@ trait Backend: Send + Sized + 'static {
     fn lease_of(&mut self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>>;
     fn set_lease_stale_ms(&mut self, stale_ms: i64);
     fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport>;
+    fn upsert_input(&mut self, i: &InputRow) -> Result<()>;
+    fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>>;
 }
 
 macro_rules! delegate {
@@ -61,6 +63,12 @@ macro_rules! delegate {
         }
         fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
             self.store.recover(me, stale_ms)
+        }
+        fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
+            self.store.upsert_input(i)
+        }
+        fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+            self.store.list_inputs(thread_id, states)
         }
     };
 }
@@ -398,6 +406,17 @@ fn remote_owner_expiry<B: Backend>(mut store: B) {
             updated_at_ms: jiff::Timestamp::now().as_millisecond(),
         })
         .unwrap();
+    store
+        .upsert_input(&InputRow {
+            thread_id: "t1".into(),
+            id: "q1".into(),
+            mode: input_mode::QUEUE.into(),
+            state: input_state::PENDING.into(),
+            body: json!({"text": "next"}),
+            created_at_ms: 3_000,
+            updated_at_ms: 3_000,
+        })
+        .unwrap();
     let me = LeaseOwner::current();
     let mut here = store.reopen();
     here.set_lease_stale_ms(300);
@@ -419,6 +438,12 @@ fn remote_owner_expiry<B: Backend>(mut store: B) {
     let t = store.get_turn("t1", "u1").unwrap().unwrap();
     assert_eq!(t.status, "interrupted");
     assert_eq!(store.get_run("r1").unwrap().unwrap().status, "interrupted");
+    // the input the dead host acknowledged (committed) while its turn ran is there,
+    // still pending, for the new owner to run
+    let pending = here.list_inputs("t1", &[input_state::PENDING]).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].id, "q1");
+    assert_eq!(pending[0].body["text"], "next");
 }
 
 both!(

@@ -31,7 +31,7 @@ fn usage_from_row(row: &Row<'_>) -> Result<UsageRow> {
     })
 }
 
-fn input_from_row(row: &Row<'_>) -> Result<InputRow> {
+fn input_from_row(row: &(impl Cells + ?Sized)) -> Result<InputRow> {
     let thread_id: String = get(row, 0, "inputs", "?")?;
     let id: String = get(row, 1, "inputs", &thread_id)?;
     let key = format!("{thread_id}/{id}");
@@ -100,31 +100,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::upsert_input`].
     pub fn upsert_input(&self, i: &InputRow) -> Result<()> {
-        if !input_mode::ALL.contains(&i.mode.as_str()) {
-            return Err(StoreError::Invalid(format!("input mode {:?}", i.mode)));
-        }
-        if !input_state::ALL.contains(&i.state.as_str()) {
-            return Err(StoreError::Invalid(format!("input state {:?}", i.state)));
-        }
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO inputs ({INPUT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (thread_id, id) DO UPDATE SET mode = excluded.mode, \
-                 state = excluded.state, body = excluded.body, \
-                 updated_at_ms = excluded.updated_at_ms"
-            ),
-            params![
-                i.thread_id,
-                i.id,
-                i.mode,
-                i.state,
-                json_text(&i.body),
-                i.created_at_ms,
-                i.updated_at_ms,
-            ],
-        )?;
-        Ok(())
+        self.ops().upsert_input(i)
     }
 
     /// See [`crate::Store::get_input`].
@@ -141,19 +117,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::list_inputs`].
     pub fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 \
-             ORDER BY created_at_ms, rowid"
-        ))?;
-        let mut rows = stmt.query([thread_id])?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next()? {
-            let input = input_from_row(row)?;
-            if states.is_empty() || states.contains(&input.state.as_str()) {
-                out.push(input);
-            }
-        }
-        Ok(out)
+        self.ops().list_inputs(thread_id, states)
     }
 
     /// See [`crate::Store::upsert_run`].
@@ -192,6 +156,52 @@ impl Tx<'_> {
 }
 
 impl Ops<'_> {
+    /// See [`crate::Store::upsert_input`].
+    pub(crate) fn upsert_input(&self, i: &InputRow) -> Result<()> {
+        if !input_mode::ALL.contains(&i.mode.as_str()) {
+            return Err(StoreError::Invalid(format!("input mode {:?}", i.mode)));
+        }
+        if !input_state::ALL.contains(&i.state.as_str()) {
+            return Err(StoreError::Invalid(format!("input state {:?}", i.state)));
+        }
+        self.conn.exec(
+            &format!(
+                "INSERT INTO inputs ({INPUT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (thread_id, id) DO UPDATE SET mode = excluded.mode, \
+                 state = excluded.state, body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms"
+            ),
+            &values![
+                &i.thread_id,
+                &i.id,
+                &i.mode,
+                &i.state,
+                json_text(&i.body),
+                i.created_at_ms,
+                i.updated_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_inputs`].
+    pub(crate) fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+        let mut out = Vec::new();
+        for row in self.conn.rows(
+            &format!(
+                "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 \
+                 ORDER BY created_at_ms, rowid"
+            ),
+            &values![thread_id],
+        )? {
+            let input = input_from_row(&row)?;
+            if states.is_empty() || states.contains(&input.state.as_str()) {
+                out.push(input);
+            }
+        }
+        Ok(out)
+    }
+
     /// See [`crate::Store::upsert_run`].
     pub(crate) fn upsert_run(&self, r: &RunRow) -> Result<()> {
         self.conn.exec(

@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{
-    ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, ThreadFilter, ThreadRow, TurnRow,
+    InputRow, ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, ThreadFilter, ThreadRow,
+    TurnRow,
 };
 use crate::sql::{dollar_placeholders, Conn, Dialect, Ops, Value, ValueRow};
 use crate::DEFAULT_LEASE_STALE_MS;
@@ -412,6 +413,17 @@ impl PgStore {
     /// See [`crate::Store::upsert_item`].
     pub fn upsert_item(&mut self, item: &ItemRow) -> Result<u64> {
         self.transaction(Some(&item.thread_id), |ops| ops.upsert_item(item))
+    }
+
+    /// See [`crate::Store::upsert_input`]: an input is acknowledged only once this
+    /// returned `Ok` (committed).
+    pub fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
+        self.transaction(Some(&i.thread_id), |ops| ops.upsert_input(i))
+    }
+
+    /// See [`crate::Store::list_inputs`].
+    pub fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+        self.transaction(None, |ops| ops.list_inputs(thread_id, states))
     }
 
     /// See [`crate::Store::touch_thread`].
