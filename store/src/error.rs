@@ -19,6 +19,21 @@ pub enum StoreError {
     Busy(rusqlite::Error),
     /// Any other SQLite failure (I/O, constraint violation, full disk, …).
     Sqlite(rusqlite::Error),
+    /// A PostgreSQL statement failed (constraint violation, bad SQL, …). `code` is its
+    /// SQLSTATE; serialization failures, deadlocks and lock timeouts (`40001`, `40P01`,
+    /// `55P03`, `57014`) count as busy ([`StoreError::is_busy`]).
+    Postgres {
+        /// The five-character SQLSTATE.
+        code: String,
+        /// The server's message.
+        message: String,
+    },
+    /// The PostgreSQL server cannot be reached or the connection broke (wire error
+    /// `store_unavailable`). A write that fails with it was not acknowledged: it either
+    /// did not commit or, when the connection broke during `COMMIT`, its outcome is
+    /// unknown to this process (the next read tells). The message never contains a
+    /// password.
+    Unavailable(String),
     /// Creating the directory of the database file failed.
     Io {
         /// The path that could not be created.
@@ -59,7 +74,18 @@ impl StoreError {
     /// True for [`StoreError::Busy`]: the database was locked for longer than the busy
     /// timeout.
     pub fn is_busy(&self) -> bool {
-        matches!(self, StoreError::Busy(_))
+        match self {
+            StoreError::Busy(_) => true,
+            StoreError::Postgres { code, .. } => {
+                matches!(code.as_str(), "40001" | "40P01" | "55P03" | "57014")
+            }
+            _ => false,
+        }
+    }
+
+    /// True for [`StoreError::Unavailable`]: the database server could not be reached.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
     }
 
     pub(crate) fn corrupt(what: impl Into<String>, detail: impl fmt::Display) -> Self {
@@ -82,6 +108,10 @@ impl fmt::Display for StoreError {
         match self {
             StoreError::Busy(e) => write!(f, "database is busy (locked by another connection): {e}"),
             StoreError::Sqlite(e) => write!(f, "database error: {e}"),
+            StoreError::Postgres { code, message } => {
+                write!(f, "database error ({code}): {message}")
+            }
+            StoreError::Unavailable(m) => write!(f, "database unavailable: {m}"),
             StoreError::Io { path, source } => {
                 write!(f, "cannot create {}: {source}", path.display())
             }

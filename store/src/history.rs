@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::Row;
 
 use crate::error::{Result, StoreError};
 use crate::rows::{turn_status, ItemRow, TurnRow, TurnWithItems};
+use crate::sql::{values, Cells, Ops, Value};
 use crate::store::Tx;
 use crate::util::{get, get_json, get_json_opt, get_u64, json_text, now_ms, U64};
 
@@ -19,7 +20,7 @@ pub(crate) fn turn_from_row_pub(row: &Row<'_>) -> Result<TurnRow> {
     turn_from_row(row)
 }
 
-fn turn_from_row(row: &Row<'_>) -> Result<TurnRow> {
+fn turn_from_row(row: &(impl Cells + ?Sized)) -> Result<TurnRow> {
     let thread_id: String = get(row, 0, "turns", "?")?;
     let id: String = get(row, 1, "turns", &thread_id)?;
     let key = format!("{thread_id}/{id}");
@@ -83,65 +84,61 @@ fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
     })
 }
 
-/// A turn row's values in [`TURN_COLS`] order (`?1`..`?18`), shared by insert and
-/// update so the two can never disagree about the column order.
-fn turn_params(t: &TurnRow) -> [Box<dyn rusqlite::ToSql + '_>; 18] {
-    [
-        Box::new(&t.thread_id),
-        Box::new(&t.id),
-        Box::new(&t.kind),
-        Box::new(&t.status),
-        Box::new(&t.provider),
-        Box::new(&t.model),
-        Box::new(t.error.as_ref().map(json_text)),
-        Box::new(t.started_at_ms),
-        Box::new(t.completed_at_ms),
-        Box::new(t.answer_ready_at_ms),
-        Box::new(U64(t.input_tokens)),
-        Box::new(U64(t.output_tokens)),
-        Box::new(U64(t.cache_read_tokens)),
-        Box::new(U64(t.cache_creation_tokens)),
-        Box::new(&t.finish_reason),
-        Box::new(&t.stop_reason),
-        Box::new(t.truncated),
-        Box::new(json_text(&t.extra)),
-    ]
+/// A turn row's values in [`TURN_COLS`] order (`?1`..`?18`), for the shared
+/// ([`crate::sql::Conn`]) statements.
+fn turn_values(t: &TurnRow) -> Result<Vec<Value>> {
+    Ok(vec![
+        Value::from(&t.thread_id),
+        Value::from(&t.id),
+        Value::from(&t.kind),
+        Value::from(&t.status),
+        Value::from(&t.provider),
+        Value::from(&t.model),
+        Value::from(t.error.as_ref().map(json_text)),
+        Value::from(t.started_at_ms),
+        Value::from(&t.completed_at_ms),
+        Value::from(&t.answer_ready_at_ms),
+        U64(t.input_tokens).value()?,
+        U64(t.output_tokens).value()?,
+        U64(t.cache_read_tokens).value()?,
+        U64(t.cache_creation_tokens).value()?,
+        Value::from(&t.finish_reason),
+        Value::from(&t.stop_reason),
+        Value::from(t.truncated),
+        Value::from(json_text(&t.extra)),
+    ])
 }
 
-impl Tx<'_> {
+impl Ops<'_> {
     /// See [`crate::Store::insert_turn`].
-    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
-        let exists: bool = crate::util::query_row(
-            self.conn,
-            "SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1)",
-            [&t.thread_id],
-            |r| r.get(0),
+    pub(crate) fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        let rows = self.conn.rows(
+            "SELECT 1 FROM threads WHERE id = ?1",
+            &values![&t.thread_id],
         )?;
-        if !exists {
+        if rows.is_empty() {
             return Err(StoreError::not_found("thread", &t.thread_id));
         }
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             &format!(
                 "INSERT INTO turns ({TURN_COLS}, ordinal) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
                  ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, \
                  (SELECT coalesce(max(ordinal), 0) + 1 FROM turns WHERE thread_id = ?1))"
             ),
-            rusqlite::params_from_iter(turn_params(t).iter()),
+            &turn_values(t)?,
         )?;
         Ok(())
     }
 
     /// See [`crate::Store::update_turn`].
-    pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
-        let n = crate::util::execute(
-            self.conn,
+    pub(crate) fn update_turn(&self, t: &TurnRow) -> Result<()> {
+        let n = self.conn.exec(
             "UPDATE turns SET kind = ?3, status = ?4, provider = ?5, model = ?6, error = ?7, \
              started_at_ms = ?8, completed_at_ms = ?9, answer_ready_at_ms = ?10, \
              input_tokens = ?11, output_tokens = ?12, cache_read_tokens = ?13, \
              cache_creation_tokens = ?14, finish_reason = ?15, stop_reason = ?16, \
              truncated = ?17, extra = ?18 WHERE thread_id = ?1 AND id = ?2",
-            rusqlite::params_from_iter(turn_params(t).iter()),
+            &turn_values(t)?,
         )?;
         if n == 0 {
             return Err(StoreError::not_found(
@@ -152,77 +149,92 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Reads one turn. `Ok(None)` when it does not exist.
-    pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 AND id = ?2"
-        ))?;
-        let mut rows = stmt.query([thread_id, turn_id])?;
-        match rows.next()? {
-            Some(row) => turn_from_row(row).map(Some),
-            None => Ok(None),
-        }
-    }
-
     /// See [`crate::Store::upsert_item`].
-    pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
-        let turn_exists: bool = crate::util::query_row(
-            self.conn,
-            "SELECT EXISTS (SELECT 1 FROM turns WHERE thread_id = ?1 AND id = ?2)",
-            [&item.thread_id, &item.turn_id],
-            |r| r.get(0),
+    pub(crate) fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
+        let turn = self.conn.rows(
+            "SELECT 1 FROM turns WHERE thread_id = ?1 AND id = ?2",
+            &values![&item.thread_id, &item.turn_id],
         )?;
-        if !turn_exists {
+        if turn.is_empty() {
             return Err(StoreError::not_found(
                 "turn",
                 format!("{}/{}", item.thread_id, item.turn_id),
             ));
         }
-        let existing: Option<U64> = self
-            .conn
-            .query_row(
-                "SELECT seq FROM items WHERE thread_id = ?1 AND id = ?2",
-                [&item.thread_id, &item.id],
-                |r| r.get(0),
-            )
-            .optional()?;
+        let key = format!("{}/{}", item.thread_id, item.id);
+        let existing = self.conn.rows(
+            "SELECT seq FROM items WHERE thread_id = ?1 AND id = ?2",
+            &values![&item.thread_id, &item.id],
+        )?;
         let body = json_text(&item.body);
-        if let Some(U64(seq)) = existing {
-            crate::util::execute(
-                self.conn,
+        if let Some(row) = existing.first() {
+            let seq = get_u64(row, 0, "items", &key)?;
+            self.conn.exec(
                 "UPDATE items SET turn_id = ?3, item_type = ?4, status = ?5, body = ?6 \
                  WHERE thread_id = ?1 AND id = ?2",
-                params![
-                    item.thread_id,
-                    item.id,
-                    item.turn_id,
-                    item.item_type,
-                    item.status,
+                &values![
+                    &item.thread_id,
+                    &item.id,
+                    &item.turn_id,
+                    &item.item_type,
+                    &item.status,
                     body
                 ],
             )?;
             return Ok(seq);
         }
-        let U64(seq) = crate::util::query_row(
-            self.conn,
+        let next = self.conn.rows(
             "UPDATE threads SET item_seq = item_seq + 1 WHERE id = ?1 RETURNING item_seq",
-            [&item.thread_id],
-            |r| r.get(0),
+            &values![&item.thread_id],
         )?;
-        crate::util::execute(
-            self.conn,
+        let seq = match next.first() {
+            Some(row) => get_u64(row, 0, "threads", &item.thread_id)?,
+            None => return Err(StoreError::not_found("thread", &item.thread_id)),
+        };
+        self.conn.exec(
             &format!("INSERT INTO items ({ITEM_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-            params![
-                item.thread_id,
-                item.turn_id,
-                item.id,
-                item.item_type,
-                item.status,
-                U64(seq),
-                body
+            &[
+                Value::from(&item.thread_id),
+                Value::from(&item.turn_id),
+                Value::from(&item.id),
+                Value::from(&item.item_type),
+                Value::from(&item.status),
+                U64(seq).value()?,
+                Value::from(body),
             ],
         )?;
         Ok(seq)
+    }
+
+    /// Reads one turn. `Ok(None)` when it does not exist.
+    pub(crate) fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 AND id = ?2"),
+            &values![thread_id, turn_id],
+        )?;
+        rows.first().map(turn_from_row).transpose()
+    }
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::insert_turn`].
+    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        self.ops().insert_turn(t)
+    }
+
+    /// See [`crate::Store::update_turn`].
+    pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
+        self.ops().update_turn(t)
+    }
+
+    /// Reads one turn. `Ok(None)` when it does not exist.
+    pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
+        self.ops().get_turn(thread_id, turn_id)
+    }
+
+    /// See [`crate::Store::upsert_item`].
+    pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
+        self.ops().upsert_item(item)
     }
 
     /// See [`crate::Store::delete_item`].

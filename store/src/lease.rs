@@ -1,13 +1,16 @@
-//! Execution leases, the process registry and crash recovery.
+//! Execution leases, the process registry and crash recovery, one body of logic for
+//! both backends ([`crate::sql::Conn`]). A lease is a row with its owner (instance, host,
+//! pid) and heartbeat; an owner whose heartbeat is older than the stale limit is dead
+//! wherever it ran, so a host of a shared database takes over a dead host's leases.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use rusqlite::{params, OptionalExtension};
 use serde_json::json;
 
 use crate::error::Result;
 use crate::rows::{turn_status, LeaseOutcome, LeaseOwner, RecoveryReport, SettledTurn};
+use crate::sql::{values, Dialect, Ops};
 use crate::store::Tx;
 use crate::util::{get, json_text, now_ms};
 
@@ -72,14 +75,27 @@ fn owner_dead(
     other.host == me.host && !pid_alive(other.pid)
 }
 
-impl Tx<'_> {
+/// Key of the PostgreSQL advisory lock that lease changes and recovery hold for the
+/// rest of their transaction, so hosts take and settle leases one at a time (SQLite's
+/// `BEGIN IMMEDIATE` already serializes every writer).
+const LEASE_LOCK_KEY: i64 = 0x7775_755f_6c65_6173;
+
+impl Ops<'_> {
+    /// On PostgreSQL, waits for the cluster-wide lease lock (held until commit).
+    fn lock_leases(&self) -> Result<()> {
+        if self.conn.dialect() == Dialect::Postgres {
+            self.conn
+                .exec("SELECT pg_advisory_xact_lock(?1)", &values![LEASE_LOCK_KEY])?;
+        }
+        Ok(())
+    }
+
     fn register_instance(&self, me: &LeaseOwner, now: i64) -> Result<()> {
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             "INSERT INTO instances (instance, pid, host, started_at_ms, heartbeat_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (instance) DO UPDATE SET \
              pid = excluded.pid, host = excluded.host, heartbeat_at_ms = excluded.heartbeat_at_ms",
-            params![me.instance, me.pid, me.host, now],
+            &values![&me.instance, me.pid, &me.host, now],
         )?;
         Ok(())
     }
@@ -91,15 +107,13 @@ impl Tx<'_> {
     /// change (a body that is not valid JSON keeps its text; its column still changes).
     fn settle_turn(&self, thread_id: &str, turn_id: &str, now: i64, message: &str) -> Result<()> {
         let error = json_text(&json!({ "message": message }));
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             "UPDATE turns SET status = ?3, error = coalesce(error, ?4), \
              completed_at_ms = coalesce(completed_at_ms, ?5) \
              WHERE thread_id = ?1 AND id = ?2",
-            params![thread_id, turn_id, turn_status::INTERRUPTED, error, now],
+            &values![thread_id, turn_id, turn_status::INTERRUPTED, error, now],
         )?;
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             "UPDATE items SET \
                status = CASE WHEN item_type = 'tool_call' THEN 'failed' ELSE 'completed' END, \
                body = CASE WHEN NOT json_valid(body) THEN body \
@@ -107,13 +121,13 @@ impl Tx<'_> {
                    THEN json_insert(json_set(body, '$.status', 'failed'), '$.error', ?3) \
                  ELSE json_set(body, '$.status', 'completed') END \
              WHERE thread_id = ?1 AND turn_id = ?2 AND status = 'in_progress'",
-            params![thread_id, turn_id, TOOL_OUTCOME_UNKNOWN],
+            &values![thread_id, turn_id, TOOL_OUTCOME_UNKNOWN],
         )?;
         Ok(())
     }
 
     /// See [`crate::Store::settle_abandoned`].
-    pub fn settle_abandoned(
+    pub(crate) fn settle_abandoned(
         &self,
         thread_id: &str,
         me: &LeaseOwner,
@@ -122,38 +136,32 @@ impl Tx<'_> {
         let now = now_ms();
         let mut report = RecoveryReport::default();
         let mut turns = Vec::new();
-        {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT id FROM turns WHERE thread_id = ?1 AND status = ?2 ORDER BY ordinal",
-            )?;
-            let mut rows = stmt.query(params![thread_id, turn_status::IN_PROGRESS])?;
-            while let Some(row) = rows.next()? {
-                let turn_id: String = get(row, 0, "turns", thread_id)?;
-                turns.push(SettledTurn {
-                    thread_id: thread_id.to_string(),
-                    turn_id,
-                });
-            }
+        for row in self.conn.rows(
+            "SELECT id FROM turns WHERE thread_id = ?1 AND status = ?2 ORDER BY ordinal",
+            &values![thread_id, turn_status::IN_PROGRESS],
+        )? {
+            let turn_id: String = get(&row, 0, "turns", thread_id)?;
+            turns.push(SettledTurn {
+                thread_id: thread_id.to_string(),
+                turn_id,
+            });
         }
         for t in &turns {
             self.settle_turn(&t.thread_id, &t.turn_id, now, message)?;
         }
         report.interrupted_turns = turns;
         let mut runs = Vec::new();
-        {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT id FROM runs WHERE thread_id = ?1 AND owner_instance = ?2 \
-                 AND status IN (?3, ?4) ORDER BY created_at_ms, rowid",
-            )?;
-            let mut rows = stmt.query(params![
+        for row in self.conn.rows(
+            "SELECT id FROM runs WHERE thread_id = ?1 AND owner_instance = ?2 \
+             AND status IN (?3, ?4) ORDER BY created_at_ms, rowid",
+            &values![
                 thread_id,
-                me.instance,
+                &me.instance,
                 LIVE_RUN_STATUSES[0],
                 LIVE_RUN_STATUSES[1]
-            ])?;
-            while let Some(row) = rows.next()? {
-                runs.push(get::<String>(row, 0, "runs", thread_id)?);
-            }
+            ],
+        )? {
+            runs.push(get::<String>(&row, 0, "runs", thread_id)?);
         }
         for id in &runs {
             self.settle_run(id, now)?;
@@ -164,13 +172,12 @@ impl Tx<'_> {
     }
 
     fn settle_run(&self, id: &str, now: i64) -> Result<()> {
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             "UPDATE runs SET status = 'interrupted', updated_at_ms = ?2, \
              body = CASE WHEN json_valid(body) AND json_type(body, '$.status') IS NOT NULL \
                     THEN json_set(body, '$.status', 'interrupted') ELSE body END \
              WHERE id = ?1",
-            params![id, now],
+            &values![id, now],
         )?;
         Ok(())
     }
@@ -188,18 +195,15 @@ impl Tx<'_> {
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let mut turns = Vec::new();
-        {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT thread_id, id FROM turns WHERE status = ?1 \
-                 AND (?2 IS NULL OR thread_id = ?2) ORDER BY thread_id, ordinal",
-            )?;
-            let mut rows = stmt.query(params![turn_status::IN_PROGRESS, only_thread])?;
-            while let Some(row) = rows.next()? {
-                let thread_id: String = get(row, 0, "turns", "?")?;
-                let turn_id: String = get(row, 1, "turns", &thread_id)?;
-                if orphan_thread(&thread_id) {
-                    turns.push(SettledTurn { thread_id, turn_id });
-                }
+        for row in self.conn.rows(
+            "SELECT thread_id, id FROM turns WHERE status = ?1 \
+             AND (CAST(?2 AS TEXT) IS NULL OR thread_id = ?2) ORDER BY thread_id, ordinal",
+            &values![turn_status::IN_PROGRESS, only_thread],
+        )? {
+            let thread_id: String = get(&row, 0, "turns", "?")?;
+            let turn_id: String = get(&row, 1, "turns", &thread_id)?;
+            if orphan_thread(&thread_id) {
+                turns.push(SettledTurn { thread_id, turn_id });
             }
         }
         for t in &turns {
@@ -208,25 +212,18 @@ impl Tx<'_> {
         report.interrupted_turns.extend(turns);
 
         let mut runs = Vec::new();
-        {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT id, thread_id, owner_instance, updated_at_ms FROM runs \
-                 WHERE status IN (?1, ?2) AND (?3 IS NULL OR thread_id = ?3) \
-                 ORDER BY created_at_ms, rowid",
-            )?;
-            let mut rows = stmt.query(params![
-                LIVE_RUN_STATUSES[0],
-                LIVE_RUN_STATUSES[1],
-                only_thread
-            ])?;
-            while let Some(row) = rows.next()? {
-                let id: String = get(row, 0, "runs", "?")?;
-                let thread_id: String = get(row, 1, "runs", &id)?;
-                let owner: String = get(row, 2, "runs", &id)?;
-                let updated: i64 = get(row, 3, "runs", &id)?;
-                if orphan_thread(&thread_id) && run_owner_dead(&owner, updated) {
-                    runs.push(id);
-                }
+        for row in self.conn.rows(
+            "SELECT id, thread_id, owner_instance, updated_at_ms FROM runs \
+             WHERE status IN (?1, ?2) AND (CAST(?3 AS TEXT) IS NULL OR thread_id = ?3) \
+             ORDER BY created_at_ms, rowid",
+            &values![LIVE_RUN_STATUSES[0], LIVE_RUN_STATUSES[1], only_thread],
+        )? {
+            let id: String = get(&row, 0, "runs", "?")?;
+            let thread_id: String = get(&row, 1, "runs", &id)?;
+            let owner: String = get(&row, 2, "runs", &id)?;
+            let updated: i64 = get(&row, 3, "runs", &id)?;
+            if orphan_thread(&thread_id) && run_owner_dead(&owner, updated) {
+                runs.push(id);
             }
         }
         for id in &runs {
@@ -245,19 +242,18 @@ impl Tx<'_> {
         now: i64,
         stale_ms: i64,
     ) -> Result<HashMap<String, bool>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT instance, pid, host, heartbeat_at_ms FROM instances")?;
-        let mut rows = stmt.query([])?;
         let mut out = HashMap::new();
-        while let Some(row) = rows.next()? {
-            let instance: String = get(row, 0, "instances", "?")?;
+        for row in self.conn.rows(
+            "SELECT instance, pid, host, heartbeat_at_ms FROM instances",
+            &[],
+        )? {
+            let instance: String = get(&row, 0, "instances", "?")?;
             let owner = LeaseOwner {
-                pid: get(row, 1, "instances", &instance)?,
-                host: get(row, 2, "instances", &instance)?,
+                pid: get(&row, 1, "instances", &instance)?,
+                host: get(&row, 2, "instances", &instance)?,
                 instance: instance.clone(),
             };
-            let heartbeat: i64 = get(row, 3, "instances", &instance)?;
+            let heartbeat: i64 = get(&row, 3, "instances", &instance)?;
             out.insert(instance, !owner_dead(&owner, heartbeat, me, now, stale_ms));
         }
         out.insert(me.instance.clone(), true);
@@ -265,17 +261,21 @@ impl Tx<'_> {
     }
 
     /// See [`crate::Store::acquire_lease`].
-    pub fn acquire_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<LeaseOutcome> {
+    pub(crate) fn acquire_lease(
+        &self,
+        thread_id: &str,
+        owner: &LeaseOwner,
+    ) -> Result<LeaseOutcome> {
+        self.lock_leases()?;
         let now = now_ms();
         let stale_ms = self.lease_stale_ms;
         self.register_instance(owner, now)?;
         let current = self.lease_of(thread_id)?;
         let previous = match current {
             Some((holder, _)) if holder.instance == owner.instance => {
-                crate::util::execute(
-                    self.conn,
+                self.conn.exec(
                     "UPDATE leases SET heartbeat_at_ms = ?2 WHERE thread_id = ?1",
-                    params![thread_id, now],
+                    &values![thread_id, now],
                 )?;
                 return Ok(LeaseOutcome::AlreadyHeld);
             }
@@ -284,20 +284,22 @@ impl Tx<'_> {
                     return Ok(LeaseOutcome::Busy(holder));
                 }
                 log::info!(
-                    "taking over lease of thread {thread_id} from dead owner pid {} instance {}",
+                    "taking over lease of thread {thread_id} from dead owner pid {} instance {} host {}",
                     holder.pid,
-                    holder.instance
+                    holder.instance,
+                    holder.host
                 );
                 Some(holder)
             }
             None => None,
         };
-        crate::util::execute(
-            self.conn,
-            "INSERT OR REPLACE INTO leases \
+        self.conn.exec(
+            "INSERT INTO leases \
              (thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
-            params![thread_id, owner.pid, owner.instance, owner.host, now],
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5) ON CONFLICT (thread_id) DO UPDATE SET \
+             pid = excluded.pid, instance = excluded.instance, host = excluded.host, \
+             acquired_at_ms = excluded.acquired_at_ms, heartbeat_at_ms = excluded.heartbeat_at_ms",
+            &values![thread_id, owner.pid, &owner.instance, &owner.host, now],
         )?;
         // Nobody live held the lease, so nothing of this thread can be running elsewhere
         // (except an unfinished run of a live process that has not started it yet).
@@ -319,80 +321,74 @@ impl Tx<'_> {
     }
 
     /// See [`crate::Store::release_lease`].
-    pub fn release_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
-        crate::util::execute(
-            self.conn,
+    pub(crate) fn release_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
+        self.conn.exec(
             "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
-            params![thread_id, owner.instance],
+            &values![thread_id, &owner.instance],
         )?;
         Ok(())
     }
 
     /// See [`crate::Store::heartbeat`].
-    pub fn heartbeat(&self, owner: &LeaseOwner) -> Result<()> {
+    pub(crate) fn heartbeat(&self, owner: &LeaseOwner) -> Result<()> {
         let now = now_ms();
         self.register_instance(owner, now)?;
-        crate::util::execute(
-            self.conn,
+        self.conn.exec(
             "UPDATE leases SET heartbeat_at_ms = ?2 WHERE instance = ?1",
-            params![owner.instance, now],
+            &values![&owner.instance, now],
         )?;
         Ok(())
     }
 
     /// See [`crate::Store::lease_of`].
-    pub fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
-        let row = crate::util::query_row(
-            self.conn,
+    pub(crate) fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
+        let rows = self.conn.rows(
             "SELECT pid, instance, host, heartbeat_at_ms FROM leases WHERE thread_id = ?1",
-            [thread_id],
-            |r| {
-                Ok((
-                    LeaseOwner {
-                        pid: r.get(0)?,
-                        instance: r.get(1)?,
-                        host: r.get(2)?,
-                    },
-                    r.get(3)?,
-                ))
+            &values![thread_id],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let (t, k) = ("leases", thread_id);
+        Ok(Some((
+            LeaseOwner {
+                pid: get(row, 0, t, k)?,
+                instance: get(row, 1, t, k)?,
+                host: get(row, 2, t, k)?,
             },
-        )
-        .optional()?;
-        Ok(row)
+            get(row, 3, t, k)?,
+        )))
     }
 
     /// See [`crate::Store::recover`].
-    pub fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
+    pub(crate) fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
+        self.lock_leases()?;
         let now = now_ms();
         self.register_instance(me, now)?;
         let mut report = RecoveryReport::default();
 
         // 1. Dead leases.
         let mut leases = Vec::new();
-        {
-            let mut stmt = self.conn.prepare_cached(
-                "SELECT thread_id, pid, instance, host, heartbeat_at_ms FROM leases \
-                 ORDER BY thread_id",
-            )?;
-            let mut rows = stmt.query([])?;
-            while let Some(row) = rows.next()? {
-                let thread_id: String = get(row, 0, "leases", "?")?;
-                let owner = LeaseOwner {
-                    pid: get(row, 1, "leases", &thread_id)?,
-                    instance: get(row, 2, "leases", &thread_id)?,
-                    host: get(row, 3, "leases", &thread_id)?,
-                };
-                let heartbeat: i64 = get(row, 4, "leases", &thread_id)?;
-                leases.push((thread_id, owner, heartbeat));
-            }
+        for row in self.conn.rows(
+            "SELECT thread_id, pid, instance, host, heartbeat_at_ms FROM leases \
+             ORDER BY thread_id",
+            &[],
+        )? {
+            let thread_id: String = get(&row, 0, "leases", "?")?;
+            let owner = LeaseOwner {
+                pid: get(&row, 1, "leases", &thread_id)?,
+                instance: get(&row, 2, "leases", &thread_id)?,
+                host: get(&row, 3, "leases", &thread_id)?,
+            };
+            let heartbeat: i64 = get(&row, 4, "leases", &thread_id)?;
+            leases.push((thread_id, owner, heartbeat));
         }
         let mut live_threads = HashSet::new();
         for (thread_id, owner, heartbeat) in leases {
             if owner_dead(&owner, heartbeat, me, now, stale_ms) {
-                crate::util::execute(
-                    self.conn,
+                self.conn.exec(
                     "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
-                    params![thread_id, owner.instance],
+                    &values![&thread_id, &owner.instance],
                 )?;
                 report.removed_leases.push((thread_id, owner));
             } else {
@@ -413,8 +409,10 @@ impl Tx<'_> {
         // 3. Forget dead processes.
         for (instance, alive) in &liveness {
             if !alive {
-                self.conn
-                    .execute("DELETE FROM instances WHERE instance = ?1", [instance])?;
+                self.conn.exec(
+                    "DELETE FROM instances WHERE instance = ?1",
+                    &values![instance],
+                )?;
             }
         }
         if !report.is_empty() {
@@ -426,6 +424,43 @@ impl Tx<'_> {
             );
         }
         Ok(report)
+    }
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::settle_abandoned`].
+    pub fn settle_abandoned(
+        &self,
+        thread_id: &str,
+        me: &LeaseOwner,
+        message: &str,
+    ) -> Result<RecoveryReport> {
+        self.ops().settle_abandoned(thread_id, me, message)
+    }
+
+    /// See [`crate::Store::acquire_lease`].
+    pub fn acquire_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<LeaseOutcome> {
+        self.ops().acquire_lease(thread_id, owner)
+    }
+
+    /// See [`crate::Store::release_lease`].
+    pub fn release_lease(&self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
+        self.ops().release_lease(thread_id, owner)
+    }
+
+    /// See [`crate::Store::heartbeat`].
+    pub fn heartbeat(&self, owner: &LeaseOwner) -> Result<()> {
+        self.ops().heartbeat(owner)
+    }
+
+    /// See [`crate::Store::lease_of`].
+    pub fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
+        self.ops().lease_of(thread_id)
+    }
+
+    /// See [`crate::Store::recover`].
+    pub fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
+        self.ops().recover(me, stale_ms)
     }
 }
 

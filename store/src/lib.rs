@@ -16,7 +16,8 @@
 //! # Ok(()) }
 //! ```
 
-#![forbid(unsafe_code)]
+// `unsafe` only in the documented libpq wrapper (`pg::ffi`, feature `postgres`).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 mod error;
@@ -24,12 +25,15 @@ mod history;
 mod lease;
 mod organization;
 mod pages;
+#[cfg(feature = "postgres")]
+pub mod pg;
 mod processes;
 mod records;
 mod rows;
 mod schema;
 mod side;
 mod skills;
+mod sql;
 mod store;
 mod threads;
 mod usage;
@@ -52,5 +56,7 @@ pub use threads::SNIPPET_CHARS;
 pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};
 pub use util::{set_text_filter, TextFilter};
 
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod tests;

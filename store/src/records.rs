@@ -4,6 +4,7 @@ use rusqlite::{params, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{input_mode, input_state, InputRow, RunRow, UsageRow};
+use crate::sql::{values, Cells, Ops};
 use crate::store::Tx;
 use crate::util::{get, get_json, get_u64, json_text, now_ms, U64};
 
@@ -30,7 +31,7 @@ fn usage_from_row(row: &Row<'_>) -> Result<UsageRow> {
     })
 }
 
-fn input_from_row(row: &Row<'_>) -> Result<InputRow> {
+fn input_from_row(row: &(impl Cells + ?Sized)) -> Result<InputRow> {
     let thread_id: String = get(row, 0, "inputs", "?")?;
     let id: String = get(row, 1, "inputs", &thread_id)?;
     let key = format!("{thread_id}/{id}");
@@ -46,7 +47,7 @@ fn input_from_row(row: &Row<'_>) -> Result<InputRow> {
     })
 }
 
-fn run_from_row(row: &Row<'_>) -> Result<RunRow> {
+fn run_from_row(row: &(impl Cells + ?Sized)) -> Result<RunRow> {
     let id: String = get(row, 0, "runs", "?")?;
     let (t, k) = ("runs", id.as_str());
     Ok(RunRow {
@@ -99,31 +100,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::upsert_input`].
     pub fn upsert_input(&self, i: &InputRow) -> Result<()> {
-        if !input_mode::ALL.contains(&i.mode.as_str()) {
-            return Err(StoreError::Invalid(format!("input mode {:?}", i.mode)));
-        }
-        if !input_state::ALL.contains(&i.state.as_str()) {
-            return Err(StoreError::Invalid(format!("input state {:?}", i.state)));
-        }
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO inputs ({INPUT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (thread_id, id) DO UPDATE SET mode = excluded.mode, \
-                 state = excluded.state, body = excluded.body, \
-                 updated_at_ms = excluded.updated_at_ms"
-            ),
-            params![
-                i.thread_id,
-                i.id,
-                i.mode,
-                i.state,
-                json_text(&i.body),
-                i.created_at_ms,
-                i.updated_at_ms,
-            ],
-        )?;
-        Ok(())
+        self.ops().upsert_input(i)
     }
 
     /// See [`crate::Store::get_input`].
@@ -140,54 +117,17 @@ impl Tx<'_> {
 
     /// See [`crate::Store::list_inputs`].
     pub fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 \
-             ORDER BY created_at_ms, rowid"
-        ))?;
-        let mut rows = stmt.query([thread_id])?;
-        let mut out = Vec::new();
-        while let Some(row) = rows.next()? {
-            let input = input_from_row(row)?;
-            if states.is_empty() || states.contains(&input.state.as_str()) {
-                out.push(input);
-            }
-        }
-        Ok(out)
+        self.ops().list_inputs(thread_id, states)
     }
 
     /// See [`crate::Store::upsert_run`].
     pub fn upsert_run(&self, r: &RunRow) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
-                 owner_instance = excluded.owner_instance, body = excluded.body, \
-                 updated_at_ms = excluded.updated_at_ms"
-            ),
-            params![
-                r.id,
-                r.thread_id,
-                r.status,
-                r.owner_instance,
-                json_text(&r.body),
-                r.created_at_ms,
-                r.updated_at_ms,
-            ],
-        )?;
-        Ok(())
+        self.ops().upsert_run(r)
     }
 
     /// See [`crate::Store::get_run`].
     pub fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"))?;
-        let mut rows = stmt.query([id])?;
-        match rows.next()? {
-            Some(row) => run_from_row(row).map(Some),
-            None => Ok(None),
-        }
+        self.ops().get_run(id)
     }
 
     /// See [`crate::Store::list_runs`].
@@ -212,5 +152,84 @@ impl Tx<'_> {
             params![thread_id, source_turn_id, now_ms()],
         )?;
         Ok(n == 1)
+    }
+}
+
+impl Ops<'_> {
+    /// See [`crate::Store::upsert_input`].
+    pub(crate) fn upsert_input(&self, i: &InputRow) -> Result<()> {
+        if !input_mode::ALL.contains(&i.mode.as_str()) {
+            return Err(StoreError::Invalid(format!("input mode {:?}", i.mode)));
+        }
+        if !input_state::ALL.contains(&i.state.as_str()) {
+            return Err(StoreError::Invalid(format!("input state {:?}", i.state)));
+        }
+        self.conn.exec(
+            &format!(
+                "INSERT INTO inputs ({INPUT_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (thread_id, id) DO UPDATE SET mode = excluded.mode, \
+                 state = excluded.state, body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms"
+            ),
+            &values![
+                &i.thread_id,
+                &i.id,
+                &i.mode,
+                &i.state,
+                json_text(&i.body),
+                i.created_at_ms,
+                i.updated_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_inputs`].
+    pub(crate) fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+        let mut out = Vec::new();
+        for row in self.conn.rows(
+            &format!(
+                "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 \
+                 ORDER BY created_at_ms, rowid"
+            ),
+            &values![thread_id],
+        )? {
+            let input = input_from_row(&row)?;
+            if states.is_empty() || states.contains(&input.state.as_str()) {
+                out.push(input);
+            }
+        }
+        Ok(out)
+    }
+
+    /// See [`crate::Store::upsert_run`].
+    pub(crate) fn upsert_run(&self, r: &RunRow) -> Result<()> {
+        self.conn.exec(
+            &format!(
+                "INSERT INTO runs ({RUN_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, \
+                 owner_instance = excluded.owner_instance, body = excluded.body, \
+                 updated_at_ms = excluded.updated_at_ms"
+            ),
+            &values![
+                &r.id,
+                &r.thread_id,
+                &r.status,
+                &r.owner_instance,
+                json_text(&r.body),
+                r.created_at_ms,
+                r.updated_at_ms,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_run`].
+    pub(crate) fn get_run(&self, id: &str) -> Result<Option<RunRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
+            &values![id],
+        )?;
+        rows.first().map(run_from_row).transpose()
     }
 }

@@ -95,6 +95,16 @@ pub struct Tx<'c> {
     pub(crate) lease_stale_ms: i64,
 }
 
+impl Tx<'_> {
+    /// The backend-neutral row logic on this transaction's connection.
+    pub(crate) fn ops(&self) -> crate::sql::Ops<'_> {
+        crate::sql::Ops {
+            conn: self.conn,
+            lease_stale_ms: self.lease_stale_ms,
+        }
+    }
+}
+
 impl std::fmt::Debug for Tx<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tx").finish_non_exhaustive()

@@ -5,6 +5,7 @@ use rusqlite::{params, OptionalExtension, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow, ThreadView};
+use crate::sql::{values, Cells, Ops, Value};
 use crate::store::Tx;
 use crate::util::{filtered, find_ci, get, get_json, get_u64, json_text, snippet, U64};
 
@@ -20,7 +21,7 @@ pub(crate) const THREAD_COLS: &str = "id, cwd, title, title_revision, preview, p
     forked_from_id, forked_from_turn_id, forked_from_item_id, created_at_ms, \
     updated_at_ms, extra";
 
-pub(crate) fn thread_from_row(row: &Row<'_>) -> Result<ThreadRow> {
+pub(crate) fn thread_from_row(row: &(impl Cells + ?Sized)) -> Result<ThreadRow> {
     let id: String = get(row, 0, "threads", "?")?;
     let k = id.as_str();
     let t = "threads";
@@ -122,7 +123,8 @@ fn view_from_row<'r>(row: &'r Row<'_>, extra: &'r mut serde_json::Value) -> Opti
 fn listing_sql() -> String {
     format!(
         "SELECT {THREAD_COLS} FROM threads \
-         WHERE (?1 IS NULL OR cwd = ?1) AND (?2 IS NULL OR archived = ?2) \
+         WHERE (CAST(?1 AS TEXT) IS NULL OR cwd = ?1) \
+         AND (CAST(?2 AS INTEGER) IS NULL OR archived = ?2) \
          ORDER BY updated_at_ms DESC, id"
     )
 }
@@ -182,48 +184,12 @@ impl Tx<'_> {
 
     /// See [`crate::Store::insert_thread`].
     pub fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO threads ({THREAD_COLS}) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
-                 ?16, ?17, ?18, ?19)"
-            ),
-            params![
-                t.id,
-                t.cwd,
-                t.title.clone().map(filtered),
-                U64(t.title_revision),
-                filtered(t.preview.clone()),
-                t.provider,
-                t.model,
-                t.variant,
-                t.effort,
-                t.permission_mode,
-                t.engine_id,
-                t.archived,
-                t.archive_reason,
-                t.forked_from_id,
-                t.forked_from_turn_id,
-                t.forked_from_item_id,
-                t.created_at_ms,
-                t.updated_at_ms,
-                json_text(&t.extra),
-            ],
-        )?;
-        Ok(())
+        self.ops().insert_thread(t)
     }
 
     /// See [`crate::Store::get_thread`].
     pub fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&format!("SELECT {THREAD_COLS} FROM threads WHERE id = ?1"))?;
-        let mut rows = stmt.query([id])?;
-        match rows.next()? {
-            Some(row) => thread_from_row(row).map(Some),
-            None => Ok(None),
-        }
+        self.ops().get_thread(id)
     }
 
     /// See [`crate::Store::update_thread`].
@@ -260,15 +226,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::touch_thread`].
     pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
-        let n = crate::util::execute(
-            self.conn,
-            "UPDATE threads SET updated_at_ms = max(updated_at_ms, ?2) WHERE id = ?1",
-            params![id, updated_at_ms],
-        )?;
-        if n == 0 {
-            return Err(StoreError::not_found("thread", id));
-        }
-        Ok(())
+        self.ops().touch_thread(id, updated_at_ms)
     }
 
     /// See [`crate::Store::set_title`].
@@ -513,5 +471,85 @@ impl Tx<'_> {
             }
         }
         Ok(Some(out))
+    }
+}
+
+impl Ops<'_> {
+    /// See [`crate::Store::insert_thread`].
+    pub(crate) fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
+        self.conn.exec(
+            &format!(
+                "INSERT INTO threads ({THREAD_COLS}) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, \
+                 ?16, ?17, ?18, ?19)"
+            ),
+            &[
+                Value::from(&t.id),
+                Value::from(&t.cwd),
+                Value::from(t.title.clone().map(filtered)),
+                U64(t.title_revision).value()?,
+                Value::from(filtered(t.preview.clone())),
+                Value::from(&t.provider),
+                Value::from(&t.model),
+                Value::from(&t.variant),
+                Value::from(&t.effort),
+                Value::from(&t.permission_mode),
+                Value::from(&t.engine_id),
+                Value::from(t.archived),
+                Value::from(&t.archive_reason),
+                Value::from(&t.forked_from_id),
+                Value::from(&t.forked_from_turn_id),
+                Value::from(&t.forked_from_item_id),
+                Value::from(t.created_at_ms),
+                Value::from(t.updated_at_ms),
+                Value::from(json_text(&t.extra)),
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::get_thread`].
+    pub(crate) fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {THREAD_COLS} FROM threads WHERE id = ?1"),
+            &values![id],
+        )?;
+        rows.first().map(thread_from_row).transpose()
+    }
+
+    /// See [`crate::Store::touch_thread`].
+    pub(crate) fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
+        let n = self.conn.exec(
+            "UPDATE threads SET updated_at_ms = \
+             CASE WHEN updated_at_ms > ?2 THEN updated_at_ms ELSE ?2 END WHERE id = ?1",
+            &values![id, updated_at_ms],
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found("thread", id));
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_threads`] (all matching rows are read, then decoded).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn list_threads(&self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+        let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
+        let mut out = Vec::new();
+        if limit == 0 {
+            return Ok(out);
+        }
+        for row in self.conn.rows(
+            &listing_sql(),
+            &values![filter.cwd.as_deref(), filter.archived],
+        )? {
+            match thread_from_row(&row) {
+                Ok(t) => out.push(t),
+                Err(e) => log::warn!("skipping damaged thread row: {e}"),
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 }

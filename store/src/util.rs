@@ -1,10 +1,11 @@
 //! Small helpers shared by the row modules.
 
-use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
+use rusqlite::types::ToSqlOutput;
 use rusqlite::{Row, ToSql};
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
+use crate::sql::{Cells, FromValue, Value as SqlValue};
 
 /// Now as Unix milliseconds.
 pub(crate) fn now_ms() -> i64 {
@@ -38,9 +39,14 @@ pub(crate) fn filtered(text: String) -> String {
 
 /// Reads column `idx`; a type/NULL mismatch becomes [`StoreError::Corrupt`] naming
 /// `table[key].column`.
-pub(crate) fn get<T: FromSql>(row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<T> {
-    row.get(idx).map_err(|e| {
-        let col = row.as_ref().column_name(idx).unwrap_or("?").to_string();
+pub(crate) fn get<T: FromValue>(
+    row: &(impl Cells + ?Sized),
+    idx: usize,
+    table: &str,
+    key: &str,
+) -> Result<T> {
+    row.cell(idx).and_then(T::from_value).map_err(|e| {
+        let col = row.column_name(idx);
         StoreError::corrupt(format!("{table}[{key}].{col}"), e)
     })
 }
@@ -58,29 +64,57 @@ impl ToSql for U64 {
     }
 }
 
-impl FromSql for U64 {
-    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+impl rusqlite::types::FromSql for U64 {
+    fn column_result(value: rusqlite::types::ValueRef<'_>) -> rusqlite::types::FromSqlResult<Self> {
         let i = i64::column_result(value)?;
         u64::try_from(i)
             .map(U64)
-            .map_err(|_| FromSqlError::OutOfRange(i))
+            .map_err(|_| rusqlite::types::FromSqlError::OutOfRange(i))
+    }
+}
+
+impl FromValue for U64 {
+    fn from_value(v: SqlValue) -> std::result::Result<Self, String> {
+        let i = i64::from_value(v)?;
+        u64::try_from(i)
+            .map(U64)
+            .map_err(|_| format!("integer {i} out of range"))
+    }
+}
+
+impl U64 {
+    /// As a [`crate::sql::Value`]; an error when above `i64::MAX`.
+    pub(crate) fn value(self) -> Result<SqlValue> {
+        i64::try_from(self.0).map(SqlValue::Int).map_err(|_| {
+            StoreError::Invalid(format!("{} does not fit a signed 64-bit integer", self.0))
+        })
     }
 }
 
 /// Reads a non-negative integer column as `u64`.
-pub(crate) fn get_u64(row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<u64> {
+pub(crate) fn get_u64(
+    row: &(impl Cells + ?Sized),
+    idx: usize,
+    table: &str,
+    key: &str,
+) -> Result<u64> {
     get::<U64>(row, idx, table, key).map(|v| v.0)
 }
 
 /// Reads a JSON text column.
-pub(crate) fn get_json(row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<Value> {
+pub(crate) fn get_json(
+    row: &(impl Cells + ?Sized),
+    idx: usize,
+    table: &str,
+    key: &str,
+) -> Result<Value> {
     let text: String = get(row, idx, table, key)?;
     parse_json(&text, row, idx, table, key)
 }
 
 /// Reads a nullable JSON text column.
 pub(crate) fn get_json_opt(
-    row: &Row<'_>,
+    row: &(impl Cells + ?Sized),
     idx: usize,
     table: &str,
     key: &str,
@@ -90,9 +124,15 @@ pub(crate) fn get_json_opt(
         .transpose()
 }
 
-fn parse_json(text: &str, row: &Row<'_>, idx: usize, table: &str, key: &str) -> Result<Value> {
+fn parse_json(
+    text: &str,
+    row: &(impl Cells + ?Sized),
+    idx: usize,
+    table: &str,
+    key: &str,
+) -> Result<Value> {
     serde_json::from_str(text).map_err(|e| {
-        let col = row.as_ref().column_name(idx).unwrap_or("?").to_string();
+        let col = row.column_name(idx);
         StoreError::corrupt(format!("{table}[{key}].{col}"), format!("bad JSON: {e}"))
     })
 }
