@@ -7,8 +7,8 @@
 //! rusqlite's borrowed rows (the SQLite hot paths keep their cached statements and
 //! in-place reads) and for owned [`ValueRow`]s. SQLite functions the shared SQL uses
 //! (`json_valid`, `json_type`, `json_set`, `json_insert` on `$.key` paths) exist on
-//! PostgreSQL as functions the PostgreSQL schema defines. See `docs` in README
-//! "Several hosts, one database".
+//! PostgreSQL as functions its schema defines (`pg/schema.rs`). README: "Several hosts,
+//! one database".
 
 use std::rc::Rc;
 
