@@ -467,6 +467,31 @@ fn scripted_acp_terminals_run_in_the_sandbox_and_show_as_commands() {
     assert_eq!(tool["result"], "out\nerr\n", "{tool}");
 }
 
+#[test]
+fn scripted_acp_terminals_follow_the_permission_mode() {
+    for mode in ["read_only", "unconfined"] {
+        let (s, _log) = Setup::scripted("terminal");
+        std::fs::create_dir(s.ws.join("sub")).unwrap();
+        let mut app = s.app();
+        let thread_id = start_thread(&mut app, mode);
+        turn(&mut app, &thread_id, "run things");
+        let end = wait_turn_end(&mut app, &thread_id);
+        assert_eq!(end["method"], "turn/completed", "{mode}: {end}");
+        let r = report(&end);
+        let wrote = s.ws.join("written-by-terminal").exists();
+        if mode == "read_only" {
+            // The read-only sandbox: the command runs, its write fails.
+            assert_ne!(r["touch"]["exitCode"], 0, "{end}");
+            assert!(!wrote, "{end}");
+            assert!(r["outside"].is_string(), "{end}");
+        } else {
+            assert_eq!(r["touch"]["exitCode"], 0, "{end}");
+            assert!(wrote, "{end}");
+            assert!(r["outside"].is_null(), "unconfined may run anywhere: {end}");
+        }
+    }
+}
+
 /// Pids of live processes whose command line holds `needle`.
 fn processes_with(needle: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
