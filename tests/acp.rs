@@ -465,6 +465,11 @@ fn scripted_acp_terminals_run_in_the_sandbox_and_show_as_commands() {
     );
     assert!(text.contains("exec"), "{tool}");
     assert_eq!(tool["result"], "out\nerr\n", "{tool}");
+    // Its output streamed to clients as it came.
+    let delta = app.wait_for("the terminal's output", |v| {
+        v["method"] == "item/toolCall/outputDelta"
+    });
+    assert!(delta.to_string().contains(r"out\nerr\n"), "{delta}");
 }
 
 #[test]
