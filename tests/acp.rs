@@ -3,10 +3,16 @@
 //! `.ci/run`) as the `pi` catalogue engine (which appends no launch arguments), talking
 //! to the fake Responses provider on loopback through an isolated `CODEX_HOME`; plus a
 //! scripted agent (tests/support/fake_acp.py) for what the real one cannot be made to
-//! do: a refused permission, a crash mid-update, file requests outside the workspace.
+//! do: a refused permission, a crash mid-update, file requests outside the workspace,
+//! every client terminal method. The real `claude-code-acp` (npm
+//! `@zed-industries/claude-code-acp`) runs a turn and its Bash tool in our terminal
+//! against the fake Messages provider, and every message the client sends to the
+//! scripted agent is validated against the ACP reference schema (npm
+//! `@agentclientprotocol/sdk`, `schema/v1/schema.json`).
 //!
-//! The agent comes from `WUU_TEST_CODEX_ACP_BIN`; without it the real-agent tests print
-//! why and return.
+//! The agents and the schema come from `WUU_TEST_CODEX_ACP_BIN`,
+//! `WUU_TEST_CLAUDE_CODE_ACP_BIN` and `WUU_TEST_ACP_SCHEMA`; without one, the tests that
+//! need it print why and return.
 
 mod support;
 
