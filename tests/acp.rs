@@ -3,10 +3,16 @@
 //! `.ci/run`) as the `pi` catalogue engine (which appends no launch arguments), talking
 //! to the fake Responses provider on loopback through an isolated `CODEX_HOME`; plus a
 //! scripted agent (tests/support/fake_acp.py) for what the real one cannot be made to
-//! do: a refused permission, a crash mid-update, file requests outside the workspace.
+//! do: a refused permission, a crash mid-update, file requests outside the workspace,
+//! every client terminal method. The real `claude-code-acp` (npm
+//! `@zed-industries/claude-code-acp`) runs a turn and its Bash tool in our terminal
+//! against the fake Messages provider, and every message the client sends to the
+//! scripted agent is validated against the ACP reference schema (npm
+//! `@agentclientprotocol/sdk`, `schema/v1/schema.json`).
 //!
-//! The agent comes from `WUU_TEST_CODEX_ACP_BIN`; without it the real-agent tests print
-//! why and return.
+//! The agents and the schema come from `WUU_TEST_CODEX_ACP_BIN`,
+//! `WUU_TEST_CLAUDE_CODE_ACP_BIN` and `WUU_TEST_ACP_SCHEMA`; without one, the tests that
+//! need it print why and return.
 
 mod support;
 
@@ -435,9 +441,11 @@ fn scripted_acp_terminals_run_in_the_sandbox_and_show_as_commands() {
     assert!(r["killed_running"].get("exitStatus").is_none(), "{end}");
     assert_eq!(r["kill"], json!({}), "{end}");
     let killed = &r["killed"];
+    // SIGTERM, or SIGKILL when the signal reached the sandbox's init before the shell.
     assert!(
-        killed["signal"] == "SIGTERM" || killed["exitCode"] == 143,
-        "killed by SIGTERM: {end}"
+        ["SIGTERM", "SIGKILL"].contains(&killed["signal"].as_str().unwrap_or(""))
+            || [143, 137].contains(&killed["exitCode"].as_i64().unwrap_or(0)),
+        "killed by a signal: {end}"
     );
     assert_eq!(
         r["cwd_env"],
@@ -463,6 +471,36 @@ fn scripted_acp_terminals_run_in_the_sandbox_and_show_as_commands() {
     );
     assert!(text.contains("exec"), "{tool}");
     assert_eq!(tool["result"], "out\nerr\n", "{tool}");
+    // Its output streamed to clients as it came.
+    let delta = app.wait_for("the terminal's output", |v| {
+        v["method"] == "item/toolCall/outputDelta"
+    });
+    assert!(delta.to_string().contains(r"out\nerr\n"), "{delta}");
+}
+
+#[test]
+fn scripted_acp_terminals_follow_the_permission_mode() {
+    for mode in ["read_only", "unconfined"] {
+        let (s, _log) = Setup::scripted("terminal");
+        std::fs::create_dir(s.ws.join("sub")).unwrap();
+        let mut app = s.app();
+        let thread_id = start_thread(&mut app, mode);
+        turn(&mut app, &thread_id, "run things");
+        let end = wait_turn_end(&mut app, &thread_id);
+        assert_eq!(end["method"], "turn/completed", "{mode}: {end}");
+        let r = report(&end);
+        let wrote = s.ws.join("written-by-terminal").exists();
+        if mode == "read_only" {
+            // The read-only sandbox: the command runs, its write fails.
+            assert_ne!(r["touch"]["exitCode"], 0, "{end}");
+            assert!(!wrote, "{end}");
+            assert!(r["outside"].is_string(), "{end}");
+        } else {
+            assert_eq!(r["touch"]["exitCode"], 0, "{end}");
+            assert!(wrote, "{end}");
+            assert!(r["outside"].is_null(), "unconfined may run anywhere: {end}");
+        }
+    }
 }
 
 /// Pids of live processes whose command line holds `needle`.
@@ -684,6 +722,9 @@ fn claude_acp_bin() -> Option<PathBuf> {
 /// claude-code-acp as the `pi` engine, its Claude Code talking to the fake Messages
 /// provider `fp` with an isolated config dir and no outside traffic.
 fn claude_acp_setup(fp: &FakeProvider, bin: &Path) -> Setup {
+    // Claude Code's one-token probe (`max_tokens: 1`) is answered aside, so the queued
+    // scripts go to the turn's own requests.
+    fp.set_responder(|b| (b["max_tokens"] == 1).then(|| Script::text(&["ok"])));
     let config = tempfile::tempdir().unwrap().keep();
     let vars = [
         ("ANTHROPIC_BASE_URL", fp.root_url()),
@@ -737,7 +778,7 @@ fn claude_code_acp_runs_its_bash_in_our_terminal() {
     fp.push(Script::tool_call(
         "toolu_t1",
         "mcp__acp__Bash",
-        &json!({"command": "echo acp-terminal > t.txt && cat t.txt",
+        &json!({"command": "echo acp-terminal > t.txt && cat t.txt", "timeout": 60000,
                 "description": "write a marker"})
         .to_string(),
     ));
@@ -770,7 +811,8 @@ fn claude_code_acp_runs_its_bash_in_our_terminal() {
     assert_eq!(end["method"], "turn/completed", "{end}");
     assert_eq!(
         std::fs::read_to_string(s.ws.join("t.txt")).unwrap_or_default(),
-        "acp-terminal\n"
+        "acp-terminal\n",
+        "{end}"
     );
     let items = end["params"]["turn"]["items"].as_array().unwrap();
     let tool = items

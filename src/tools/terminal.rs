@@ -95,6 +95,8 @@ pub struct Snapshot {
 
 struct Out {
     buf: Vec<u8>,
+    /// Bytes appended so far (the kept ones are the last `buf.len()`).
+    total: u64,
     limit: usize,
     truncated: bool,
     reader_done: bool,
@@ -154,6 +156,23 @@ impl Terminal {
         }
     }
 
+    /// The output after byte `offset` (counted over everything the command wrote; output
+    /// already dropped is skipped) and the offset to ask from next time. While the
+    /// command runs, an incomplete character at the end is held back.
+    pub fn since(&self, offset: u64) -> (String, u64) {
+        let out = self.out.lock();
+        let kept_from = out.total - out.buf.len() as u64;
+        let start = usize::try_from(offset.max(kept_from) - kept_from).unwrap_or(usize::MAX);
+        let new = out.buf.get(start..).unwrap_or(&[]);
+        let new = if out.exit.is_some() {
+            new
+        } else {
+            trim_incomplete_end(new)
+        };
+        let next = kept_from + (start + new.len()) as u64;
+        (String::from_utf8_lossy(new).into_owned(), next)
+    }
+
     /// Waits until the command ended, at most `timeout` (`None`: no limit); its exit
     /// status, or `None` when the time ran out.
     pub fn wait(&self, timeout: Option<Duration>) -> Option<ExitStatus> {
@@ -192,6 +211,7 @@ impl Terminal {
             return;
         }
         let mut out = self.out.lock();
+        out.total += bytes.len() as u64;
         out.buf.extend_from_slice(bytes);
         if out.buf.len() > out.limit {
             let mut cut = out.buf.len() - out.limit;
@@ -391,6 +411,7 @@ impl Terminals {
             ledger: ctx.sandbox.clone(),
             out: Mutex::new(Out {
                 buf: Vec::new(),
+                total: 0,
                 limit,
                 truncated: false,
                 reader_done: false,
@@ -481,7 +502,7 @@ mod tests {
         assert_eq!(s.command_line(), "ls -la | head");
         let s = TerminalSpec {
             command: "printf".into(),
-            args: vec!["%s\n".into(), "it's".into(), "a/b".into()],
+            args: vec![r"%s\n".into(), "it's".into(), "a/b".into()],
             ..Default::default()
         };
         assert_eq!(s.command_line(), r"printf '%s\n' 'it'\''s' a/b");
@@ -498,6 +519,7 @@ mod tests {
             ledger: SandboxSettings::default(),
             out: Mutex::new(Out {
                 buf: Vec::new(),
+                total: 0,
                 limit: 5,
                 truncated: false,
                 reader_done: false,
@@ -511,12 +533,17 @@ mod tests {
         t.append(b"c");
         assert_eq!(t.snapshot().output, "b€c");
         assert!(t.snapshot().truncated);
-        // The newest 5 bytes of "b€cd" start inside "€": the whole character goes.
-        t.append(b"d");
-        assert_eq!(t.snapshot().output, "cd");
+        // The newest 5 bytes of "b€cde" start inside "€": the whole character goes.
+        t.append(b"de");
+        assert_eq!(t.snapshot().output, "cde");
         // An incomplete character at the end is held back while the command runs.
         t.append(&"é".as_bytes()[..1]);
-        assert_eq!(t.snapshot().output, "cd");
+        assert_eq!(t.snapshot().output, "cde");
+        // Streaming: everything after an offset, the incomplete character held back.
+        assert_eq!(t.since(0), ("cde".to_owned(), 8));
+        assert_eq!(t.since(7), ("e".to_owned(), 8));
+        t.append(&"é".as_bytes()[1..]);
+        assert_eq!(t.since(8), ("é".to_owned(), 10));
     }
 
     #[test]

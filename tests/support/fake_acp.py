@@ -147,6 +147,9 @@ for line in sys.stdin:
             send({"id": mid, "error": {"code": -32602, "message": "unknown method"}})
     elif method == "session/new":
         res = {"sessionId": "fake-session-1"}
+        if MODE == "terminal":
+            res["modes"] = {"currentModeId": "agent", "availableModes": [
+                {"id": "agent", "name": "Agent"}, {"id": "read-only", "name": "Read only"}]}
         if MODE == "schema":
             res["modes"] = {"currentModeId": "ask", "availableModes": [
                 {"id": "ask", "name": "Ask"}, {"id": "agent", "name": "Agent"}]}

@@ -18,6 +18,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often the output of terminals shown in running tool calls is streamed.
+const TERMINAL_TICK: Duration = Duration::from_millis(100);
+
 /// The state of one turn's projection.
 struct Map<'a> {
     id: String,
@@ -33,8 +36,9 @@ struct Map<'a> {
     open: HashMap<String, (Value, Vec<Value>)>,
     /// The turn's terminals.
     terms: TurnTerminals,
-    /// Tool calls that show a terminal (native id → the terminal).
-    term_calls: HashMap<String, Arc<Terminal>>,
+    /// Tool calls that show a terminal (native id → the terminal and the output offset
+    /// streamed so far).
+    term_calls: HashMap<String, (Arc<Terminal>, u64)>,
 }
 
 impl Map<'_> {
@@ -114,10 +118,10 @@ impl Map<'_> {
             .filter(|t| {
                 self.term_calls
                     .get(&call_id)
-                    .is_none_or(|old| old.id() != t.id())
+                    .is_none_or(|(old, _)| old.id() != t.id())
             });
         if let Some(t) = &shown {
-            self.term_calls.insert(call_id.clone(), t.clone());
+            self.term_calls.insert(call_id.clone(), (t.clone(), 0));
         }
         if !self.tools.contains_key(&call_id) {
             self.close_reasoning();
@@ -148,7 +152,8 @@ impl Map<'_> {
         if matches!(status, "completed" | "failed") {
             let failed = status == "failed";
             let mut detail = u.clone();
-            let term = self.term_calls.remove(&call_id).map(|t| t.snapshot());
+            self.stream_terminals();
+            let term = self.term_calls.remove(&call_id).map(|(t, _)| t.snapshot());
             let output = match (output_of(u), &term) {
                 (Some(o), _) => o,
                 (None, Some(s)) => s.output.clone(),
@@ -169,6 +174,22 @@ impl Map<'_> {
                 is_error: failed,
                 permission_denied: false,
             });
+        }
+    }
+
+    /// Streams the new output of every terminal a running tool call shows
+    /// (`ToolOutput` on its call).
+    fn stream_terminals(&mut self) {
+        for (call_id, (t, offset)) in &mut self.term_calls {
+            let (text, next) = t.since(*offset);
+            *offset = next;
+            if !text.is_empty() {
+                self.sink.emit(EngineEvent::ToolOutput {
+                    call_id: call_id.clone(),
+                    stream: Some("stdout".into()),
+                    text,
+                });
+            }
         }
     }
 
@@ -449,10 +470,13 @@ impl AcpEngine {
             } else {
                 controls.clone()
             };
-            let wait = match interrupted_at {
+            let mut wait = match interrupted_at {
                 Some(t) => INTERRUPT_GRACE.saturating_sub(t.elapsed()),
                 None => Duration::from_secs(3600),
             };
+            if !map.term_calls.is_empty() {
+                wait = wait.min(TERMINAL_TICK);
+            }
             select! {
                 recv(inbox) -> msg => {
                     let Ok(msg) = msg else {
@@ -514,7 +538,8 @@ impl AcpEngine {
                     Ok(Control::Answer { request_id, answer }) => map.answer(&request_id, answer),
                 },
                 default(wait) => {
-                    if interrupted_at.is_some() {
+                    map.stream_terminals();
+                    if interrupted_at.is_some_and(|t| t.elapsed() >= INTERRUPT_GRACE) {
                         // The agent did not settle the cancelled prompt: a new child
                         // serves the next turn.
                         self.peer = None;
