@@ -313,7 +313,10 @@ fn a_streaming_turn_reads_its_provider_on_the_engine_thread_kept_between_turns()
     fake.push(Script::stall(&["partial"], Duration::from_secs(30)));
     let r = app.call("turn/start", json!({"thread_id": id, "prompt": "two"}));
     let turn = r["turn"]["id"].as_str().unwrap().to_owned();
-    app.wait_for("a delta", |v| v["method"] == "item/agentMessage/delta");
+    let of_turn = turn.clone();
+    app.wait_for("a delta of the second turn", move |v| {
+        v["method"] == "item/agentMessage/delta" && v["params"]["turn_id"] == json!(of_turn)
+    });
     let names = thread_names(&app);
     assert!(
         names.iter().all(|(_, n)| !n.starts_with("provider-")),
