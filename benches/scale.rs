@@ -851,6 +851,7 @@ fn row_stream(streams: usize, deltas: usize, hold: bool) {
     let mut completed = 0;
     let mut total = 0usize;
     let mut admitted: Vec<f64> = Vec::with_capacity(streams);
+    let mut max_threads = 0u64;
     // Frames start with the method, then the params in declaration order (thread_id
     // first): a prefix test keeps this reader cheap, since it shares the 2 cores.
     const DELTA: &[u8] = b"{\"method\":\"item/agentMessage/delta\",\"params\":{\"thread_id\":\"";
@@ -870,6 +871,10 @@ fn row_stream(streams: usize, deltas: usize, hold: bool) {
             });
             e.n += 1;
             e.last = now;
+            // OS threads while the streams run (every 4,096 deltas: cheap enough).
+            if total % 4096 == 0 {
+                max_threads = max_threads.max(p.threads());
+            }
         } else if find(l, b"\"method\":\"item/agentMessage/delta\"").is_some() {
             panic!(
                 "unexpected delta frame shape: {}",
@@ -912,10 +917,11 @@ fn row_stream(streams: usize, deltas: usize, hold: bool) {
         },
     );
     println!(
-        "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB; server CPU {:.0} ms ({:.0} µs per turn, {:.2} µs per delta)",
+        "app-server (item/agentMessage/delta notifications): {}; ratio to the bare readers {:.2}×; RSS {:.1} MiB; at most {} OS threads while streaming; server CPU {:.0} ms ({:.0} µs per turn, {:.2} µs per delta)",
         stream_figures(released, &per),
         (total as f64 / span) / (bare_total as f64 / bare_span),
         p.rss_mib(),
+        max_threads,
         cpu.as_secs_f64() * 1e3,
         cpu.as_secs_f64() * 1e6 / streams as f64,
         cpu.as_secs_f64() * 1e6 / total as f64,

@@ -516,7 +516,18 @@ impl<K: PartialEq> DeltaStreams<K> {
     where
         K: Clone,
     {
-        if let Some(i) = self.streams.iter().position(|(k, _)| k == key) {
+        self.push_by(|k| k == key, || key.clone(), delta)
+    }
+
+    /// [`DeltaStreams::push`] with the key given as a test (`is_key`) and made by
+    /// `make_key` only when a tail is held back: no key is built for the usual delta.
+    pub fn push_by(
+        &mut self,
+        is_key: impl Fn(&K) -> bool,
+        make_key: impl FnOnce() -> K,
+        delta: String,
+    ) -> String {
+        if let Some(i) = self.streams.iter().position(|(k, _)| is_key(k)) {
             let out = self.streams[i].1.push_string(delta);
             if !self.streams[i].1.holds() {
                 self.streams.swap_remove(i);
@@ -526,7 +537,7 @@ impl<K: PartialEq> DeltaStreams<K> {
         let mut r = StreamRedactor::default();
         let out = r.push_string(delta);
         if r.holds() {
-            self.streams.push((key.clone(), r));
+            self.streams.push((make_key(), r));
         }
         out
     }

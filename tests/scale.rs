@@ -271,3 +271,64 @@ fn streaming_turns_share_a_few_store_connections() {
         (0..12).map(|i| format!("partial answer {i}")).collect();
     assert_eq!(answers, all);
 }
+
+/// `(tid, name)` of the server's OS threads (`/proc/PID/task/*/comm`).
+fn thread_names(app: &App) -> Vec<(u64, String)> {
+    let dir = format!("/proc/{}/task", app.child.id());
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let tid = e.file_name().to_string_lossy().parse().unwrap_or(0);
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        out.push((tid, comm.trim().to_owned()));
+    }
+    out
+}
+
+/// The engine threads of the server (named `wuu-engine-…`).
+fn engine_threads(app: &App) -> Vec<u64> {
+    thread_names(app)
+        .into_iter()
+        .filter(|(_, n)| n.starts_with("wuu-engine"))
+        .map(|(t, _)| t)
+        .collect()
+}
+
+#[test]
+fn a_streaming_turn_reads_its_provider_on_the_engine_thread_kept_between_turns() {
+    // The built-in engine reads the provider's stream itself (no provider thread), on
+    // the conversation's engine thread, which outlives the turn: the next turn reuses
+    // it. An interrupt still cuts a stream that stalls mid-answer at once.
+    let fake = FakeProvider::start();
+    let mut app = App::start_with_env(
+        Some(config_for(&fake.base_url())),
+        &[("WUU_PARK_AFTER_MS", "600000")],
+    );
+    app.call("initialize", json!({}));
+    let r = app.call("thread/start", json!({}));
+    let id = r["thread"]["id"].as_str().unwrap().to_owned();
+    fake.push(Script::text(&["First", " answer"]));
+    assert_eq!(run_turn(&mut app, &id, "one")["method"], "turn/completed");
+    let engine = engine_threads(&app);
+    assert_eq!(engine.len(), 1, "{:?}", thread_names(&app));
+    fake.push(Script::stall(&["partial"], Duration::from_secs(30)));
+    let r = app.call("turn/start", json!({"thread_id": id, "prompt": "two"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    let of_turn = turn.clone();
+    app.wait_for("a delta of the second turn", move |v| {
+        v["method"] == "item/agentMessage/delta" && v["params"]["turn_id"] == json!(of_turn)
+    });
+    let names = thread_names(&app);
+    assert!(
+        names.iter().all(|(_, n)| !n.starts_with("provider-")),
+        "a provider thread streams: {names:?}"
+    );
+    assert_eq!(engine_threads(&app), engine, "{names:?}");
+    let t0 = Instant::now();
+    app.call("turn/interrupt", json!({"thread_id": id}));
+    let end = turn_end(&mut app, &turn);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    fake.push(Script::text(&["Third"]));
+    assert_eq!(run_turn(&mut app, &id, "three")["method"], "turn/completed");
+    assert_eq!(engine_threads(&app), engine, "{:?}", thread_names(&app));
+}

@@ -2,10 +2,11 @@
 //! §4.3–§4.9, `providers.md`).
 //!
 //! Each step asks the host for the transcript ([`EngineEvent::BeginStep`]: the host
-//! commits pending steers first), sends it to the provider on a helper thread and
-//! `select!`s over the provider's events and the controls, so an interrupt or a steer is
-//! seen at once even while the socket is silent. A steer that arrives while the answer
-//! streams cuts it at the visible text and starts the next step. Tool calls are recorded
+//! commits pending steers first), sends it to the provider and reads the answer on this
+//! thread ([`inline`]), looking at the controls between reads; the host cuts a read
+//! blocked on a silent socket, so an interrupt or a steer takes effect at once. A steer
+//! that arrives while the answer streams cuts it at the visible text and starts the
+//! next step. Tool calls are recorded
 //! durably by the host before their effect ([`EngineEvent::ToolReady`]) and run on helper
 //! threads the same way; an interrupt kills a command's process group.
 
@@ -18,7 +19,7 @@ use crate::provider::chat::{
     ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, ToolSpec,
     Usage,
 };
-use crate::provider::{self, Provider};
+use crate::provider::Provider;
 use crate::tools::{self, ToolContext, ToolEvent, ToolOutcome};
 use crate::util::now_ms;
 use crossbeam_channel::{never, select, Receiver};
@@ -26,6 +27,8 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use wuu_protocol::{Recovery, TurnError};
+
+mod inline;
 
 /// The built-in engine bound to one conversation's provider.
 pub struct Builtin {
@@ -415,119 +418,6 @@ struct StepStream {
 }
 
 impl Builtin {
-    /// Streams one provider step. Returns the complete tool calls of the step (empty =
-    /// final answer), `None` when a steer cut the stream, or how the turn ended.
-    fn stream_step(
-        &mut self,
-        provider: Arc<dyn Provider>,
-        req: ChatRequest,
-        provider_id: &str,
-        sink: &EventSink,
-        controls: &Receiver<Control>,
-    ) -> StepEnd {
-        // Steer signals that arrived before this step were satisfied by BeginStep.
-        self.drain(controls);
-        if self.interrupted {
-            return Err(Outcome::Interrupted);
-        }
-        let handle = provider::start_stream(provider, req);
-        let mut step = StepStream::default();
-        self.cut_off.clear();
-        self.step_output = false;
-        // Cloned once per step, not per event: only a gone host changes it (to `never`).
-        let mut ctl = self.controls(controls);
-        loop {
-            let batch = select! {
-                recv(handle.batches) -> batch => batch,
-                recv(ctl) -> c => {
-                    match c {
-                        Ok(Control::Steer(_)) => {
-                            handle.cancel();
-                            sink.emit(EngineEvent::StreamCut);
-                            return Ok(None);
-                        }
-                        other => {
-                            self.note(other);
-                            ctl = self.controls(controls);
-                        }
-                    }
-                    if self.interrupted {
-                        handle.cancel();
-                        return Err(Outcome::Interrupted);
-                    }
-                    continue;
-                }
-            };
-            let Ok(batch) = batch else {
-                return Err(Outcome::Failed(Box::new(provider_failure(
-                    provider_id,
-                    ProviderError {
-                        kind: FailureKind::IncompleteStream,
-                        message: "the provider stream ended without a result".into(),
-                        status_code: None,
-                        attempts: 1,
-                        max_attempts: 1,
-                        stop_reason: "recovery_unavailable".into(),
-                    },
-                ))));
-            };
-            self.step_output |= batch
-                .iter()
-                .any(|ev| !matches!(ev, StreamEvent::Failed { .. }));
-            if let Some(end) = self.on_batch(&mut step, batch, provider_id, sink) {
-                return end;
-            }
-        }
-    }
-
-    /// Forwards one batch of provider events to the host. The batch's deltas go to the
-    /// host together; any other event first sends the deltas before it, so the order is
-    /// kept. Returns the end of the step when the batch holds it.
-    fn on_batch(
-        &mut self,
-        step: &mut StepStream,
-        batch: Vec<StreamEvent>,
-        provider_id: &str,
-        sink: &EventSink,
-    ) -> Option<StepEnd> {
-        let mut deltas = Vec::with_capacity(batch.len());
-        for ev in batch {
-            // Output of a new attempt = a successful reconnect. A final failure leaves
-            // the reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
-            if step.reconnecting
-                && !matches!(
-                    ev,
-                    StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
-                )
-            {
-                step.reconnecting = false;
-                sink.emit_all(std::mem::take(&mut deltas));
-                sink.emit(EngineEvent::Connected);
-            }
-            let ev = match ev {
-                StreamEvent::TextDelta { text } => {
-                    deltas.push(EngineEvent::ContentDelta(text));
-                    continue;
-                }
-                StreamEvent::ReasoningDelta { text } => {
-                    deltas.push(EngineEvent::ThinkingDelta(text));
-                    continue;
-                }
-                StreamEvent::ToolCallDelta { id, delta } => {
-                    deltas.push(EngineEvent::ToolArgsDelta { call_id: id, delta });
-                    continue;
-                }
-                other => other,
-            };
-            sink.emit_all(std::mem::take(&mut deltas));
-            if let Some(end) = self.on_stream_event(step, ev, provider_id, sink) {
-                return Some(end);
-            }
-        }
-        sink.emit_all(deltas);
-        None
-    }
-
     /// Handles one provider event other than a delta: reasoning blocks, tool calls
     /// (complete or cut off), retries, and the step's end (`Done`/`Failed`).
     fn on_stream_event(
@@ -649,77 +539,6 @@ impl Builtin {
             Ok(_) => Compaction::Done(start),
             Err(Outcome::Failed(e)) => Compaction::Failed(e),
             Err(_) => Compaction::Interrupted,
-        }
-    }
-
-    /// Runs the summary request to its end: the summary text, or how it failed.
-    /// Steers wait for the next step; an interrupt cancels the request.
-    fn summarise(
-        &mut self,
-        chat: ChatRequest,
-        sink: &EventSink,
-        controls: &Receiver<Control>,
-    ) -> Result<String, Outcome> {
-        self.drain(controls);
-        if self.interrupted {
-            return Err(Outcome::Interrupted);
-        }
-        let provider_id = self.provider.id().to_owned();
-        let handle = provider::start_stream(self.provider.clone(), chat);
-        let mut text = String::new();
-        let mut ctl = self.controls(controls);
-        loop {
-            let batch = select! {
-                recv(handle.batches) -> batch => batch,
-                recv(ctl) -> c => {
-                    self.note(c);
-                    ctl = self.controls(controls);
-                    if self.interrupted {
-                        handle.cancel();
-                        return Err(Outcome::Interrupted);
-                    }
-                    continue;
-                }
-            };
-            let Ok(batch) = batch else {
-                return Err(Outcome::Failed(Box::new(TurnError {
-                    message: "the summary request ended without a result".into(),
-                    code: Some("incomplete_stream".into()),
-                    category: Some("network".into()),
-                    provider: Some(provider_id),
-                    ..Default::default()
-                })));
-            };
-            for ev in batch {
-                match ev {
-                    StreamEvent::TextDelta { text: t } => text.push_str(&t),
-                    // A retry starts the answer again.
-                    StreamEvent::Retrying { .. } => text.clear(),
-                    StreamEvent::Done { usage, .. } => {
-                        add(&mut self.usage, &usage);
-                        sink.emit(EngineEvent::Usage(usage));
-                        let text = text.trim().to_owned();
-                        if text.is_empty() {
-                            return Err(Outcome::Failed(Box::new(TurnError {
-                                message: "the model answered the summary request with no text"
-                                    .into(),
-                                code: Some("empty_summary".into()),
-                                category: Some("provider".into()),
-                                provider: Some(provider_id),
-                                ..Default::default()
-                            })));
-                        }
-                        return Ok(text);
-                    }
-                    StreamEvent::Failed { error } => {
-                        return Err(Outcome::Failed(Box::new(provider_failure(
-                            &provider_id,
-                            error,
-                        ))))
-                    }
-                    _ => {}
-                }
-            }
         }
     }
 

@@ -36,6 +36,7 @@ pub mod opencode;
 pub mod trace;
 
 use crate::provider::chat::{ChatMessage, ToolSpec, Usage};
+use crate::provider::CancelToken;
 use crate::tools::{PermissionMode, ToolHandle};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
@@ -522,15 +523,70 @@ pub enum Outcome {
     Interrupted,
 }
 
-/// The engine's side of the event channel.
+/// The provider stream an engine reads inline on its own thread, as the host can cut it.
+///
+/// The engine opens it while a provider request runs; the host, after sending a
+/// [`Control`], calls [`LiveStream::cut`], which cancels the request (shutting its
+/// socket down, so a read blocked on a silent provider returns) when that control ends
+/// the stream. The engine then finds the control in its channel. Cloning shares the slot.
+#[derive(Clone, Debug, Default)]
+pub struct LiveStream {
+    slot: std::sync::Arc<parking_lot::Mutex<Option<(CancelToken, bool)>>>,
+}
+
+impl LiveStream {
+    /// Registers the request in flight; `cut_on_steer` = a steer ends it too (not only
+    /// an interrupt).
+    pub fn open(&self, token: &CancelToken, cut_on_steer: bool) {
+        *self.slot.lock() = Some((token.clone(), cut_on_steer));
+    }
+
+    /// Forgets the request in flight.
+    pub fn close(&self) {
+        self.slot.lock().take();
+    }
+
+    /// Cancels the request in flight when `control` ends it (an interrupt; a steer when
+    /// the stream was opened to be cut by one). Call after sending `control`.
+    pub fn cut(&self, control: &Control) {
+        let slot = self.slot.lock();
+        if let Some((token, cut_on_steer)) = slot.as_ref() {
+            let ends = match control {
+                Control::Interrupt => true,
+                Control::Steer(_) => *cut_on_steer,
+                Control::Answer { .. } => false,
+            };
+            if ends {
+                token.cancel();
+            }
+        }
+    }
+}
+
+/// The engine's side of the event channel, with the stream the host may cut.
 pub struct EventSink {
     tx: Sender<EngineEvent>,
+    live: LiveStream,
 }
 
 impl EventSink {
     /// A sink writing into `tx`.
     pub fn new(tx: Sender<EngineEvent>) -> Self {
-        EventSink { tx }
+        EventSink {
+            tx,
+            live: LiveStream::default(),
+        }
+    }
+
+    /// A sink writing into `tx` whose inline provider streams the host cuts through
+    /// `live`.
+    pub fn with_live(tx: Sender<EngineEvent>, live: LiveStream) -> Self {
+        EventSink { tx, live }
+    }
+
+    /// The slot of the provider stream in flight.
+    pub fn live(&self) -> &LiveStream {
+        &self.live
     }
 
     /// Sends one event (blocks while the host is behind). `false` = the host is gone.

@@ -1,9 +1,11 @@
 //! Model providers over blocking `ureq` (spec `providers.md`).
 //!
 //! A provider turns a provider-neutral [`ChatRequest`] into one HTTP request of its wire
-//! protocol and parses the SSE response into normalized [`StreamEvent`]s. Each call runs
-//! on a short-lived helper thread ([`start_stream`]) that sends events over a bounded
-//! channel, so the session thread can `select!` over the stream and its mailbox.
+//! protocol and parses the SSE response into normalized [`StreamEvent`]s, handed to a
+//! [`StreamSink`] on the calling thread. The built-in engine reads its streams inline
+//! (cancelled through a [`CancelToken`] that shuts the socket down); one-shot helpers
+//! (titles, polish, side chats) run a call on a helper thread ([`start_stream`]) and
+//! `select!` over its bounded channel.
 //!
 //! Protocols: `openai-responses` (§1), `openai-compatible` = Chat Completions (§2, §5),
 //! `anthropic` = Messages (§3), and `replay` (recorded streams from a cassette file).

@@ -180,3 +180,46 @@ fn unavailable(id: &str, message: String) -> Box<dyn Engine> {
         },
     })
 }
+
+/// A unit of work for the conversation's engine thread (one turn).
+pub type EngineJob = Box<dyn FnOnce() + Send>;
+
+/// The conversation's engine thread: started at its first turn and kept while the
+/// session thread lives, so a turn creates no thread. It runs one job (one turn) at a
+/// time and ends when the session drops this handle.
+#[derive(Default)]
+pub struct EngineThread {
+    jobs: Option<crossbeam_channel::Sender<EngineJob>>,
+}
+
+impl EngineThread {
+    /// Runs `job` on the engine thread, starting the thread if it is not running (or
+    /// ended after a panic). Errors: the OS refused a thread.
+    pub fn run(&mut self, thread_id: &str, job: EngineJob) -> Result<(), String> {
+        let job = match &self.jobs {
+            Some(tx) => match tx.send(job) {
+                Ok(()) => return Ok(()),
+                Err(crossbeam_channel::SendError(job)) => job,
+            },
+            None => job,
+        };
+        // One job at a time: the session waits for each turn's end before the next.
+        let (tx, rx) = crossbeam_channel::bounded::<EngineJob>(1);
+        std::thread::Builder::new()
+            .name(format!(
+                "wuu-engine-{}",
+                crate::util::name_tail(thread_id, 12)
+            ))
+            .spawn(move || {
+                for job in rx.iter() {
+                    job();
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        let sent = tx
+            .send(job)
+            .map_err(|_| "the engine thread ended".to_owned());
+        self.jobs = Some(tx);
+        sent
+    }
+}

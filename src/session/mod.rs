@@ -129,6 +129,8 @@ pub struct Session {
     pub steer_signal: bool,
     /// The external engine session kept between turns ([`engines::open`]).
     pub engine: Option<Box<dyn crate::engine::Engine>>,
+    /// The thread the conversation's turns run their engine on (long-lived).
+    pub engine_thread: engines::EngineThread,
     /// Set while a run waits for its workers' results: a result arriving at the idle
     /// conversation is stored as queued input and the run starts its turn (rather
     /// than the queue drain).
@@ -419,6 +421,7 @@ pub fn spawn_existing(
                     mem_inputs: vec![],
                     steer_signal: false,
                     engine: None,
+                    engine_thread: Default::default(),
                     hold_agent_turns: false,
                     row_fresh: true,
                 }
@@ -488,6 +491,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         mem_inputs: vec![],
                         steer_signal: false,
                         engine: None,
+                        engine_thread: Default::default(),
                         hold_agent_turns: false,
                         row_fresh: false,
                     };

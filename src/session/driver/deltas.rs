@@ -44,11 +44,23 @@ impl Driver<'_> {
     /// with the next delta or by [`Self::flush_deltas`]. The deltas sent for a stream
     /// add up to the redacted text of the item.
     pub(super) fn send_delta(&mut self, idx: usize, kind: DeltaKind, delta: String) {
-        let key = (self.s.turns[self.turn_idx].items[idx].id.clone(), kind);
-        let delta = self.masks.push(&key, delta);
-        if !delta.is_empty() {
-            self.notify_delta(key.0, key.1, delta);
+        let turn = &self.s.turns[self.turn_idx];
+        let item_id = &turn.items[idx].id;
+        let delta = self.masks.push_by(
+            |(i, k)| i == item_id && *k == kind,
+            || (item_id.clone(), kind.clone()),
+            delta,
+        );
+        if delta.is_empty() {
+            return;
         }
+        render_delta(
+            &mut self.deltas,
+            [self.s.id.as_str(), turn.row.id.as_str(), item_id.as_str()],
+            &kind,
+            &delta,
+        );
+        self.delta_rendered();
     }
 
     /// Sends the held-back tails of item `idx`'s delta streams that `which` selects
@@ -66,24 +78,19 @@ impl Driver<'_> {
     /// Gathers one delta frame; it is handed to the outbox with the rest of its engine
     /// batch ([`Self::send_deltas`]), at once outside a batch.
     fn notify_delta(&mut self, item_id: String, kind: DeltaKind, delta: String) {
-        let (method, stream) = match &kind {
-            DeltaKind::Message => (AgentMessageDelta::METHOD, None),
-            DeltaKind::Reasoning => (ReasoningDelta::METHOD, None),
-            DeltaKind::Arguments => (ToolCallDelta::METHOD, None),
-            DeltaKind::Output(stream) => (ToolCallOutputDelta::METHOD, stream.as_deref()),
-        };
-        let ids = [
-            self.s.id.as_str(),
-            self.s.turns[self.turn_idx].row.id.as_str(),
-            item_id.as_str(),
-        ];
-        crate::outbound::frames::delta_frame_into(
-            self.deltas.next_frame(),
-            method,
-            ids,
+        let turn = &self.s.turns[self.turn_idx];
+        render_delta(
+            &mut self.deltas,
+            [self.s.id.as_str(), turn.row.id.as_str(), item_id.as_str()],
+            &kind,
             &delta,
-            stream,
         );
+        self.delta_rendered();
+    }
+
+    /// A delta frame was gathered: outside a batch, or once a lane chunk is full, the
+    /// frames go to the outbox.
+    fn delta_rendered(&mut self) {
         if !self.batching || self.deltas.len() >= crate::outbound::transport::LANE_CHUNK_LINES {
             self.send_deltas();
         }
@@ -105,4 +112,21 @@ impl Driver<'_> {
             self.stop.get_or_insert(Stop::Overflow);
         }
     }
+}
+
+/// Renders one delta frame of the item named by `ids` (thread, turn, item) into the
+/// next line of `lines`.
+fn render_delta(
+    lines: &mut crate::outbound::transport::Lines,
+    ids: [&str; 3],
+    kind: &DeltaKind,
+    delta: &str,
+) {
+    let (method, stream) = match kind {
+        DeltaKind::Message => (AgentMessageDelta::METHOD, None),
+        DeltaKind::Reasoning => (ReasoningDelta::METHOD, None),
+        DeltaKind::Arguments => (ToolCallDelta::METHOD, None),
+        DeltaKind::Output(stream) => (ToolCallOutputDelta::METHOD, stream.as_deref()),
+    };
+    crate::outbound::frames::delta_frame_into(lines.next_frame(), method, ids, delta, stream);
 }

@@ -1,11 +1,12 @@
-//! The turn's run loop: the engine runs the turn on its own thread while this (session)
+//! The turn's run loop: the engine runs the turn on the conversation's engine thread
+//! (long-lived, see [`crate::session::engines::EngineThread`]) while this (session)
 //! thread `select!`s over the engine's events, the session mailbox and the run
 //! deadline, so an interrupt or a steer is answered at once and forwarded to the engine
 //! as a control (spec `app-server.md` §4.9; `engines.md` §1.1).
 
 use super::{Driver, Stop};
 use crate::engine::{
-    Control, EngineEvent, EventSink, Limits, Outcome, Steering, TurnRequest, UserInput,
+    Control, EngineEvent, EventSink, Limits, LiveStream, Outcome, Steering, TurnRequest, UserInput,
     EVENT_CAPACITY,
 };
 use crate::session::registry::Mail;
@@ -23,10 +24,21 @@ fn attachments(v: Option<&[Value]>) -> Vec<Attachment> {
         .collect()
 }
 
+/// The outcome of a turn whose engine failed unexpectedly (panicked, no thread).
+fn engine_failure() -> Outcome {
+    Outcome::Failed(Box::new(TurnError {
+        message: "internal error: the engine failed unexpectedly".into(),
+        code: Some("internal_error".into()),
+        category: Some("local".into()),
+        ..Default::default()
+    }))
+}
+
 impl Driver<'_> {
-    /// Runs the conversation's engine on its own thread and projects its events here,
-    /// serving the mailbox meanwhile, until the engine drops its event channel. Returns
-    /// the engine's outcome; an engine thread that cannot start or panics is a failure.
+    /// Runs the conversation's engine on its engine thread and projects its events
+    /// here, serving the mailbox meanwhile, until the engine drops its event channel.
+    /// Returns the engine's outcome; an engine thread that cannot start or panics is a
+    /// failure.
     pub(super) fn run_engine(&mut self) -> Outcome {
         let mut engine = crate::session::engines::open(self.s);
         let steering = engine.steering();
@@ -36,31 +48,28 @@ impl Driver<'_> {
         // mailbox is bounded); unbounded so the host never blocks on an engine that
         // itself waits for the host.
         let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let mailbox = self.s.rx.clone();
-        self.ctl = Some(ctl_tx.clone());
-        let joined = std::thread::scope(|sc| {
-            let spawned = std::thread::Builder::new()
-                .name(format!("wuu-engine-{}", engine.id()))
-                .spawn_scoped(sc, move || {
-                    let sink = EventSink::new(ev_tx);
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        engine.run_turn(req, &sink, &ctl_rx)
-                    }));
-                    (engine, outcome)
-                });
-            let handle = match spawned {
-                Ok(h) => h,
-                Err(e) => return Err(format!("cannot start the engine thread: {e}")),
-            };
-            self.select_loop(&ev_rx, &mailbox, &ctl_tx, steering);
-            drop(ctl_tx);
-            self.ctl = None;
-            self.take_store();
-            handle
-                .join()
-                .map_err(|_| "the engine thread failed".to_owned())
+        let live = LiveStream::default();
+        let sink = EventSink::with_live(ev_tx, live.clone());
+        let job = Box::new(move || {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                engine.run_turn(req, &sink, &ctl_rx)
+            }));
+            // The event channel closes first: the session's loop ends on it.
+            drop(sink);
+            let _ = done_tx.send((engine, outcome));
         });
-        let outcome = match joined {
+        let thread_id = self.s.id.clone();
+        if let Err(e) = self.s.engine_thread.run(&thread_id, job) {
+            log::error!("cannot start the engine thread of {thread_id}: {e}");
+            return engine_failure();
+        }
+        self.ctl = Some(ctl_tx.clone());
+        self.select_loop(&ev_rx, &mailbox, &(ctl_tx, live), steering);
+        self.ctl = None;
+        self.take_store();
+        let outcome = match done_rx.recv() {
             Ok((engine, Ok(outcome))) => {
                 // An external engine session (and its native host) outlives the turn.
                 if engine.id() != crate::engine::BUILTIN {
@@ -68,12 +77,7 @@ impl Driver<'_> {
                 }
                 outcome
             }
-            Ok((_, Err(_))) | Err(_) => Outcome::Failed(Box::new(TurnError {
-                message: "internal error: the engine failed unexpectedly".into(),
-                code: Some("internal_error".into()),
-                category: Some("local".into()),
-                ..Default::default()
-            })),
+            Ok((_, Err(_))) | Err(_) => engine_failure(),
         };
         self.revoke_questions();
         outcome
@@ -85,7 +89,7 @@ impl Driver<'_> {
         &mut self,
         events: &Receiver<EngineEvent>,
         mailbox: &Receiver<Mail>,
-        ctl: &Sender<Control>,
+        ctl: &(Sender<Control>, LiveStream),
         steering: Steering,
     ) {
         let mut stop_sent = false;
@@ -118,24 +122,29 @@ impl Driver<'_> {
     /// next step, or hands a native steering engine the steers it has not had yet.
     fn forward_controls(
         &mut self,
-        ctl: &Sender<Control>,
+        ctl: &(Sender<Control>, LiveStream),
         steering: Steering,
         stop_sent: &mut bool,
     ) {
+        // Sent first, then the stream the engine reads is cut: the engine finds the
+        // control once its read returns.
+        let send = |c: Control| {
+            if ctl.0.send(c.clone()).is_ok() {
+                ctl.1.cut(&c);
+            }
+        };
         if self.stop.is_some() {
             if !*stop_sent {
                 *stop_sent = true;
-                let _ = ctl.send(Control::Interrupt);
+                send(Control::Interrupt);
             }
         } else if self.s.steer_signal {
             self.s.steer_signal = false;
             match steering {
-                Steering::NextStep => {
-                    let _ = ctl.send(Control::Steer(None));
-                }
+                Steering::NextStep => send(Control::Steer(None)),
                 Steering::Native => {
                     for steer in self.native_steers() {
-                        let _ = ctl.send(Control::Steer(Some(steer)));
+                        send(Control::Steer(Some(steer)));
                     }
                 }
                 // Steers were queued on arrival: nothing for the engine.

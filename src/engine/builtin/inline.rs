@@ -1,0 +1,311 @@
+//! The built-in engine's provider requests, read inline on the engine's thread (spec
+//! `providers.md` §6.1, §6.6): the provider parses its stream straight into a sink here,
+//! which hands the deltas of one read to the host as one batch and looks at the
+//! controls between reads. A read blocked on a silent socket is cut by the host through
+//! the sink's [`crate::engine::LiveStream`] (it shuts the socket down after sending the
+//! control), so no helper thread stands between the socket and the engine.
+
+use super::{add, provider_failure, Builtin, StepEnd, StepStream};
+use crate::engine::{Control, EngineEvent, EventSink, Outcome};
+use crate::provider::chat::{ChatRequest, FailureKind, ProviderError, StreamEvent};
+use crate::provider::stream::STREAM_BATCH_EVENTS;
+use crate::provider::{CancelToken, Provider, StreamSink};
+use crossbeam_channel::{Receiver, TryRecvError};
+use std::sync::Arc;
+use wuu_protocol::TurnError;
+
+/// What the controls read between two reads of a stream decided.
+enum Cut {
+    /// A steer: the answer is cut at the visible text.
+    Steer,
+    /// An interrupt, or the host is gone.
+    Interrupt,
+}
+
+impl Builtin {
+    /// Takes the controls already waiting, between two reads of a stream; `Some` when
+    /// one ends the stream (a steer only if `steer_cuts`).
+    fn poll_stream(&mut self, controls: &Receiver<Control>, steer_cuts: bool) -> Option<Cut> {
+        while !self.host_gone {
+            match controls.try_recv() {
+                Ok(Control::Steer(_)) if steer_cuts => return Some(Cut::Steer),
+                Ok(c) => self.note(Ok(c)),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => self.note(Err(crossbeam_channel::RecvError)),
+            }
+        }
+        self.interrupted.then_some(Cut::Interrupt)
+    }
+
+    /// Streams one provider step on this thread. Returns the complete tool calls of the
+    /// step (empty = final answer), `None` when a steer cut the stream, or how the turn
+    /// ended.
+    pub(super) fn stream_step(
+        &mut self,
+        provider: Arc<dyn Provider>,
+        req: ChatRequest,
+        provider_id: &str,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> StepEnd {
+        // Steer signals that arrived before this step were satisfied by BeginStep.
+        self.drain(controls);
+        if self.interrupted {
+            return Err(Outcome::Interrupted);
+        }
+        self.cut_off.clear();
+        self.step_output = false;
+        let token = CancelToken::new();
+        sink.live().open(&token, true);
+        let mut step = StepSink {
+            engine: self,
+            step: StepStream::default(),
+            provider_id,
+            sink,
+            controls,
+            token: &token,
+            deltas: Vec::with_capacity(STREAM_BATCH_EVENTS),
+            end: None,
+        };
+        // A control sent before the stream was open found nothing to cut: look now.
+        if step.poll() {
+            provider.stream_with_cancel(&req, &token, &mut step);
+        }
+        sink.live().close();
+        step.finish()
+    }
+
+    /// Runs the summary request to its end on this thread: the summary text, or how it
+    /// failed. Steers wait for the next step; an interrupt cancels the request.
+    pub(super) fn summarise(
+        &mut self,
+        chat: ChatRequest,
+        sink: &EventSink,
+        controls: &Receiver<Control>,
+    ) -> Result<String, Outcome> {
+        self.drain(controls);
+        if self.interrupted {
+            return Err(Outcome::Interrupted);
+        }
+        let provider = self.provider.clone();
+        let provider_id = provider.id().to_owned();
+        let token = CancelToken::new();
+        sink.live().open(&token, false);
+        let mut summary = SummarySink {
+            engine: self,
+            provider_id: &provider_id,
+            sink,
+            controls,
+            token: &token,
+            text: String::new(),
+            end: None,
+        };
+        if summary.poll() {
+            provider.stream_with_cancel(&chat, &token, &mut summary);
+        }
+        sink.live().close();
+        if let Some(end) = summary.end.take() {
+            return end;
+        }
+        if summary.poll() {
+            return Err(Outcome::Failed(Box::new(TurnError {
+                message: "the summary request ended without a result".into(),
+                code: Some("incomplete_stream".into()),
+                category: Some("network".into()),
+                provider: Some(provider_id),
+                ..Default::default()
+            })));
+        }
+        summary.end.unwrap_or(Err(Outcome::Interrupted))
+    }
+}
+
+/// The sink of one step's stream: deltas of one read go to the host as one batch (cut
+/// at [`STREAM_BATCH_EVENTS`]), every other event goes on its own after them.
+struct StepSink<'a> {
+    engine: &'a mut Builtin,
+    step: StepStream,
+    provider_id: &'a str,
+    sink: &'a EventSink,
+    controls: &'a Receiver<Control>,
+    token: &'a CancelToken,
+    /// Deltas of the read under way, not yet handed to the host.
+    deltas: Vec<EngineEvent>,
+    /// How the step ended, once known.
+    end: Option<StepEnd>,
+}
+
+impl StepSink<'_> {
+    /// Hands the gathered deltas to the host.
+    fn send_deltas(&mut self) {
+        if !self.deltas.is_empty() {
+            let batch =
+                std::mem::replace(&mut self.deltas, Vec::with_capacity(STREAM_BATCH_EVENTS));
+            self.sink.emit_all(batch);
+        }
+    }
+
+    /// Looks at the controls; false = the stream ends here (the request is cancelled).
+    fn poll(&mut self) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        match self.engine.poll_stream(self.controls, true) {
+            None => return true,
+            Some(Cut::Steer) => {
+                self.send_deltas();
+                self.sink.emit(EngineEvent::StreamCut);
+                self.end = Some(Ok(None));
+            }
+            Some(Cut::Interrupt) => self.end = Some(Err(Outcome::Interrupted)),
+        }
+        self.token.cancel();
+        false
+    }
+
+    /// How the step ended once the provider returned.
+    fn finish(mut self) -> StepEnd {
+        self.send_deltas();
+        if let Some(end) = self.end.take() {
+            return end;
+        }
+        // Cancelled by the host: the control that cut the stream waits in the channel.
+        if !self.poll() {
+            if let Some(end) = self.end.take() {
+                return end;
+            }
+        }
+        Err(Outcome::Failed(Box::new(provider_failure(
+            self.provider_id,
+            ProviderError {
+                kind: FailureKind::IncompleteStream,
+                message: "the provider stream ended without a result".into(),
+                status_code: None,
+                attempts: 1,
+                max_attempts: 1,
+                stop_reason: "recovery_unavailable".into(),
+            },
+        ))))
+    }
+}
+
+impl StreamSink for StepSink<'_> {
+    fn event(&mut self, ev: StreamEvent) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        self.engine.step_output |= !matches!(ev, StreamEvent::Failed { .. });
+        // Output of a new attempt = a successful reconnect. A final failure leaves the
+        // reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
+        if self.step.reconnecting
+            && !matches!(
+                ev,
+                StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
+            )
+        {
+            self.step.reconnecting = false;
+            self.send_deltas();
+            self.sink.emit(EngineEvent::Connected);
+        }
+        let delta = match ev {
+            StreamEvent::TextDelta { text } => EngineEvent::ContentDelta(text),
+            StreamEvent::ReasoningDelta { text } => EngineEvent::ThinkingDelta(text),
+            StreamEvent::ToolCallDelta { id, delta } => {
+                EngineEvent::ToolArgsDelta { call_id: id, delta }
+            }
+            other => {
+                self.send_deltas();
+                let end =
+                    self.engine
+                        .on_stream_event(&mut self.step, other, self.provider_id, self.sink);
+                if end.is_some() {
+                    self.end = end;
+                    return false;
+                }
+                return self.poll();
+            }
+        };
+        self.deltas.push(delta);
+        if self.deltas.len() >= STREAM_BATCH_EVENTS {
+            return self.flush();
+        }
+        true
+    }
+
+    fn flush(&mut self) -> bool {
+        self.send_deltas();
+        self.poll()
+    }
+}
+
+/// The sink of a summary request: gathers the text, ends at `Done` / `Failed`.
+struct SummarySink<'a> {
+    engine: &'a mut Builtin,
+    provider_id: &'a str,
+    sink: &'a EventSink,
+    controls: &'a Receiver<Control>,
+    token: &'a CancelToken,
+    text: String,
+    end: Option<Result<String, Outcome>>,
+}
+
+impl SummarySink<'_> {
+    /// Looks at the controls (steers wait); false = the request ends here.
+    fn poll(&mut self) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        if self.engine.poll_stream(self.controls, false).is_none() {
+            return true;
+        }
+        self.end = Some(Err(Outcome::Interrupted));
+        self.token.cancel();
+        false
+    }
+}
+
+impl StreamSink for SummarySink<'_> {
+    fn event(&mut self, ev: StreamEvent) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        match ev {
+            StreamEvent::TextDelta { text } => {
+                self.text.push_str(&text);
+                return true;
+            }
+            // A retry starts the answer again.
+            StreamEvent::Retrying { .. } => self.text.clear(),
+            StreamEvent::Done { usage, .. } => {
+                add(&mut self.engine.usage, &usage);
+                self.sink.emit(EngineEvent::Usage(usage));
+                let text = self.text.trim().to_owned();
+                self.end = Some(if text.is_empty() {
+                    Err(Outcome::Failed(Box::new(TurnError {
+                        message: "the model answered the summary request with no text".into(),
+                        code: Some("empty_summary".into()),
+                        category: Some("provider".into()),
+                        provider: Some(self.provider_id.to_owned()),
+                        ..Default::default()
+                    })))
+                } else {
+                    Ok(text)
+                });
+                return false;
+            }
+            StreamEvent::Failed { error } => {
+                self.end = Some(Err(Outcome::Failed(Box::new(provider_failure(
+                    self.provider_id,
+                    error,
+                )))));
+                return false;
+            }
+            _ => {}
+        }
+        self.poll()
+    }
+
+    fn flush(&mut self) -> bool {
+        self.poll()
+    }
+}
