@@ -47,21 +47,17 @@ pub fn preview_jpeg(b64: &str) -> Result<String, String> {
     let bytes = STANDARD
         .decode(b64.trim())
         .map_err(|e| format!("the image data is not valid base64: {e}"))?;
-    let img =
-        image::load_from_memory(&bytes).map_err(|e| format!("the image cannot be decoded: {e}"))?;
-    let (w, h) = (img.width(), img.height());
-    let img = if w.max(h) > PREVIEW_MAX_SIDE {
-        img.thumbnail(PREVIEW_MAX_SIDE, PREVIEW_MAX_SIDE)
-    } else {
+    let img = super::preview::decode_rgb(&bytes, super::preview::MAX_DECODED_BYTES)
+        .map_err(|e| format!("the image cannot be decoded: {e}"))?;
+    let (w, h) = super::preview::fit(img.width, img.height, PREVIEW_MAX_SIDE);
+    let img = if (w, h) == (img.width, img.height) {
         img
+    } else {
+        super::preview::shrink(&img, w, h)
     };
-    // JPEG has no alpha channel.
-    let rgb = image::DynamicImage::ImageRgb8(img.to_rgb8());
     let mut quality = PREVIEW_QUALITY;
     loop {
-        let mut out = Vec::with_capacity(64 * 1024);
-        let enc = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, quality);
-        rgb.write_with_encoder(enc)
+        let out = super::preview::encode_jpeg(&img, quality)
             .map_err(|e| format!("the preview cannot be encoded: {e}"))?;
         let b = STANDARD.encode(&out);
         if b.len() <= ATTACHMENT_CHUNK_CHARS || quality <= 30 {

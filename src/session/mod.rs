@@ -27,6 +27,7 @@ pub mod host;
 pub mod inputs;
 pub mod lifecycle;
 pub mod live_config;
+pub mod preview;
 pub mod questions;
 pub mod registry;
 pub mod reverse;
