@@ -57,6 +57,8 @@ pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};
 pub use util::{set_text_filter, TextFilter};
 
 #[cfg(test)]
+mod history_tests;
+#[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
 mod tests;

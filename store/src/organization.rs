@@ -184,7 +184,7 @@ impl Tx<'_> {
         let mut rows = stmt.query(params![thread_id, after])?;
         match rows.next()? {
             Some(row) => {
-                let turn = crate::history::turn_from_row_pub(row)?;
+                let turn = crate::history::turn_from_cells(row)?;
                 let ordinal: i64 = get(row, 18, "turns", &turn.id)?;
                 Ok(Some((ordinal, turn)))
             }

@@ -9,6 +9,7 @@
 //! their views. See README "Several hosts, one database".
 
 mod ffi;
+mod history;
 mod schema;
 
 use std::cell::Cell;
