@@ -130,12 +130,12 @@ delegate_history!(Store);
 delegate_history!(crate::pg::PgStore);
 
 /// A SQLite store in a temporary directory (kept while the store lives).
-struct Lite {
-    store: Store,
+pub(crate) struct Lite {
+    pub(crate) store: Store,
     _dir: tempfile::TempDir,
 }
 
-fn lite() -> Lite {
+pub(crate) fn lite() -> Lite {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_home(&dir.path().join("home")).unwrap();
     Lite { store, _dir: dir }
@@ -160,19 +160,20 @@ macro_rules! both {
         }
     };
 }
+pub(crate) use both;
 
-fn thread(id: &str, cwd: &str, updated: i64) -> ThreadRow {
+pub(crate) fn thread(id: &str, cwd: &str, updated: i64) -> ThreadRow {
     let mut t = ThreadRow::new(id, cwd, 1_000);
     t.updated_at_ms = updated;
     t.preview = format!("preview of {id}");
     t
 }
 
-fn turn(thread_id: &str, id: &str) -> TurnRow {
+pub(crate) fn turn(thread_id: &str, id: &str) -> TurnRow {
     TurnRow::new(thread_id, id, "user", 2_000)
 }
 
-fn item(thread_id: &str, turn_id: &str, id: &str, ty: &str, text: &str) -> ItemRow {
+pub(crate) fn item(thread_id: &str, turn_id: &str, id: &str, ty: &str, text: &str) -> ItemRow {
     ItemRow {
         thread_id: thread_id.into(),
         turn_id: turn_id.into(),

@@ -62,3 +62,5 @@ mod history_tests;
 mod lease_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod usage_tests;

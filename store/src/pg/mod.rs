@@ -11,6 +11,7 @@
 mod ffi;
 mod history;
 mod schema;
+mod usage;
 
 use std::cell::Cell;
 use std::ffi::CString;
