@@ -10,6 +10,7 @@
 
 mod ffi;
 mod history;
+mod organization;
 mod schema;
 mod usage;
 
