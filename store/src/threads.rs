@@ -1,7 +1,7 @@
 //! Threads (conversations): CRUD, titles, archive, delete, listing, search.
 
 use rusqlite::types::ValueRef;
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::{params, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow, ThreadView};
@@ -263,32 +263,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::delete_thread`].
     pub fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
-        let archived: Option<bool> = self
-            .conn
-            .query_row("SELECT archived FROM threads WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match archived {
-            None => return Ok(DeleteOutcome::NotFound),
-            Some(false) if only_if_archived => return Ok(DeleteOutcome::NotArchived),
-            Some(_) => {}
-        }
-        // Items and turns first (items reference turns), then the rest; the foreign keys
-        // would cascade anyway, explicit deletes keep this independent of the pragma.
-        for sql in [
-            "DELETE FROM items WHERE thread_id = ?1",
-            "DELETE FROM turns WHERE thread_id = ?1",
-            "DELETE FROM usage WHERE thread_id = ?1",
-            "DELETE FROM inputs WHERE thread_id = ?1",
-            "DELETE FROM runs WHERE thread_id = ?1",
-            "DELETE FROM continue_sources WHERE thread_id = ?1",
-            "DELETE FROM leases WHERE thread_id = ?1",
-            "DELETE FROM threads WHERE id = ?1",
-        ] {
-            crate::util::execute(self.conn, sql, [id])?;
-        }
-        Ok(DeleteOutcome::Deleted)
+        self.ops().delete_thread(id, only_if_archived)
     }
 
     /// Visits threads newest activity first (`updated_at_ms` desc, then id), skipping
@@ -475,6 +450,35 @@ impl Tx<'_> {
 }
 
 impl Ops<'_> {
+    /// See [`crate::Store::delete_thread`].
+    pub(crate) fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        let rows = self
+            .conn
+            .rows("SELECT archived FROM threads WHERE id = ?1", &values![id])?;
+        let archived: bool = match rows.first() {
+            None => return Ok(DeleteOutcome::NotFound),
+            Some(r) => get(r, 0, "threads", id)?,
+        };
+        if only_if_archived && !archived {
+            return Ok(DeleteOutcome::NotArchived);
+        }
+        // Items and turns first (items reference turns), then the rest; the foreign keys
+        // would cascade anyway, explicit deletes keep this independent of the pragma.
+        for sql in [
+            "DELETE FROM items WHERE thread_id = ?1",
+            "DELETE FROM turns WHERE thread_id = ?1",
+            "DELETE FROM usage WHERE thread_id = ?1",
+            "DELETE FROM inputs WHERE thread_id = ?1",
+            "DELETE FROM runs WHERE thread_id = ?1",
+            "DELETE FROM continue_sources WHERE thread_id = ?1",
+            "DELETE FROM leases WHERE thread_id = ?1",
+            "DELETE FROM threads WHERE id = ?1",
+        ] {
+            self.conn.exec(sql, &values![id])?;
+        }
+        Ok(DeleteOutcome::Deleted)
+    }
+
     /// See [`crate::Store::insert_thread`].
     pub(crate) fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
         self.conn.exec(

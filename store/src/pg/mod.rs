@@ -12,6 +12,7 @@ mod ffi;
 mod history;
 mod organization;
 mod schema;
+mod side;
 mod usage;
 
 use std::cell::Cell;
@@ -21,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{
-    InputRow, ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, ThreadFilter, ThreadRow,
-    TurnRow,
+    DeleteOutcome, InputRow, ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow,
+    ThreadFilter, ThreadRow, TurnRow,
 };
 use crate::sql::{dollar_placeholders, Conn, Dialect, Ops, Value, ValueRow};
 use crate::DEFAULT_LEASE_STALE_MS;
@@ -401,6 +402,11 @@ impl PgStore {
     /// See [`crate::Store::get_thread`].
     pub fn get_thread(&mut self, id: &str) -> Result<Option<ThreadRow>> {
         self.transaction(None, |ops| ops.get_thread(id))
+    }
+
+    /// See [`crate::Store::delete_thread`].
+    pub fn delete_thread(&mut self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        self.transaction(Some(id), |ops| ops.delete_thread(id, only_if_archived))
     }
 
     /// See [`crate::Store::insert_turn`].
