@@ -61,6 +61,8 @@ mod history_tests;
 #[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
+mod ledger_tests;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod usage_tests;

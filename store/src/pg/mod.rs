@@ -10,6 +10,7 @@
 
 mod ffi;
 mod history;
+mod ledgers;
 mod organization;
 mod schema;
 mod side;
