@@ -1,7 +1,5 @@
 //! Usage records, pending inputs, runs and continue sources.
 
-use rusqlite::params;
-
 use crate::error::{Result, StoreError};
 use crate::rows::{input_mode, input_state, InputRow, RunRow, UsageRow};
 use crate::sql::{values, Cells, Ops, Value};
@@ -127,13 +125,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::claim_continue_source`].
     pub fn claim_continue_source(&self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
-        let n = crate::util::execute(
-            self.conn,
-            "INSERT OR IGNORE INTO continue_sources (thread_id, source_turn_id, claimed_at_ms) \
-             VALUES (?1, ?2, ?3)",
-            params![thread_id, source_turn_id, now_ms()],
-        )?;
-        Ok(n == 1)
+        self.ops().claim_continue_source(thread_id, source_turn_id)
     }
 }
 
@@ -172,6 +164,43 @@ impl Ops<'_> {
         )?;
         rows.iter().map(usage_from_row).collect()
     }
+
+    /// See [`crate::Store::get_input`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn get_input(&self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 AND id = ?2"),
+            &values![thread_id, id],
+        )?;
+        rows.first().map(input_from_row).transpose()
+    }
+
+    /// See [`crate::Store::list_runs`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn list_runs(&self, thread_id: &str) -> Result<Vec<RunRow>> {
+        let rows = self.conn.rows(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE thread_id = ?1 ORDER BY created_at_ms, rowid"
+            ),
+            &values![thread_id],
+        )?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// See [`crate::Store::claim_continue_source`].
+    pub(crate) fn claim_continue_source(
+        &self,
+        thread_id: &str,
+        source_turn_id: &str,
+    ) -> Result<bool> {
+        let n = self.conn.exec(
+            "INSERT INTO continue_sources (thread_id, source_turn_id, claimed_at_ms) \
+             VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            &values![thread_id, source_turn_id, now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+
     /// See [`crate::Store::upsert_input`].
     pub(crate) fn upsert_input(&self, i: &InputRow) -> Result<()> {
         if !input_mode::ALL.contains(&i.mode.as_str()) {

@@ -3,7 +3,7 @@
 //! (foreign keys). Nothing here touches the main history (`turns`, `items`).
 
 use crate::error::Result;
-use crate::sql::{values, Dialect, Ops, Value};
+use crate::sql::{values, Ops, Value};
 use crate::store::{Store, Tx};
 use crate::util::get;
 
@@ -158,13 +158,8 @@ impl Ops<'_> {
 
     /// See [`Store::activities_of`].
     pub(crate) fn activities_of(&self, thread_id: &str) -> Result<Vec<(String, String)>> {
-        // Insertion order: SQLite's rowid, PostgreSQL's identity column.
-        let order = match self.conn.dialect() {
-            Dialect::Sqlite => "rowid",
-            Dialect::Postgres => "seq",
-        };
         let rows = self.conn.rows(
-            &format!("SELECT id, body FROM activities WHERE thread_id = ?1 ORDER BY {order}"),
+            "SELECT id, body FROM activities WHERE thread_id = ?1 ORDER BY rowid",
             &values![thread_id],
         )?;
         rows.iter()

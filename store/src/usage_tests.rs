@@ -1,4 +1,5 @@
-//! Usage records, usage views and quota snapshot tests, run against both backends
+//! Usage records, usage views, quota snapshots, pending inputs, runs and continue
+//! sources tests, run against both backends
 //! (see `history_tests`).
 
 use serde_json::json;
@@ -14,11 +15,48 @@ trait Usage: History {
     fn quota_snapshot(&mut self, key: &str) -> Result<Option<serde_json::Value>>;
     fn put_quota_snapshot(&mut self, key: &str, body: &serde_json::Value, now: i64) -> Result<()>;
     fn delete_quota_snapshot(&mut self, key: &str) -> Result<()>;
+    /// Closes the connection and opens the same database again.
+    fn reopen(&mut self);
+    fn upsert_input(&mut self, i: &InputRow) -> Result<()>;
+    fn get_input(&mut self, thread_id: &str, id: &str) -> Result<Option<InputRow>>;
+    fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>>;
+    fn upsert_run(&mut self, r: &RunRow) -> Result<()>;
+    fn get_run(&mut self, id: &str) -> Result<Option<RunRow>>;
+    fn list_runs(&mut self, thread_id: &str) -> Result<Vec<RunRow>>;
+    fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool>;
 }
 
 macro_rules! delegate_usage {
-    ($ty:ty) => {
+    ($ty:ty, $reopen:expr) => {
         impl Usage for $ty {
+            fn reopen(&mut self) {
+                *self = $reopen(self);
+            }
+            fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
+                <$ty>::upsert_input(self, i)
+            }
+            fn get_input(&mut self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+                <$ty>::get_input(self, thread_id, id)
+            }
+            fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+                <$ty>::list_inputs(self, thread_id, states)
+            }
+            fn upsert_run(&mut self, r: &RunRow) -> Result<()> {
+                <$ty>::upsert_run(self, r)
+            }
+            fn get_run(&mut self, id: &str) -> Result<Option<RunRow>> {
+                <$ty>::get_run(self, id)
+            }
+            fn list_runs(&mut self, thread_id: &str) -> Result<Vec<RunRow>> {
+                <$ty>::list_runs(self, thread_id)
+            }
+            fn claim_continue_source(
+                &mut self,
+                thread_id: &str,
+                source_turn_id: &str,
+            ) -> Result<bool> {
+                <$ty>::claim_continue_source(self, thread_id, source_turn_id)
+            }
             fn insert_usage(&mut self, u: &UsageRow) -> Result<()> {
                 <$ty>::insert_usage(self, u)
             }
@@ -46,14 +84,28 @@ macro_rules! delegate_usage {
     };
 }
 
-delegate_usage!(Store);
+fn reopen_lite(s: &Store) -> Store {
+    Store::open(s.path()).unwrap()
+}
+
 #[cfg(feature = "postgres")]
-delegate_usage!(crate::pg::PgStore);
+fn reopen_pg(s: &crate::pg::PgStore) -> crate::pg::PgStore {
+    crate::pg::PgStore::open(s.url()).unwrap()
+}
+
+delegate_usage!(Store, reopen_lite);
+#[cfg(feature = "postgres")]
+delegate_usage!(crate::pg::PgStore, reopen_pg);
 
 both!(
     usage_views_read_records_claims_skills_and_latest_turns_sqlite,
     usage_views_read_records_claims_skills_and_latest_turns_postgres,
     usage_views_read_records_claims_skills_and_latest_turns
+);
+both!(
+    inputs_runs_usage_and_continue_sources_sqlite,
+    inputs_runs_usage_and_continue_sources_postgres,
+    inputs_runs_usage_and_continue_sources
 );
 both!(
     quota_snapshots_replace_and_delete_sqlite,
@@ -242,4 +294,109 @@ fn quota_snapshots_replace_and_delete(store: &mut impl Usage) {
     store.delete_quota_snapshot("acct").unwrap();
     assert_eq!(store.quota_snapshot("acct").unwrap(), None);
     assert_eq!(store.quota_snapshot("other").unwrap(), Some(json!([1])));
+}
+
+fn inputs_runs_usage_and_continue_sources(store: &mut impl Usage) {
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let input = |id: &str, mode: &str, state: &str, at: i64| InputRow {
+        thread_id: "t1".into(),
+        id: id.into(),
+        mode: mode.into(),
+        state: state.into(),
+        body: json!({"prompt": id}),
+        created_at_ms: at,
+        updated_at_ms: at,
+    };
+    store
+        .upsert_input(&input("c2", "queue", "pending", 5))
+        .unwrap();
+    store
+        .upsert_input(&input("c1", "steer", "pending", 5))
+        .unwrap();
+    store
+        .upsert_input(&input("c0", "queue", "held", 1))
+        .unwrap();
+    // an update keeps the queue position (created_at) and changes the rest
+    let mut c2 = input("c2", "steer", "held", 50);
+    c2.body = json!({"prompt": "edited"});
+    store.upsert_input(&c2).unwrap();
+    let got = store.get_input("t1", "c2").unwrap().unwrap();
+    assert_eq!(got.created_at_ms, 5);
+    assert_eq!(got.updated_at_ms, 50);
+    assert_eq!((got.mode.as_str(), got.state.as_str()), ("steer", "held"));
+    assert_eq!(got.body["prompt"], "edited");
+    let ids = |v: Vec<InputRow>| v.into_iter().map(|i| i.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_inputs("t1", &[]).unwrap()),
+        ["c0", "c2", "c1"]
+    );
+    assert_eq!(
+        ids(store.list_inputs("t1", &["held"]).unwrap()),
+        ["c0", "c2"]
+    );
+    assert_eq!(ids(store.list_inputs("t1", &["pending"]).unwrap()), ["c1"]);
+    assert!(store.get_input("t1", "nope").unwrap().is_none());
+    assert!(matches!(
+        store
+            .upsert_input(&input("c9", "shout", "pending", 1))
+            .unwrap_err(),
+        StoreError::Invalid(_)
+    ));
+    assert!(matches!(
+        store
+            .upsert_input(&input("c9", "queue", "lost", 1))
+            .unwrap_err(),
+        StoreError::Invalid(_)
+    ));
+
+    let mut run = RunRow {
+        id: "r1".into(),
+        thread_id: "t1".into(),
+        status: "accepted".into(),
+        owner_instance: "inst".into(),
+        body: json!({"status": "accepted", "request": {"mode": "start"}}),
+        created_at_ms: 7,
+        updated_at_ms: 7,
+    };
+    store.upsert_run(&run).unwrap();
+    run.status = "completed".into();
+    run.updated_at_ms = 9;
+    run.created_at_ms = 8; // kept from the first insert
+    store.upsert_run(&run).unwrap();
+    let got = store.get_run("r1").unwrap().unwrap();
+    assert_eq!(got.status, "completed");
+    assert_eq!((got.created_at_ms, got.updated_at_ms), (7, 9));
+    assert_eq!(store.list_runs("t1").unwrap().len(), 1);
+    assert!(store.get_run("nope").unwrap().is_none());
+
+    let usage = UsageRow {
+        thread_id: "t1".into(),
+        turn_id: "u1".into(),
+        provider: "p".into(),
+        model: "m".into(),
+        at_ms: 3,
+        input_tokens: 10,
+        output_tokens: 20,
+        cache_read_tokens: 30,
+        cache_creation_tokens: 40,
+        reasoning_tokens: 5,
+    };
+    store.insert_usage(&usage).unwrap();
+    store
+        .insert_usage(&UsageRow {
+            at_ms: 1,
+            ..usage.clone()
+        })
+        .unwrap();
+    let all = store.list_usage(None).unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all[0].at_ms, 1);
+    assert_eq!(all[1], usage);
+    assert!(store.list_usage(Some("other")).unwrap().is_empty());
+
+    assert!(store.claim_continue_source("t1", "turn-1").unwrap());
+    assert!(!store.claim_continue_source("t1", "turn-1").unwrap());
+    store.reopen();
+    assert!(!store.claim_continue_source("t1", "turn-1").unwrap());
+    assert!(store.claim_continue_source("t1", "turn-2").unwrap());
 }

@@ -472,6 +472,23 @@ impl PgStore {
         self.transaction(None, |ops| ops.get_run(id))
     }
 
+    /// See [`crate::Store::list_runs`].
+    pub fn list_runs(&mut self, thread_id: &str) -> Result<Vec<RunRow>> {
+        self.transaction(None, |ops| ops.list_runs(thread_id))
+    }
+
+    /// See [`crate::Store::get_input`].
+    pub fn get_input(&mut self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+        self.transaction(None, |ops| ops.get_input(thread_id, id))
+    }
+
+    /// See [`crate::Store::claim_continue_source`].
+    pub fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
+        self.transaction(Some(thread_id), |ops| {
+            ops.claim_continue_source(thread_id, source_turn_id)
+        })
+    }
+
     /// See [`crate::Store::acquire_lease`].
     pub fn acquire_lease(&mut self, thread_id: &str, owner: &LeaseOwner) -> Result<LeaseOutcome> {
         self.transaction(Some(thread_id), |ops| ops.acquire_lease(thread_id, owner))
