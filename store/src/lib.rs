@@ -65,4 +65,6 @@ mod ledger_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod thread_tests;
+#[cfg(test)]
 mod usage_tests;

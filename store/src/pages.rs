@@ -445,18 +445,6 @@ impl Store {
         title: &str,
         expected_revision: u64,
     ) -> Result<(Option<crate::ThreadRow>, bool)> {
-        self.transaction(|tx| {
-            let n = crate::util::execute(
-                tx.conn,
-                "UPDATE threads SET title = ?2, title_revision = ?3 + 1 \
-                 WHERE id = ?1 AND (title IS NULL OR title = '') AND title_revision = ?3",
-                params![
-                    id,
-                    crate::util::filtered(title.to_string()),
-                    expected_revision as i64
-                ],
-            )?;
-            Ok((tx.get_thread(id)?, n > 0))
-        })
+        self.transaction(|tx| tx.ops().set_title_if_empty(id, title, expected_revision))
     }
 }

@@ -134,55 +134,6 @@ fn thread_crud() {
     ));
 }
 
-#[test]
-fn title_revision_is_monotonic() {
-    let (_dir, mut store) = open_tmp();
-    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
-    let r = store.set_title("t1", Some("auto"), 1).unwrap().unwrap();
-    assert_eq!((r.title.as_deref(), r.title_revision), (Some("auto"), 1));
-    let r = store.set_title("t1", Some("manual"), 3).unwrap().unwrap();
-    assert_eq!((r.title.as_deref(), r.title_revision), (Some("manual"), 3));
-    // a late, lower revision loses and the caller sees the winner
-    let r = store
-        .set_title("t1", Some("late auto"), 2)
-        .unwrap()
-        .unwrap();
-    assert_eq!((r.title.as_deref(), r.title_revision), (Some("manual"), 3));
-    // the same revision may be re-applied (idempotent retry)
-    let r = store.set_title("t1", Some("manual!"), 3).unwrap().unwrap();
-    assert_eq!(r.title.as_deref(), Some("manual!"));
-    let r = store.set_title("t1", None, 4).unwrap().unwrap();
-    assert_eq!((r.title, r.title_revision), (None, 4));
-    assert_eq!(r.updated_at_ms, 10, "titles do not count as activity");
-    assert!(store.set_title("ghost", Some("x"), 9).unwrap().is_none());
-}
-
-#[test]
-fn archive_and_unarchive() {
-    let (_dir, mut store) = open_tmp();
-    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
-    let r = store
-        .set_archived("t1", true, Some("done"))
-        .unwrap()
-        .unwrap();
-    assert!(r.archived);
-    assert_eq!(r.archive_reason.as_deref(), Some("done"));
-    let listed = store
-        .list_threads(&ThreadFilter {
-            archived: Some(true),
-            ..Default::default()
-        })
-        .unwrap();
-    assert_eq!(listed.len(), 1);
-    let r = store
-        .set_archived("t1", false, Some("ignored"))
-        .unwrap()
-        .unwrap();
-    assert!(!r.archived);
-    assert_eq!(r.archive_reason, None);
-    assert!(store.set_archived("ghost", true, None).unwrap().is_none());
-}
-
 fn populate(store: &mut Store, id: &str) {
     store.insert_thread(&thread(id, "/w", 10)).unwrap();
     store.insert_turn(&turn(id, "u1")).unwrap();
@@ -379,20 +330,6 @@ fn listing_skips_damaged_rows() {
     );
     assert!(store.latest_thread("/w").unwrap().is_none());
     assert_eq!(store.latest_thread("/other").unwrap().unwrap().id, "c");
-}
-
-#[test]
-fn latest_thread_is_most_recent_unarchived_of_cwd() {
-    let (_dir, mut store) = open_tmp();
-    assert!(store.latest_thread("/w").unwrap().is_none());
-    store.insert_thread(&thread("old", "/w", 10)).unwrap();
-    store.insert_thread(&thread("new", "/w", 20)).unwrap();
-    store.insert_thread(&thread("newest", "/w", 30)).unwrap();
-    store.insert_thread(&thread("elsewhere", "/x", 99)).unwrap();
-    store.set_archived("newest", true, None).unwrap();
-    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "new");
-    store.touch_thread("old", 50).unwrap();
-    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "old");
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod ledgers;
 mod organization;
 mod schema;
 mod side;
+mod threads;
 mod usage;
 
 use std::cell::Cell;

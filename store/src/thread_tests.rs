@@ -1,0 +1,190 @@
+//! Thread title, archive and latest-thread tests, run against both backends (see
+//! `history_tests`).
+
+use crate::history_tests::{both, lite, thread, History};
+use crate::*;
+
+/// The thread calls these tests make, on either backend.
+trait Threads: History {
+    fn set_title(&mut self, id: &str, title: Option<&str>, rev: u64) -> Result<Option<ThreadRow>>;
+    fn set_title_if_empty(
+        &mut self,
+        id: &str,
+        title: &str,
+        rev: u64,
+    ) -> Result<(Option<ThreadRow>, bool)>;
+    fn set_archived(&mut self, id: &str, on: bool, why: Option<&str>) -> Result<Option<ThreadRow>>;
+    fn list_threads(&mut self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>>;
+    fn latest_thread(&mut self, cwd: &str) -> Result<Option<ThreadRow>>;
+    fn touch_thread(&mut self, id: &str, at: i64) -> Result<()>;
+    fn update_thread(&mut self, t: &ThreadRow) -> Result<()>;
+    fn get_thread(&mut self, id: &str) -> Result<Option<ThreadRow>>;
+    fn thread_exists(&mut self, id: &str) -> Result<bool>;
+}
+
+macro_rules! delegate_threads {
+    ($ty:ty) => {
+        impl Threads for $ty {
+            fn set_title(
+                &mut self,
+                id: &str,
+                title: Option<&str>,
+                rev: u64,
+            ) -> Result<Option<ThreadRow>> {
+                <$ty>::set_title(self, id, title, rev)
+            }
+            fn set_title_if_empty(
+                &mut self,
+                id: &str,
+                title: &str,
+                rev: u64,
+            ) -> Result<(Option<ThreadRow>, bool)> {
+                <$ty>::set_title_if_empty(self, id, title, rev)
+            }
+            fn set_archived(
+                &mut self,
+                id: &str,
+                on: bool,
+                why: Option<&str>,
+            ) -> Result<Option<ThreadRow>> {
+                <$ty>::set_archived(self, id, on, why)
+            }
+            fn list_threads(&mut self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+                <$ty>::list_threads(self, filter)
+            }
+            fn latest_thread(&mut self, cwd: &str) -> Result<Option<ThreadRow>> {
+                <$ty>::latest_thread(self, cwd)
+            }
+            fn touch_thread(&mut self, id: &str, at: i64) -> Result<()> {
+                <$ty>::touch_thread(self, id, at)
+            }
+            fn update_thread(&mut self, t: &ThreadRow) -> Result<()> {
+                <$ty>::update_thread(self, t)
+            }
+            fn get_thread(&mut self, id: &str) -> Result<Option<ThreadRow>> {
+                <$ty>::get_thread(self, id)
+            }
+            fn thread_exists(&mut self, id: &str) -> Result<bool> {
+                <$ty>::thread_exists(self, id)
+            }
+        }
+    };
+}
+
+delegate_threads!(Store);
+#[cfg(feature = "postgres")]
+delegate_threads!(crate::pg::PgStore);
+
+both!(
+    title_revision_is_monotonic_sqlite,
+    title_revision_is_monotonic_postgres,
+    title_revision_is_monotonic
+);
+both!(
+    archive_and_unarchive_sqlite,
+    archive_and_unarchive_postgres,
+    archive_and_unarchive
+);
+both!(
+    latest_thread_is_most_recent_unarchived_of_cwd_sqlite,
+    latest_thread_is_most_recent_unarchived_of_cwd_postgres,
+    latest_thread_is_most_recent_unarchived_of_cwd
+);
+both!(
+    titles_fill_once_and_updates_keep_damaged_extras_sqlite,
+    titles_fill_once_and_updates_keep_damaged_extras_postgres,
+    titles_fill_once_and_updates_keep_damaged_extras
+);
+
+fn title_revision_is_monotonic(store: &mut impl Threads) {
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let r = store.set_title("t1", Some("auto"), 1).unwrap().unwrap();
+    assert_eq!((r.title.as_deref(), r.title_revision), (Some("auto"), 1));
+    let r = store.set_title("t1", Some("manual"), 3).unwrap().unwrap();
+    assert_eq!((r.title.as_deref(), r.title_revision), (Some("manual"), 3));
+    // a late, lower revision loses and the caller sees the winner
+    let r = store
+        .set_title("t1", Some("late auto"), 2)
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.title.as_deref(), r.title_revision), (Some("manual"), 3));
+    // the same revision may be re-applied (idempotent retry)
+    let r = store.set_title("t1", Some("manual!"), 3).unwrap().unwrap();
+    assert_eq!(r.title.as_deref(), Some("manual!"));
+    let r = store.set_title("t1", None, 4).unwrap().unwrap();
+    assert_eq!((r.title, r.title_revision), (None, 4));
+    assert_eq!(r.updated_at_ms, 10, "titles do not count as activity");
+    assert!(store.set_title("ghost", Some("x"), 9).unwrap().is_none());
+}
+
+fn archive_and_unarchive(store: &mut impl Threads) {
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let r = store
+        .set_archived("t1", true, Some("done"))
+        .unwrap()
+        .unwrap();
+    assert!(r.archived);
+    assert_eq!(r.archive_reason.as_deref(), Some("done"));
+    let listed = store
+        .list_threads(&ThreadFilter {
+            archived: Some(true),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    let r = store
+        .set_archived("t1", false, Some("ignored"))
+        .unwrap()
+        .unwrap();
+    assert!(!r.archived);
+    assert_eq!(r.archive_reason, None);
+    assert!(store.set_archived("ghost", true, None).unwrap().is_none());
+}
+
+fn latest_thread_is_most_recent_unarchived_of_cwd(store: &mut impl Threads) {
+    assert!(store.latest_thread("/w").unwrap().is_none());
+    store.insert_thread(&thread("old", "/w", 10)).unwrap();
+    store.insert_thread(&thread("new", "/w", 20)).unwrap();
+    store.insert_thread(&thread("newest", "/w", 30)).unwrap();
+    store.insert_thread(&thread("elsewhere", "/x", 99)).unwrap();
+    store.set_archived("newest", true, None).unwrap();
+    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "new");
+    store.touch_thread("old", 50).unwrap();
+    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "old");
+}
+
+fn titles_fill_once_and_updates_keep_damaged_extras(store: &mut impl Threads) {
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    assert!(store.thread_exists("t1").unwrap());
+    assert!(!store.thread_exists("ghost").unwrap());
+    let (row, written) = store.set_title_if_empty("t1", "auto", 0).unwrap();
+    assert!(written);
+    assert_eq!(row.unwrap().title_revision, 1);
+    let (row, written) = store.set_title_if_empty("t1", "again", 1).unwrap();
+    assert!(!written, "a title is there already");
+    assert_eq!(row.unwrap().title.as_deref(), Some("auto"));
+
+    let mut t = store.get_thread("t1").unwrap().unwrap();
+    t.model = "m2".into();
+    t.extra = serde_json::json!({"k": 1});
+    t.updated_at_ms = 20;
+    store.update_thread(&t).unwrap();
+    let got = store.get_thread("t1").unwrap().unwrap();
+    assert_eq!(
+        (got.model.as_str(), got.extra.clone()),
+        ("m2", serde_json::json!({"k": 1}))
+    );
+    // a row read as damaged does not write its placeholder extra back
+    t.damage = Some("extra".into());
+    t.extra = serde_json::json!({});
+    store.update_thread(&t).unwrap();
+    assert_eq!(
+        store.get_thread("t1").unwrap().unwrap().extra,
+        serde_json::json!({"k": 1})
+    );
+    t.id = "ghost".into();
+    assert!(matches!(
+        store.update_thread(&t).unwrap_err(),
+        StoreError::NotFound { kind: "thread", .. }
+    ));
+}
