@@ -82,58 +82,6 @@ fn newer_schema_is_refused() {
     );
 }
 
-#[test]
-fn thread_crud() {
-    let (_dir, mut store) = open_tmp();
-    let mut t = thread("t1", "/w", 10);
-    t.title = Some("hello".into());
-    t.title_revision = 1;
-    t.extra = json!({"pinned": true});
-    t.forked_from_id = Some("t0".into());
-    store.insert_thread(&t).unwrap();
-    assert_eq!(store.get_thread("t1").unwrap(), Some(t.clone()));
-    assert!(store.get_thread("nope").unwrap().is_none());
-    assert!(matches!(
-        store.insert_thread(&t).unwrap_err(),
-        StoreError::Sqlite(_)
-    ));
-
-    // update_thread writes the selection but never the title or the archive flag
-    let mut u = t.clone();
-    u.model = "gpt-x".into();
-    u.preview = "new preview".into();
-    u.updated_at_ms = 20;
-    u.title = Some("stale".into());
-    u.title_revision = 0;
-    u.archived = true;
-    u.extra = json!({"pinned": false, "speed": "fast"});
-    store.update_thread(&u).unwrap();
-    let got = store.get_thread("t1").unwrap().unwrap();
-    assert_eq!(got.model, "gpt-x");
-    assert_eq!(got.preview, "new preview");
-    assert_eq!(got.updated_at_ms, 20);
-    assert_eq!(got.extra, json!({"pinned": false, "speed": "fast"}));
-    assert_eq!(got.title.as_deref(), Some("hello"));
-    assert_eq!(got.title_revision, 1);
-    assert!(!got.archived);
-
-    store.touch_thread("t1", 15).unwrap(); // never moves backwards
-    assert_eq!(store.get_thread("t1").unwrap().unwrap().updated_at_ms, 20);
-    store.touch_thread("t1", 30).unwrap();
-    assert_eq!(store.get_thread("t1").unwrap().unwrap().updated_at_ms, 30);
-
-    let mut missing = thread("ghost", "/w", 1);
-    missing.model = "m".into();
-    assert!(matches!(
-        store.update_thread(&missing).unwrap_err(),
-        StoreError::NotFound { kind: "thread", .. }
-    ));
-    assert!(matches!(
-        store.touch_thread("ghost", 1).unwrap_err(),
-        StoreError::NotFound { .. }
-    ));
-}
-
 fn populate(store: &mut Store, id: &str) {
     store.insert_thread(&thread(id, "/w", 10)).unwrap();
     store.insert_turn(&turn(id, "u1")).unwrap();

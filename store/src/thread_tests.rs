@@ -1,4 +1,4 @@
-//! Thread title, archive and latest-thread tests, run against both backends (see
+//! Thread rows, titles, archive and latest-thread tests, run against both backends (see
 //! `history_tests`).
 
 use crate::history_tests::{both, lite, thread, History};
@@ -75,6 +75,7 @@ delegate_threads!(Store);
 #[cfg(feature = "postgres")]
 delegate_threads!(crate::pg::PgStore);
 
+both!(thread_crud_sqlite, thread_crud_postgres, thread_crud);
 both!(
     title_revision_is_monotonic_sqlite,
     title_revision_is_monotonic_postgres,
@@ -186,5 +187,59 @@ fn titles_fill_once_and_updates_keep_damaged_extras(store: &mut impl Threads) {
     assert!(matches!(
         store.update_thread(&t).unwrap_err(),
         StoreError::NotFound { kind: "thread", .. }
+    ));
+}
+
+fn thread_crud(store: &mut impl Threads) {
+    let mut t = thread("t1", "/w", 10);
+    t.title = Some("hello".into());
+    t.title_revision = 1;
+    t.extra = serde_json::json!({"pinned": true});
+    t.forked_from_id = Some("t0".into());
+    store.insert_thread(&t).unwrap();
+    assert_eq!(store.get_thread("t1").unwrap(), Some(t.clone()));
+    assert!(store.get_thread("nope").unwrap().is_none());
+    // a duplicate id is the database's constraint error (SQLite's or PostgreSQL's)
+    assert!(matches!(
+        store.insert_thread(&t).unwrap_err(),
+        StoreError::Sqlite(_) | StoreError::Postgres { .. }
+    ));
+
+    // update_thread writes the selection but never the title or the archive flag
+    let mut u = t.clone();
+    u.model = "gpt-x".into();
+    u.preview = "new preview".into();
+    u.updated_at_ms = 20;
+    u.title = Some("stale".into());
+    u.title_revision = 0;
+    u.archived = true;
+    u.extra = serde_json::json!({"pinned": false, "speed": "fast"});
+    store.update_thread(&u).unwrap();
+    let got = store.get_thread("t1").unwrap().unwrap();
+    assert_eq!(got.model, "gpt-x");
+    assert_eq!(got.preview, "new preview");
+    assert_eq!(got.updated_at_ms, 20);
+    assert_eq!(
+        got.extra,
+        serde_json::json!({"pinned": false, "speed": "fast"})
+    );
+    assert_eq!(got.title.as_deref(), Some("hello"));
+    assert_eq!(got.title_revision, 1);
+    assert!(!got.archived);
+
+    store.touch_thread("t1", 15).unwrap(); // never moves backwards
+    assert_eq!(store.get_thread("t1").unwrap().unwrap().updated_at_ms, 20);
+    store.touch_thread("t1", 30).unwrap();
+    assert_eq!(store.get_thread("t1").unwrap().unwrap().updated_at_ms, 30);
+
+    let mut missing = thread("ghost", "/w", 1);
+    missing.model = "m".into();
+    assert!(matches!(
+        store.update_thread(&missing).unwrap_err(),
+        StoreError::NotFound { kind: "thread", .. }
+    ));
+    assert!(matches!(
+        store.touch_thread("ghost", 1).unwrap_err(),
+        StoreError::NotFound { .. }
     ));
 }
