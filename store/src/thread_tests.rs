@@ -1,7 +1,7 @@
 //! Thread rows, titles, archive and latest-thread tests, run against both backends (see
 //! `history_tests`).
 
-use crate::history_tests::{both, lite, thread, History};
+use crate::history_tests::{both, item, lite, thread, turn, History};
 use crate::*;
 
 /// The thread calls these tests make, on either backend.
@@ -242,4 +242,169 @@ fn thread_crud(store: &mut impl Threads) {
         store.touch_thread("ghost", 1).unwrap_err(),
         StoreError::NotFound { .. }
     ));
+}
+
+/// The calls of the deletion test, on either backend.
+trait Deletes: Threads {
+    fn insert_usage(&mut self, u: &UsageRow) -> Result<()>;
+    fn list_usage(&mut self, thread_id: Option<&str>) -> Result<Vec<UsageRow>>;
+    fn upsert_input(&mut self, i: &InputRow) -> Result<()>;
+    fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>>;
+    fn upsert_run(&mut self, r: &RunRow) -> Result<()>;
+    fn list_runs(&mut self, thread_id: &str) -> Result<Vec<RunRow>>;
+    fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool>;
+    fn delete_thread(&mut self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome>;
+    /// Unarchives `id`, then deletes it if archived, in one transaction.
+    fn unarchive_and_delete_in_one_transaction(&mut self, id: &str) -> Result<DeleteOutcome>;
+}
+
+macro_rules! delegate_deletes {
+    ($ty:ty) => {
+        fn insert_usage(&mut self, u: &UsageRow) -> Result<()> {
+            <$ty>::insert_usage(self, u)
+        }
+        fn list_usage(&mut self, thread_id: Option<&str>) -> Result<Vec<UsageRow>> {
+            <$ty>::list_usage(self, thread_id)
+        }
+        fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
+            <$ty>::upsert_input(self, i)
+        }
+        fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
+            <$ty>::list_inputs(self, thread_id, states)
+        }
+        fn upsert_run(&mut self, r: &RunRow) -> Result<()> {
+            <$ty>::upsert_run(self, r)
+        }
+        fn list_runs(&mut self, thread_id: &str) -> Result<Vec<RunRow>> {
+            <$ty>::list_runs(self, thread_id)
+        }
+        fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
+            <$ty>::claim_continue_source(self, thread_id, source_turn_id)
+        }
+        fn delete_thread(&mut self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+            <$ty>::delete_thread(self, id, only_if_archived)
+        }
+    };
+}
+
+impl Deletes for Store {
+    delegate_deletes!(Store);
+    fn unarchive_and_delete_in_one_transaction(&mut self, id: &str) -> Result<DeleteOutcome> {
+        self.transaction(|tx| {
+            tx.set_archived(id, false, None)?;
+            tx.delete_thread(id, true)
+        })
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Deletes for crate::pg::PgStore {
+    delegate_deletes!(crate::pg::PgStore);
+    fn unarchive_and_delete_in_one_transaction(&mut self, id: &str) -> Result<DeleteOutcome> {
+        self.with_transaction(Some(id), |tx| {
+            tx.set_archived(id, false, None)?;
+            tx.delete_thread(id, true)
+        })
+    }
+}
+
+both!(
+    delete_only_if_archived_sqlite,
+    delete_only_if_archived_postgres,
+    delete_only_if_archived
+);
+
+/// How many rows a thread has: items, turns, usage, inputs, runs.
+fn rows_of(store: &mut impl Deletes, id: &str) -> [usize; 5] {
+    let history = store.load_history(id).unwrap();
+    [
+        history.iter().map(|t| t.items.len()).sum(),
+        history.len(),
+        store.list_usage(Some(id)).unwrap().len(),
+        store.list_inputs(id, &[]).unwrap().len(),
+        store.list_runs(id).unwrap().len(),
+    ]
+}
+
+fn populate(store: &mut impl Deletes, id: &str) {
+    store.insert_thread(&thread(id, "/w", 10)).unwrap();
+    store.insert_turn(&turn(id, "u1")).unwrap();
+    store
+        .upsert_item(&item(id, "u1", "i1", "user_message", "hi"))
+        .unwrap();
+    store
+        .insert_usage(&UsageRow {
+            thread_id: id.into(),
+            turn_id: "u1".into(),
+            provider: "p".into(),
+            model: "m".into(),
+            at_ms: 5,
+            input_tokens: 1,
+            output_tokens: 2,
+            cache_read_tokens: 3,
+            cache_creation_tokens: 4,
+            reasoning_tokens: 5,
+        })
+        .unwrap();
+    store
+        .upsert_input(&InputRow {
+            thread_id: id.into(),
+            id: "c1".into(),
+            mode: "queue".into(),
+            state: "held".into(),
+            body: serde_json::json!({"prompt": "later"}),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        })
+        .unwrap();
+    store
+        .upsert_run(&RunRow {
+            id: format!("run-{id}"),
+            thread_id: id.into(),
+            status: "completed".into(),
+            owner_instance: "x".into(),
+            body: serde_json::json!({}),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+        })
+        .unwrap();
+    assert!(store.claim_continue_source(id, "u1").unwrap());
+}
+
+fn delete_only_if_archived(store: &mut impl Deletes) {
+    populate(store, "t1");
+    populate(store, "t2");
+    let before = [rows_of(store, "t1"), rows_of(store, "t2")];
+    assert_eq!(before, [[1; 5]; 2]);
+
+    assert_eq!(
+        store.delete_thread("t1", true).unwrap(),
+        DeleteOutcome::NotArchived
+    );
+    assert_eq!(store.load_history("t1").unwrap().len(), 1);
+
+    // unarchived inside the same transaction as the delete: the delete sees it
+    store.set_archived("t1", true, None).unwrap();
+    let outcome = store.unarchive_and_delete_in_one_transaction("t1").unwrap();
+    assert_eq!(outcome, DeleteOutcome::NotArchived);
+    assert!(store.get_thread("t1").unwrap().is_some());
+
+    store.set_archived("t1", true, None).unwrap();
+    assert_eq!(
+        store.delete_thread("t1", true).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert!(store.get_thread("t1").unwrap().is_none());
+    let after = [rows_of(store, "t1"), rows_of(store, "t2")];
+    assert_eq!(after, [[0; 5], [1; 5]], "only t2's rows remain");
+    assert_eq!(
+        store.delete_thread("t1", false).unwrap(),
+        DeleteOutcome::NotFound
+    );
+    // without only_if_archived an idle unarchived thread can be deleted
+    assert_eq!(
+        store.delete_thread("t2", false).unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(rows_of(store, "t2"), [0; 5]);
 }

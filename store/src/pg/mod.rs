@@ -583,6 +583,21 @@ impl PgTx<'_> {
     pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
         self.0.touch_thread(id, updated_at_ms)
     }
+
+    /// See [`crate::Store::set_archived`].
+    pub fn set_archived(
+        &self,
+        id: &str,
+        archived: bool,
+        reason: Option<&str>,
+    ) -> Result<Option<ThreadRow>> {
+        self.0.set_archived(id, archived, reason)
+    }
+
+    /// See [`crate::Store::delete_thread`].
+    pub fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        self.0.delete_thread(id, only_if_archived)
+    }
 }
 
 #[cfg(test)]
