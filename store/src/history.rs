@@ -2,8 +2,6 @@
 
 use std::collections::HashMap;
 
-use rusqlite::Row;
-
 use crate::error::{Result, StoreError};
 use crate::rows::{turn_status, ItemRow, TurnRow, TurnWithItems};
 use crate::sql::{values, Cells, Ops, Value};
@@ -16,7 +14,7 @@ const TURN_COLS: &str = "thread_id, id, kind, status, provider, model, error, \
 
 const ITEM_COLS: &str = "thread_id, turn_id, id, item_type, status, seq, body";
 
-pub(crate) fn turn_from_row_pub(row: &Row<'_>) -> Result<TurnRow> {
+pub(crate) fn turn_from_cells(row: &(impl Cells + ?Sized)) -> Result<TurnRow> {
     turn_from_row(row)
 }
 
@@ -53,7 +51,7 @@ fn turn_from_row(row: &(impl Cells + ?Sized)) -> Result<TurnRow> {
     })
 }
 
-fn item_from_row(row: &Row<'_>) -> Result<ItemRow> {
+fn item_from_row(row: &(impl Cells + ?Sized)) -> Result<ItemRow> {
     let thread_id: String = get(row, 0, "items", "?")?;
     let id: String = get(row, 2, "items", &thread_id)?;
     let key = format!("{thread_id}/{id}");
@@ -214,91 +212,45 @@ impl Ops<'_> {
         )?;
         rows.first().map(turn_from_row).transpose()
     }
-}
-
-impl Tx<'_> {
-    /// See [`crate::Store::insert_turn`].
-    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
-        self.ops().insert_turn(t)
-    }
-
-    /// See [`crate::Store::update_turn`].
-    pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
-        self.ops().update_turn(t)
-    }
-
-    /// Reads one turn. `Ok(None)` when it does not exist.
-    pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
-        self.ops().get_turn(thread_id, turn_id)
-    }
-
-    /// See [`crate::Store::upsert_item`].
-    pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
-        self.ops().upsert_item(item)
-    }
 
     /// See [`crate::Store::delete_item`].
-    pub fn delete_item(&self, thread_id: &str, item_id: &str) -> Result<()> {
-        crate::util::execute(
-            self.conn,
+    pub(crate) fn delete_item(&self, thread_id: &str, item_id: &str) -> Result<()> {
+        self.conn.exec(
             "DELETE FROM items WHERE thread_id = ?1 AND id = ?2",
-            [thread_id, item_id],
+            &values![thread_id, item_id],
         )?;
         Ok(())
     }
 
     /// Reads one item. `Ok(None)` when it does not exist.
-    pub fn get_item(&self, thread_id: &str, item_id: &str) -> Result<Option<ItemRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 AND id = ?2"
-        ))?;
-        let mut rows = stmt.query([thread_id, item_id])?;
-        match rows.next()? {
-            Some(row) => item_from_row(row).map(Some),
-            None => Ok(None),
-        }
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn get_item(&self, thread_id: &str, item_id: &str) -> Result<Option<ItemRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 AND id = ?2"),
+            &values![thread_id, item_id],
+        )?;
+        rows.first().map(item_from_row).transpose()
     }
 
     /// See [`crate::Store::load_history`].
-    pub fn load_history(&self, thread_id: &str) -> Result<Vec<TurnWithItems>> {
-        let mut turns = Vec::new();
-        let mut index = HashMap::new();
-        {
-            let mut stmt = self.conn.prepare_cached(&format!(
-                "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 ORDER BY ordinal"
-            ))?;
-            let mut rows = stmt.query([thread_id])?;
-            while let Some(row) = rows.next()? {
-                let turn = turn_from_row(row)?;
-                index.insert(turn.id.clone(), turns.len());
-                turns.push(TurnWithItems {
-                    turn,
-                    items: Vec::new(),
-                });
-            }
-        }
-        let mut stmt = self.conn.prepare_cached(&format!(
-            "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 ORDER BY seq"
-        ))?;
-        let mut rows = stmt.query([thread_id])?;
-        while let Some(row) = rows.next()? {
-            let item = item_from_row(row)?;
-            match index.get(&item.turn_id) {
-                Some(&i) => turns[i].items.push(item),
-                // Unreachable with foreign keys on; never lose data silently.
-                None => {
-                    return Err(StoreError::corrupt(
-                        format!("items[{thread_id}/{}]", item.id),
-                        format!("turn {} does not exist", item.turn_id),
-                    ))
-                }
-            }
-        }
-        Ok(turns)
+    pub(crate) fn load_history(&self, thread_id: &str) -> Result<Vec<TurnWithItems>> {
+        let turns = self.conn.rows(
+            &format!("SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 ORDER BY ordinal"),
+            &values![thread_id],
+        )?;
+        let turns = turns
+            .iter()
+            .map(turn_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        let items = self.conn.rows(
+            &format!("SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 ORDER BY seq"),
+            &values![thread_id],
+        )?;
+        group_history(thread_id, turns, items.iter().map(item_from_row))
     }
 
     /// See [`crate::Store::copy_history`].
-    pub fn copy_history(
+    pub(crate) fn copy_history(
         &self,
         src: &str,
         dst: &str,
@@ -335,7 +287,7 @@ impl Tx<'_> {
             None => history.len(),
         };
         let now = now_ms();
-        for (i, twi) in history[..end].iter().enumerate() {
+        for (i, twi) in history.iter().take(end).enumerate() {
             let mut items: &[ItemRow] = &twi.items;
             if i + 1 == end {
                 if let Some(item_id) = cut_item {
@@ -348,7 +300,7 @@ impl Tx<'_> {
                                 format!("{src}/{}/{item_id}", twi.turn.id),
                             )
                         })?;
-                    items = &items[..=pos];
+                    items = items.get(..=pos).unwrap_or(items);
                 }
             }
             let mut turn = twi.turn.clone();
@@ -365,5 +317,114 @@ impl Tx<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// Turns (in order) with their items (in `seq` order) attached; an item whose turn is
+/// missing is [`StoreError::Corrupt`] (unreachable with foreign keys on; never lose data
+/// silently).
+fn group_history(
+    thread_id: &str,
+    turns: Vec<TurnRow>,
+    items: impl Iterator<Item = Result<ItemRow>>,
+) -> Result<Vec<TurnWithItems>> {
+    let index: HashMap<String, usize> = turns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.id.clone(), i))
+        .collect();
+    let mut out: Vec<TurnWithItems> = turns
+        .into_iter()
+        .map(|turn| TurnWithItems {
+            turn,
+            items: Vec::new(),
+        })
+        .collect();
+    for item in items {
+        let item = item?;
+        match index.get(&item.turn_id).and_then(|&i| out.get_mut(i)) {
+            Some(t) => t.items.push(item),
+            None => {
+                return Err(StoreError::corrupt(
+                    format!("items[{thread_id}/{}]", item.id),
+                    format!("turn {} does not exist", item.turn_id),
+                ))
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl Tx<'_> {
+    /// See [`crate::Store::insert_turn`].
+    pub fn insert_turn(&self, t: &TurnRow) -> Result<()> {
+        self.ops().insert_turn(t)
+    }
+
+    /// See [`crate::Store::update_turn`].
+    pub fn update_turn(&self, t: &TurnRow) -> Result<()> {
+        self.ops().update_turn(t)
+    }
+
+    /// Reads one turn. `Ok(None)` when it does not exist.
+    pub fn get_turn(&self, thread_id: &str, turn_id: &str) -> Result<Option<TurnRow>> {
+        self.ops().get_turn(thread_id, turn_id)
+    }
+
+    /// See [`crate::Store::upsert_item`].
+    pub fn upsert_item(&self, item: &ItemRow) -> Result<u64> {
+        self.ops().upsert_item(item)
+    }
+
+    /// See [`crate::Store::delete_item`].
+    pub fn delete_item(&self, thread_id: &str, item_id: &str) -> Result<()> {
+        self.ops().delete_item(thread_id, item_id)
+    }
+
+    /// Reads one item. `Ok(None)` when it does not exist.
+    pub fn get_item(&self, thread_id: &str, item_id: &str) -> Result<Option<ItemRow>> {
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 AND id = ?2"
+        ))?;
+        let mut rows = stmt.query([thread_id, item_id])?;
+        match rows.next()? {
+            Some(row) => item_from_row(row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`crate::Store::load_history`] (SQLite: cached statements, rows decoded in
+    /// place).
+    pub fn load_history(&self, thread_id: &str) -> Result<Vec<TurnWithItems>> {
+        let mut turns = Vec::new();
+        {
+            let mut stmt = self.conn.prepare_cached(&format!(
+                "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 ORDER BY ordinal"
+            ))?;
+            let mut rows = stmt.query([thread_id])?;
+            while let Some(row) = rows.next()? {
+                turns.push(turn_from_row(row)?);
+            }
+        }
+        let mut stmt = self.conn.prepare_cached(&format!(
+            "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 ORDER BY seq"
+        ))?;
+        let mut rows = stmt.query([thread_id])?;
+        let mut items = Vec::new();
+        while let Some(row) = rows.next()? {
+            items.push(item_from_row(row));
+        }
+        group_history(thread_id, turns, items.into_iter())
+    }
+
+    /// See [`crate::Store::copy_history`].
+    pub fn copy_history(
+        &self,
+        src: &str,
+        dst: &str,
+        cut_turn: Option<&str>,
+        cut_item: Option<&str>,
+    ) -> Result<()> {
+        self.ops().copy_history(src, dst, cut_turn, cut_item)
     }
 }

@@ -57,6 +57,14 @@ pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};
 pub use util::{set_text_filter, TextFilter};
 
 #[cfg(test)]
+mod history_tests;
+#[cfg(test)]
 mod lease_tests;
 #[cfg(test)]
+mod ledger_tests;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod thread_tests;
+#[cfg(test)]
+mod usage_tests;

@@ -8,6 +8,7 @@ use std::io::Read;
 
 use crate::error::{Result, StoreError};
 use crate::rows::TurnRow;
+use crate::sql::{values, Dialect, Ops, Value};
 use crate::store::{Store, Tx};
 use crate::util::{get, get_u64};
 
@@ -44,6 +45,203 @@ pub(crate) const TURN_COLS: &str = "thread_id, id, kind, status, provider, model
     started_at_ms, completed_at_ms, answer_ready_at_ms, input_tokens, output_tokens, \
     cache_read_tokens, cache_creation_tokens, finish_reason, stop_reason, truncated, extra";
 
+/// Paging fields of a small item body (`terminal`, `name`, whether it carries `images`
+/// or `files`), as the SQLite statement of [`Tx::item_heads`] reads them with SQL.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn small_body_fields(body: &str) -> (bool, Option<String>, bool) {
+    let Ok(serde_json::Value::Object(obj)) = serde_json::from_str::<serde_json::Value>(body) else {
+        return (false, None, false);
+    };
+    let terminal = match obj.get("terminal") {
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(serde_json::Value::Number(n)) => n.as_f64().is_some_and(|f| f != 0.0),
+        _ => false,
+    };
+    let name = obj.get("name").and_then(|n| n.as_str()).map(String::from);
+    let attachments = obj.contains_key("images") || obj.contains_key("files");
+    (terminal, name, attachments)
+}
+
+/// Bytes from lowercase or uppercase hex text (PostgreSQL's `encode(…, 'hex')`).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn unhex(text: &str) -> std::result::Result<Vec<u8>, String> {
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return Err("odd number of hex digits".into());
+    }
+    digits
+        .chunks(2)
+        .map(|pair| {
+            std::str::from_utf8(pair)
+                .ok()
+                .and_then(|p| u8::from_str_radix(p, 16).ok())
+                .ok_or_else(|| "not hex".to_string())
+        })
+        .collect()
+}
+
+// The PostgreSQL paths; SQLite's `Tx` keeps its cached statements and blob reads.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+impl Ops<'_> {
+    /// See [`Tx::turn_ordinal`].
+    pub(crate) fn turn_ordinal(&self, thread_id: &str, turn_id: &str) -> Result<Option<i64>> {
+        let rows = self.conn.rows(
+            "SELECT ordinal FROM turns WHERE thread_id = ?1 AND id = ?2",
+            &values![thread_id, turn_id],
+        )?;
+        rows.first()
+            .map(|r| get(r, 0, "turns", turn_id))
+            .transpose()
+    }
+
+    /// See [`Tx::turn_before`].
+    pub(crate) fn turn_before(
+        &self,
+        thread_id: &str,
+        before: Option<i64>,
+    ) -> Result<Option<(i64, TurnRow)>> {
+        let rows = self.conn.rows(
+            &format!(
+                "SELECT {TURN_COLS}, ordinal FROM turns WHERE thread_id = ?1 AND ordinal < ?2 \
+                 ORDER BY ordinal DESC LIMIT 1"
+            ),
+            &values![thread_id, before.unwrap_or(i64::MAX)],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let turn = crate::history::turn_from_cells(row)?;
+        let ordinal: i64 = get(row, 18, "turns", &turn.id)?;
+        Ok(Some((ordinal, turn)))
+    }
+
+    /// See [`Tx::item_heads`]: small bodies are read and their paging fields decoded
+    /// here, large ones are not read.
+    pub(crate) fn item_heads(&self, thread_id: &str, turn_id: &str) -> Result<Vec<ItemHead>> {
+        let rows = self.conn.rows(
+            "SELECT id, item_type, status, seq, octet_length(body), \
+             CASE WHEN octet_length(body) <= ?3 THEN body END \
+             FROM items WHERE thread_id = ?1 AND turn_id = ?2 ORDER BY seq",
+            &values![thread_id, turn_id, SMALL_BODY_BYTES as i64],
+        )?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let id: String = get(row, 0, "items", turn_id)?;
+            let k = format!("{thread_id}/{id}");
+            let len = get_u64(row, 4, "items", &k)?;
+            let body: Option<String> = get(row, 5, "items", &k)?;
+            let (terminal, name, attachments) = body
+                .as_deref()
+                .map(small_body_fields)
+                .unwrap_or((false, None, false));
+            out.push(ItemHead {
+                item_type: get(row, 1, "items", &k)?,
+                status: get(row, 2, "items", &k)?,
+                seq: get_u64(row, 3, "items", &k)?,
+                len,
+                terminal,
+                name,
+                attachments,
+                large: len > SMALL_BODY_BYTES,
+                id,
+            });
+        }
+        Ok(out)
+    }
+
+    /// See [`Tx::item_locator`].
+    pub(crate) fn item_locator(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+    ) -> Result<Option<(String, u64)>> {
+        let rows = self.conn.rows(
+            "SELECT turn_id, octet_length(body) FROM items WHERE thread_id = ?1 AND id = ?2",
+            &values![thread_id, item_id],
+        )?;
+        let k = format!("{thread_id}/{item_id}");
+        rows.first()
+            .map(|r| Ok((get(r, 0, "items", &k)?, get_u64(r, 1, "items", &k)?)))
+            .transpose()
+    }
+
+    /// See [`Tx::item_body_range`]: the slice is cut by the database, the body is not
+    /// sent whole.
+    pub(crate) fn item_body_range(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<(Vec<u8>, u64)>> {
+        let sql = match self.conn.dialect() {
+            Dialect::Sqlite => {
+                "SELECT CAST(substr(CAST(body AS BLOB), ?3, ?4) AS BLOB), octet_length(body) \
+                 FROM items WHERE thread_id = ?1 AND id = ?2"
+            }
+            Dialect::Postgres => {
+                "SELECT encode(substring(textsend(body) FROM CAST(?3 AS INTEGER) \
+                 FOR CAST(?4 AS INTEGER)), 'hex'), octet_length(body) \
+                 FROM items WHERE thread_id = ?1 AND id = ?2"
+            }
+        };
+        // Stored values are far below 2 GiB on both backends: positions past that are
+        // past the end.
+        let start = offset.saturating_add(1).min(i32::MAX as u64) as i64;
+        let count = len.min(i32::MAX as usize) as i64;
+        let rows = self.conn.rows(
+            sql,
+            &[
+                Value::from(thread_id),
+                Value::from(item_id),
+                Value::Int(start),
+                Value::Int(count),
+            ],
+        )?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let k = format!("items[{thread_id}/{item_id}].body");
+        let total = get_u64(row, 1, "items", &k)?;
+        let bytes = match crate::sql::Cells::cell(row, 0).map_err(|e| StoreError::corrupt(&k, e))? {
+            Value::Blob(b) => b,
+            Value::Text(t) if self.conn.dialect() == Dialect::Postgres => {
+                unhex(&t).map_err(|e| StoreError::corrupt(&k, e))?
+            }
+            Value::Text(t) => t.into_bytes(),
+            Value::Null => Vec::new(),
+            other => return Err(StoreError::corrupt(&k, format!("unexpected {other:?}"))),
+        };
+        Ok(Some((bytes, total)))
+    }
+
+    /// See [`Tx::stream_item_body`]: the body is read in `chunk`-byte ranges.
+    pub(crate) fn stream_item_body(
+        &self,
+        thread_id: &str,
+        item_id: &str,
+        chunk: usize,
+        mut f: impl FnMut(&[u8]),
+    ) -> Result<bool> {
+        let chunk = chunk.max(1);
+        let mut offset = 0u64;
+        loop {
+            let Some((bytes, total)) = self.item_body_range(thread_id, item_id, offset, chunk)?
+            else {
+                return Ok(offset > 0);
+            };
+            if bytes.is_empty() {
+                return Ok(true);
+            }
+            f(&bytes);
+            offset += bytes.len() as u64;
+            if offset >= total {
+                return Ok(true);
+            }
+        }
+    }
+}
+
 impl Tx<'_> {
     /// Position (`ordinal`, 1-based insertion order) of a turn; `None` when missing.
     pub fn turn_ordinal(&self, thread_id: &str, turn_id: &str) -> Result<Option<i64>> {
@@ -71,7 +269,7 @@ impl Tx<'_> {
         let mut rows = stmt.query(params![thread_id, before.unwrap_or(i64::MAX)])?;
         match rows.next()? {
             Some(row) => {
-                let turn = crate::history::turn_from_row_pub(row)?;
+                let turn = crate::history::turn_from_cells(row)?;
                 let ordinal: i64 = get(row, 18, "turns", &turn.id)?;
                 Ok(Some((ordinal, turn)))
             }
@@ -247,18 +445,6 @@ impl Store {
         title: &str,
         expected_revision: u64,
     ) -> Result<(Option<crate::ThreadRow>, bool)> {
-        self.transaction(|tx| {
-            let n = crate::util::execute(
-                tx.conn,
-                "UPDATE threads SET title = ?2, title_revision = ?3 + 1 \
-                 WHERE id = ?1 AND (title IS NULL OR title = '') AND title_revision = ?3",
-                params![
-                    id,
-                    crate::util::filtered(title.to_string()),
-                    expected_revision as i64
-                ],
-            )?;
-            Ok((tx.get_thread(id)?, n > 0))
-        })
+        self.transaction(|tx| tx.ops().set_title_if_empty(id, title, expected_revision))
     }
 }

@@ -1,10 +1,9 @@
 //! The process ledger: the process group of every running command, so that a later
 //! start can kill what a dead owner left behind (migration 5).
 
-use rusqlite::params;
-
 use crate::error::Result;
 use crate::lease::pid_alive;
+use crate::sql::{values, Ops};
 use crate::store::{Store, Tx};
 use crate::util::get;
 
@@ -27,20 +26,21 @@ pub struct ProcessGroupRow {
     pub started_at_ms: i64,
 }
 
-impl Tx<'_> {
+impl Ops<'_> {
     /// See [`Store::record_process_group`].
-    pub fn record_process_group(&self, r: &ProcessGroupRow) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            "INSERT OR REPLACE INTO process_groups \
+    pub(crate) fn record_process_group(&self, r: &ProcessGroupRow) -> Result<()> {
+        self.conn.exec(
+            "INSERT INTO process_groups \
              (pgid, host, owner_pid, instance, token, started_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (host, pgid) DO UPDATE SET \
+             owner_pid = excluded.owner_pid, instance = excluded.instance, \
+             token = excluded.token, started_at_ms = excluded.started_at_ms",
+            &values![
                 r.pgid,
-                r.host,
+                &r.host,
                 r.owner_pid,
-                r.instance,
-                r.token,
+                &r.instance,
+                &r.token,
                 r.started_at_ms
             ],
         )?;
@@ -48,24 +48,23 @@ impl Tx<'_> {
     }
 
     /// See [`Store::forget_process_group`].
-    pub fn forget_process_group(&self, host: &str, pgid: i64, token: &str) -> Result<()> {
-        crate::util::execute(
-            self.conn,
+    pub(crate) fn forget_process_group(&self, host: &str, pgid: i64, token: &str) -> Result<()> {
+        self.conn.exec(
             "DELETE FROM process_groups WHERE host = ?1 AND pgid = ?2 AND token = ?3",
-            params![host, pgid, token],
+            &values![host, pgid, token],
         )?;
         Ok(())
     }
 
     /// See [`Store::orphaned_process_groups`].
-    pub fn orphaned_process_groups(&self, host: &str) -> Result<Vec<ProcessGroupRow>> {
-        let mut stmt = self.conn.prepare_cached(
+    pub(crate) fn orphaned_process_groups(&self, host: &str) -> Result<Vec<ProcessGroupRow>> {
+        let rows = self.conn.rows(
             "SELECT pgid, host, owner_pid, instance, token, started_at_ms \
              FROM process_groups WHERE host = ?1 ORDER BY started_at_ms",
+            &values![host],
         )?;
-        let mut rows = stmt.query([host])?;
         let mut out = Vec::new();
-        while let Some(row) = rows.next()? {
+        for row in &rows {
             let pgid: i64 = get(row, 0, "process_groups", "?")?;
             let key = pgid.to_string();
             let r = ProcessGroupRow {
@@ -81,6 +80,23 @@ impl Tx<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+impl Tx<'_> {
+    /// See [`Store::record_process_group`].
+    pub fn record_process_group(&self, r: &ProcessGroupRow) -> Result<()> {
+        self.ops().record_process_group(r)
+    }
+
+    /// See [`Store::forget_process_group`].
+    pub fn forget_process_group(&self, host: &str, pgid: i64, token: &str) -> Result<()> {
+        self.ops().forget_process_group(host, pgid, token)
+    }
+
+    /// See [`Store::orphaned_process_groups`].
+    pub fn orphaned_process_groups(&self, host: &str) -> Result<Vec<ProcessGroupRow>> {
+        self.ops().orphaned_process_groups(host)
     }
 }
 

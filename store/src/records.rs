@@ -1,10 +1,8 @@
 //! Usage records, pending inputs, runs and continue sources.
 
-use rusqlite::{params, Row};
-
 use crate::error::{Result, StoreError};
 use crate::rows::{input_mode, input_state, InputRow, RunRow, UsageRow};
-use crate::sql::{values, Cells, Ops};
+use crate::sql::{values, Cells, Ops, Value};
 use crate::store::Tx;
 use crate::util::{get, get_json, get_u64, json_text, now_ms, U64};
 
@@ -14,7 +12,7 @@ pub(crate) const INPUT_COLS: &str =
     "thread_id, id, mode, state, body, created_at_ms, updated_at_ms";
 const RUN_COLS: &str = "id, thread_id, status, owner_instance, body, created_at_ms, updated_at_ms";
 
-fn usage_from_row(row: &Row<'_>) -> Result<UsageRow> {
+fn usage_from_row(row: &(impl Cells + ?Sized)) -> Result<UsageRow> {
     let thread_id: String = get(row, 0, "usage", "?")?;
     let (t, k) = ("usage", thread_id.as_str());
     Ok(UsageRow {
@@ -64,25 +62,7 @@ fn run_from_row(row: &(impl Cells + ?Sized)) -> Result<RunRow> {
 impl Tx<'_> {
     /// See [`crate::Store::insert_usage`].
     pub fn insert_usage(&self, u: &UsageRow) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            &format!(
-                "INSERT INTO usage ({USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
-            ),
-            params![
-                u.thread_id,
-                u.turn_id,
-                u.provider,
-                u.model,
-                u.at_ms,
-                U64(u.input_tokens),
-                U64(u.output_tokens),
-                U64(u.cache_read_tokens),
-                U64(u.cache_creation_tokens),
-                U64(u.reasoning_tokens),
-            ],
-        )?;
-        Ok(())
+        self.ops().insert_usage(u)
     }
 
     /// See [`crate::Store::list_usage`].
@@ -145,17 +125,82 @@ impl Tx<'_> {
 
     /// See [`crate::Store::claim_continue_source`].
     pub fn claim_continue_source(&self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
-        let n = crate::util::execute(
-            self.conn,
-            "INSERT OR IGNORE INTO continue_sources (thread_id, source_turn_id, claimed_at_ms) \
-             VALUES (?1, ?2, ?3)",
-            params![thread_id, source_turn_id, now_ms()],
-        )?;
-        Ok(n == 1)
+        self.ops().claim_continue_source(thread_id, source_turn_id)
     }
 }
 
 impl Ops<'_> {
+    /// See [`crate::Store::insert_usage`].
+    pub(crate) fn insert_usage(&self, u: &UsageRow) -> Result<()> {
+        self.conn.exec(
+            &format!(
+                "INSERT INTO usage ({USAGE_COLS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+            ),
+            &[
+                Value::from(&u.thread_id),
+                Value::from(&u.turn_id),
+                Value::from(&u.provider),
+                Value::from(&u.model),
+                Value::from(u.at_ms),
+                U64(u.input_tokens).value()?,
+                U64(u.output_tokens).value()?,
+                U64(u.cache_read_tokens).value()?,
+                U64(u.cache_creation_tokens).value()?,
+                U64(u.reasoning_tokens).value()?,
+            ],
+        )?;
+        Ok(())
+    }
+
+    /// See [`crate::Store::list_usage`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn list_usage(&self, thread_id: Option<&str>) -> Result<Vec<UsageRow>> {
+        let rows = self.conn.rows(
+            &format!(
+                "SELECT {USAGE_COLS} FROM usage \
+                 WHERE CAST(?1 AS TEXT) IS NULL OR thread_id = ?1 ORDER BY at_ms, id"
+            ),
+            &values![thread_id],
+        )?;
+        rows.iter().map(usage_from_row).collect()
+    }
+
+    /// See [`crate::Store::get_input`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn get_input(&self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+        let rows = self.conn.rows(
+            &format!("SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 AND id = ?2"),
+            &values![thread_id, id],
+        )?;
+        rows.first().map(input_from_row).transpose()
+    }
+
+    /// See [`crate::Store::list_runs`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn list_runs(&self, thread_id: &str) -> Result<Vec<RunRow>> {
+        let rows = self.conn.rows(
+            &format!(
+                "SELECT {RUN_COLS} FROM runs WHERE thread_id = ?1 ORDER BY created_at_ms, rowid"
+            ),
+            &values![thread_id],
+        )?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// See [`crate::Store::claim_continue_source`].
+    pub(crate) fn claim_continue_source(
+        &self,
+        thread_id: &str,
+        source_turn_id: &str,
+    ) -> Result<bool> {
+        let n = self.conn.exec(
+            "INSERT INTO continue_sources (thread_id, source_turn_id, claimed_at_ms) \
+             VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+            &values![thread_id, source_turn_id, now_ms()],
+        )?;
+        Ok(n == 1)
+    }
+
     /// See [`crate::Store::upsert_input`].
     pub(crate) fn upsert_input(&self, i: &InputRow) -> Result<()> {
         if !input_mode::ALL.contains(&i.mode.as_str()) {

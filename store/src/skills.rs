@@ -1,9 +1,8 @@
 //! Skill uses (`load_skill` calls) for `settings/usage`'s `skill_usage`, and the
 //! "provider in use" check of `config/provider/remove`.
 
-use rusqlite::{params, OptionalExtension};
-
 use crate::error::Result;
+use crate::sql::{values, Ops};
 use crate::store::{Store, Tx};
 use crate::util::get;
 
@@ -22,6 +21,57 @@ pub struct SkillUseCount {
     pub last_used_at_ms: i64,
 }
 
+impl Ops<'_> {
+    /// See [`Store::record_skill_use`].
+    pub(crate) fn record_skill_use(
+        &self,
+        name: &str,
+        source: &str,
+        thread_id: &str,
+        at_ms: i64,
+    ) -> Result<()> {
+        self.conn.exec(
+            "INSERT INTO skill_uses (name, source, thread_id, at_ms) VALUES (?1, ?2, ?3, ?4)",
+            &values![name, source, thread_id, at_ms],
+        )?;
+        Ok(())
+    }
+
+    /// See [`Store::skill_use_counts`].
+    pub(crate) fn skill_use_counts(&self, since_ms: Option<i64>) -> Result<Vec<SkillUseCount>> {
+        let rows = self.conn.rows(
+            "SELECT name, source, COUNT(*), MIN(at_ms), MAX(at_ms) FROM skill_uses \
+             WHERE at_ms >= ?1 GROUP BY name, source ORDER BY COUNT(*) DESC, name",
+            &values![since_ms.unwrap_or(i64::MIN)],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let name: String = get(r, 0, "skill_uses", "?")?;
+                let count: i64 = get(r, 2, "skill_uses", &name)?;
+                Ok(SkillUseCount {
+                    source: get(r, 1, "skill_uses", &name)?,
+                    count: count.max(0) as u64,
+                    first_used_at_ms: get(r, 3, "skill_uses", &name)?,
+                    last_used_at_ms: get(r, 4, "skill_uses", &name)?,
+                    name,
+                })
+            })
+            .collect()
+    }
+
+    /// See [`Store::running_turn_with_provider`].
+    pub(crate) fn running_turn_with_provider(&self, provider: &str) -> Result<Option<String>> {
+        let rows = self.conn.rows(
+            "SELECT thread_id FROM turns WHERE status = 'in_progress' AND provider = ?1 \
+             LIMIT 1",
+            &values![provider],
+        )?;
+        rows.first()
+            .map(|r| get(r, 0, "turns", provider))
+            .transpose()
+    }
+}
+
 impl Tx<'_> {
     /// See [`Store::record_skill_use`].
     pub fn record_skill_use(
@@ -31,47 +81,17 @@ impl Tx<'_> {
         thread_id: &str,
         at_ms: i64,
     ) -> Result<()> {
-        crate::util::execute(
-            self.conn,
-            "INSERT INTO skill_uses (name, source, thread_id, at_ms) VALUES (?1, ?2, ?3, ?4)",
-            params![name, source, thread_id, at_ms],
-        )?;
-        Ok(())
+        self.ops().record_skill_use(name, source, thread_id, at_ms)
     }
 
     /// See [`Store::skill_use_counts`].
     pub fn skill_use_counts(&self, since_ms: Option<i64>) -> Result<Vec<SkillUseCount>> {
-        let mut st = self.conn.prepare_cached(
-            "SELECT name, source, COUNT(*), MIN(at_ms), MAX(at_ms) FROM skill_uses \
-             WHERE at_ms >= ?1 GROUP BY name, source ORDER BY COUNT(*) DESC, name",
-        )?;
-        let mut rows = st.query(params![since_ms.unwrap_or(i64::MIN)])?;
-        let mut out = vec![];
-        while let Some(r) = rows.next()? {
-            let name: String = get(r, 0, "skill_uses", "?")?;
-            let count: i64 = get(r, 2, "skill_uses", &name)?;
-            out.push(SkillUseCount {
-                source: get(r, 1, "skill_uses", &name)?,
-                count: count.max(0) as u64,
-                first_used_at_ms: get(r, 3, "skill_uses", &name)?,
-                last_used_at_ms: get(r, 4, "skill_uses", &name)?,
-                name,
-            });
-        }
-        Ok(out)
+        self.ops().skill_use_counts(since_ms)
     }
 
     /// See [`Store::running_turn_with_provider`].
     pub fn running_turn_with_provider(&self, provider: &str) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .query_row(
-                "SELECT thread_id FROM turns WHERE status = 'in_progress' AND provider = ?1 \
-                 LIMIT 1",
-                params![provider],
-                |r| r.get::<_, String>(0),
-            )
-            .optional()?)
+        self.ops().running_turn_with_provider(provider)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Threads (conversations): CRUD, titles, archive, delete, listing, search.
 
 use rusqlite::types::ValueRef;
-use rusqlite::{params, OptionalExtension, Row};
+use rusqlite::{params, Row};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{DeleteOutcome, SearchHit, ThreadFilter, ThreadRow, ThreadView};
@@ -194,34 +194,7 @@ impl Tx<'_> {
 
     /// See [`crate::Store::update_thread`].
     pub fn update_thread(&self, t: &ThreadRow) -> Result<()> {
-        let n = crate::util::execute(
-            self.conn,
-            "UPDATE threads SET cwd = ?2, preview = ?3, provider = ?4, model = ?5, \
-             variant = ?6, effort = ?7, permission_mode = ?8, engine_id = ?9, \
-             forked_from_id = ?10, forked_from_turn_id = ?11, forked_from_item_id = ?12, \
-             updated_at_ms = ?13, extra = CASE WHEN ?15 THEN extra ELSE ?14 END WHERE id = ?1",
-            params![
-                t.id,
-                t.cwd,
-                filtered(t.preview.clone()),
-                t.provider,
-                t.model,
-                t.variant,
-                t.effort,
-                t.permission_mode,
-                t.engine_id,
-                t.forked_from_id,
-                t.forked_from_turn_id,
-                t.forked_from_item_id,
-                t.updated_at_ms,
-                json_text(&t.extra),
-                t.damage.is_some(),
-            ],
-        )?;
-        if n == 0 {
-            return Err(StoreError::not_found("thread", &t.id));
-        }
-        Ok(())
+        self.ops().update_thread(t)
     }
 
     /// See [`crate::Store::touch_thread`].
@@ -236,13 +209,7 @@ impl Tx<'_> {
         title: Option<&str>,
         revision: u64,
     ) -> Result<Option<ThreadRow>> {
-        crate::util::execute(
-            self.conn,
-            "UPDATE threads SET title = ?2, title_revision = ?3 \
-             WHERE id = ?1 AND title_revision <= ?3",
-            params![id, title.map(|t| filtered(t.to_string())), U64(revision)],
-        )?;
-        self.get_thread(id)
+        self.ops().set_title(id, title, revision)
     }
 
     /// See [`crate::Store::set_archived`].
@@ -252,43 +219,12 @@ impl Tx<'_> {
         archived: bool,
         reason: Option<&str>,
     ) -> Result<Option<ThreadRow>> {
-        let reason = if archived { reason } else { None };
-        crate::util::execute(
-            self.conn,
-            "UPDATE threads SET archived = ?2, archive_reason = ?3 WHERE id = ?1",
-            params![id, archived, reason],
-        )?;
-        self.get_thread(id)
+        self.ops().set_archived(id, archived, reason)
     }
 
     /// See [`crate::Store::delete_thread`].
     pub fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
-        let archived: Option<bool> = self
-            .conn
-            .query_row("SELECT archived FROM threads WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()?;
-        match archived {
-            None => return Ok(DeleteOutcome::NotFound),
-            Some(false) if only_if_archived => return Ok(DeleteOutcome::NotArchived),
-            Some(_) => {}
-        }
-        // Items and turns first (items reference turns), then the rest; the foreign keys
-        // would cascade anyway, explicit deletes keep this independent of the pragma.
-        for sql in [
-            "DELETE FROM items WHERE thread_id = ?1",
-            "DELETE FROM turns WHERE thread_id = ?1",
-            "DELETE FROM usage WHERE thread_id = ?1",
-            "DELETE FROM inputs WHERE thread_id = ?1",
-            "DELETE FROM runs WHERE thread_id = ?1",
-            "DELETE FROM continue_sources WHERE thread_id = ?1",
-            "DELETE FROM leases WHERE thread_id = ?1",
-            "DELETE FROM threads WHERE id = ?1",
-        ] {
-            crate::util::execute(self.conn, sql, [id])?;
-        }
-        Ok(DeleteOutcome::Deleted)
+        self.ops().delete_thread(id, only_if_archived)
     }
 
     /// Visits threads newest activity first (`updated_at_ms` desc, then id), skipping
@@ -475,6 +411,140 @@ impl Tx<'_> {
 }
 
 impl Ops<'_> {
+    /// See [`crate::Store::update_thread`].
+    pub(crate) fn update_thread(&self, t: &ThreadRow) -> Result<()> {
+        let n = self.conn.exec(
+            "UPDATE threads SET cwd = ?2, preview = ?3, provider = ?4, model = ?5, \
+             variant = ?6, effort = ?7, permission_mode = ?8, engine_id = ?9, \
+             forked_from_id = ?10, forked_from_turn_id = ?11, forked_from_item_id = ?12, \
+             updated_at_ms = ?13, extra = CASE WHEN ?15 = 1 THEN extra ELSE ?14 END \
+             WHERE id = ?1",
+            &values![
+                &t.id,
+                &t.cwd,
+                filtered(t.preview.clone()),
+                &t.provider,
+                &t.model,
+                &t.variant,
+                &t.effort,
+                &t.permission_mode,
+                &t.engine_id,
+                &t.forked_from_id,
+                &t.forked_from_turn_id,
+                &t.forked_from_item_id,
+                t.updated_at_ms,
+                json_text(&t.extra),
+                t.damage.is_some(),
+            ],
+        )?;
+        if n == 0 {
+            return Err(StoreError::not_found("thread", &t.id));
+        }
+        Ok(())
+    }
+
+    /// See [`crate::Store::set_title`].
+    pub(crate) fn set_title(
+        &self,
+        id: &str,
+        title: Option<&str>,
+        revision: u64,
+    ) -> Result<Option<ThreadRow>> {
+        self.conn.exec(
+            "UPDATE threads SET title = ?2, title_revision = ?3 \
+             WHERE id = ?1 AND title_revision <= ?3",
+            &[
+                Value::from(id),
+                Value::from(title.map(|t| filtered(t.to_string()))),
+                U64(revision).value()?,
+            ],
+        )?;
+        self.get_thread(id)
+    }
+
+    /// See [`crate::Store::set_title_if_empty`].
+    pub(crate) fn set_title_if_empty(
+        &self,
+        id: &str,
+        title: &str,
+        expected_revision: u64,
+    ) -> Result<(Option<ThreadRow>, bool)> {
+        let n = self.conn.exec(
+            "UPDATE threads SET title = ?2, title_revision = ?3 + 1 \
+             WHERE id = ?1 AND (title IS NULL OR title = '') AND title_revision = ?3",
+            &[
+                Value::from(id),
+                Value::from(filtered(title.to_string())),
+                U64(expected_revision).value()?,
+            ],
+        )?;
+        Ok((self.get_thread(id)?, n > 0))
+    }
+
+    /// See [`crate::Store::set_archived`].
+    pub(crate) fn set_archived(
+        &self,
+        id: &str,
+        archived: bool,
+        reason: Option<&str>,
+    ) -> Result<Option<ThreadRow>> {
+        let reason = if archived { reason } else { None };
+        self.conn.exec(
+            "UPDATE threads SET archived = ?2, archive_reason = ?3 WHERE id = ?1",
+            &values![id, archived, reason],
+        )?;
+        self.get_thread(id)
+    }
+
+    /// See [`crate::Store::thread_exists`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn thread_exists(&self, id: &str) -> Result<bool> {
+        Ok(!self
+            .conn
+            .rows("SELECT 1 FROM threads WHERE id = ?1", &values![id])?
+            .is_empty())
+    }
+
+    /// See [`crate::Store::latest_thread`].
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn latest_thread(&self, cwd: &str) -> Result<Option<ThreadRow>> {
+        let newest = self.list_threads(&ThreadFilter {
+            cwd: Some(cwd.to_string()),
+            archived: Some(false),
+            limit: Some(1),
+        })?;
+        Ok(newest.into_iter().next())
+    }
+
+    /// See [`crate::Store::delete_thread`].
+    pub(crate) fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        let rows = self
+            .conn
+            .rows("SELECT archived FROM threads WHERE id = ?1", &values![id])?;
+        let archived: bool = match rows.first() {
+            None => return Ok(DeleteOutcome::NotFound),
+            Some(r) => get(r, 0, "threads", id)?,
+        };
+        if only_if_archived && !archived {
+            return Ok(DeleteOutcome::NotArchived);
+        }
+        // Items and turns first (items reference turns), then the rest; the foreign keys
+        // would cascade anyway, explicit deletes keep this independent of the pragma.
+        for sql in [
+            "DELETE FROM items WHERE thread_id = ?1",
+            "DELETE FROM turns WHERE thread_id = ?1",
+            "DELETE FROM usage WHERE thread_id = ?1",
+            "DELETE FROM inputs WHERE thread_id = ?1",
+            "DELETE FROM runs WHERE thread_id = ?1",
+            "DELETE FROM continue_sources WHERE thread_id = ?1",
+            "DELETE FROM leases WHERE thread_id = ?1",
+            "DELETE FROM threads WHERE id = ?1",
+        ] {
+            self.conn.exec(sql, &values![id])?;
+        }
+        Ok(DeleteOutcome::Deleted)
+    }
+
     /// See [`crate::Store::insert_thread`].
     pub(crate) fn insert_thread(&self, t: &ThreadRow) -> Result<()> {
         self.conn.exec(

@@ -3,9 +3,8 @@
 //! thread engine bindings; never message content (the skill count reads only the name
 //! and arguments of skill tool calls).
 
-use rusqlite::{OptionalExtension, Row};
-
 use crate::error::Result;
+use crate::sql::{values, Cells, Ops};
 use crate::store::{Store, Tx};
 use crate::util::{get, get_u64};
 
@@ -100,7 +99,7 @@ fn error_message(text: &str) -> String {
     }
 }
 
-fn scan_row(row: &Row<'_>) -> Result<UsageScanRow> {
+fn scan_row(row: &(impl Cells + ?Sized)) -> Result<UsageScanRow> {
     let thread_id: String = get(row, 0, "usage", "?")?;
     let (t, k) = ("usage", thread_id.as_str());
     Ok(UsageScanRow {
@@ -114,6 +113,215 @@ fn scan_row(row: &Row<'_>) -> Result<UsageScanRow> {
         cache_read_tokens: get_u64(row, 8, t, k)?,
         cache_creation_tokens: get_u64(row, 9, t, k)?,
         is_agent: get::<i64>(row, 10, t, k)? != 0,
+        thread_id,
+    })
+}
+
+/// Whether a thread's `extra` JSON marks a subagent worker's child thread
+/// (`agent.root_id` present and not null).
+fn is_agent_extra(extra: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(extra)
+        .ok()
+        .and_then(|v| v.get("agent")?.get("root_id").map(|r| !r.is_null()))
+        .unwrap_or(false)
+}
+
+/// The native session id in a thread's `extra` JSON (`engine_ref`, a non-blank string).
+fn engine_ref_of(extra: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(extra)
+        .ok()?
+        .get("engine_ref")?
+        .as_str()
+        .filter(|r| !r.trim().is_empty())
+        .map(String::from)
+}
+
+/// Fills in the usage sums of each turn of `latest` (`sums` reads those of one turn:
+/// reported records, then the four token counters).
+fn add_sums(
+    latest: &mut [LatestTurn],
+    mut sums: impl FnMut(&str, &str) -> Result<[u64; 5]>,
+) -> Result<()> {
+    for turn in latest {
+        let [reported, a, b, c, d] = sums(&turn.thread_id, &turn.turn_id)?;
+        turn.reported = reported;
+        turn.tokens = [a, b, c, d];
+    }
+    Ok(())
+}
+
+const SUMS_SQL: &str = "SELECT COALESCE(SUM(CASE WHEN input_tokens + output_tokens + \
+     cache_read_tokens + cache_creation_tokens > 0 THEN 1 ELSE 0 END), 0), \
+     COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), \
+     COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_creation_tokens), 0) \
+     FROM usage WHERE thread_id = ?1 AND turn_id = ?2";
+
+fn sums_of(row: &(impl Cells + ?Sized), thread_id: &str) -> Result<[u64; 5]> {
+    let (t, k) = ("usage", thread_id);
+    Ok([
+        get_u64(row, 0, t, k)?,
+        get_u64(row, 1, t, k)?,
+        get_u64(row, 2, t, k)?,
+        get_u64(row, 3, t, k)?,
+        get_u64(row, 4, t, k)?,
+    ])
+}
+
+// The PostgreSQL paths: JSON is decoded here rather than with SQLite's typed
+// `json_extract`; SQLite's `Tx` keeps its cached statements.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+impl Ops<'_> {
+    /// See [`Store::usage_scan`].
+    pub(crate) fn usage_scan(&self) -> Result<Vec<UsageScanRow>> {
+        let rows = self.conn.rows(
+            "SELECT u.thread_id, t.engine_id, u.turn_id, u.provider, u.model, u.at_ms, \
+             u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_creation_tokens, \
+             0, t.extra FROM usage u JOIN threads t ON t.id = u.thread_id ORDER BY u.at_ms, u.id",
+            &[],
+        )?;
+        let mut agents: std::collections::HashMap<String, bool> = Default::default();
+        rows.iter()
+            .map(|row| {
+                let mut scan = scan_row(row)?;
+                let extra: String = get(row, 11, "threads", &scan.thread_id)?;
+                scan.is_agent = *agents
+                    .entry(scan.thread_id.clone())
+                    .or_insert_with(|| is_agent_extra(&extra));
+                Ok(scan)
+            })
+            .collect()
+    }
+
+    /// See [`Store::engine_claims`].
+    pub(crate) fn engine_claims(&self) -> Result<Vec<EngineClaim>> {
+        let rows = self.conn.rows(
+            "SELECT id, engine_id, extra FROM threads WHERE engine_id NOT IN ('', 'wuu')",
+            &[],
+        )?;
+        rows.iter()
+            .map(|row| {
+                let thread_id: String = get(row, 0, "threads", "?")?;
+                let extra: String = get(row, 2, "threads", &thread_id)?;
+                Ok(EngineClaim {
+                    engine_id: get(row, 1, "threads", &thread_id)?,
+                    engine_ref: engine_ref_of(&extra),
+                    thread_id,
+                })
+            })
+            .collect()
+    }
+
+    /// See [`Store::latest_turns`].
+    pub(crate) fn latest_turns(&self) -> Result<Vec<LatestTurn>> {
+        let rows = self.conn.rows(
+            "SELECT engine_id, provider, thread_id, id, status, error, model, started_at_ms, \
+             completed_at_ms FROM (SELECT t.engine_id, tr.provider, tr.thread_id, tr.id, \
+             tr.status, tr.error, tr.model, tr.started_at_ms, tr.completed_at_ms, \
+             ROW_NUMBER() OVER (PARTITION BY t.engine_id, tr.provider \
+             ORDER BY tr.started_at_ms DESC, tr.ordinal DESC) AS n \
+             FROM turns tr JOIN threads t ON t.id = tr.thread_id) latest WHERE n = 1",
+            &[],
+        )?;
+        let mut out = rows
+            .iter()
+            .map(latest_from_row)
+            .collect::<Result<Vec<_>>>()?;
+        add_sums(&mut out, |thread_id, turn_id| {
+            let rows = self.conn.rows(SUMS_SQL, &values![thread_id, turn_id])?;
+            match rows.first() {
+                Some(row) => sums_of(row, thread_id),
+                None => Ok([0; 5]),
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// See [`Store::skill_loads`].
+    pub(crate) fn skill_loads(&self) -> Result<Vec<(String, u64)>> {
+        let rows = self.conn.rows(SKILL_LOADS_SQL, &[])?;
+        rows.iter()
+            .filter_map(|row| {
+                // A non-text skill name is no skill load.
+                let name: String = get(row, 0, "items", "skill").ok()?;
+                Some(get_u64(row, 1, "items", "skill").map(|n| (name, n)))
+            })
+            .collect()
+    }
+
+    /// See [`Store::usage_snapshot`].
+    pub(crate) fn usage_snapshot(&self) -> Result<UsageSnapshot> {
+        Ok(UsageSnapshot {
+            rows: self.usage_scan()?,
+            claims: self.engine_claims()?,
+            skills: self.skill_loads()?,
+            latest: self.latest_turns()?,
+        })
+    }
+
+    /// See [`Store::quota_snapshot`].
+    pub(crate) fn quota_snapshot(&self, key: &str) -> Result<Option<serde_json::Value>> {
+        let rows = self.conn.rows(
+            "SELECT body FROM quota_snapshots WHERE key = ?1",
+            &values![key],
+        )?;
+        // A damaged snapshot is no snapshot.
+        Ok(rows
+            .first()
+            .and_then(|r| get::<String>(r, 0, "quota_snapshots", key).ok())
+            .and_then(|t| serde_json::from_str(&t).ok()))
+    }
+
+    /// See [`Store::put_quota_snapshot`].
+    pub(crate) fn put_quota_snapshot(
+        &self,
+        key: &str,
+        body: &serde_json::Value,
+        now_ms: i64,
+    ) -> Result<()> {
+        self.conn.exec(
+            "INSERT INTO quota_snapshots (key, body, updated_at_ms) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (key) DO UPDATE SET body = excluded.body, \
+             updated_at_ms = excluded.updated_at_ms",
+            &values![key, body.to_string(), now_ms],
+        )?;
+        Ok(())
+    }
+
+    /// See [`Store::delete_quota_snapshot`].
+    pub(crate) fn delete_quota_snapshot(&self, key: &str) -> Result<()> {
+        self.conn
+            .exec("DELETE FROM quota_snapshots WHERE key = ?1", &values![key])?;
+        Ok(())
+    }
+}
+
+/// Skill loads by name: the shared SQL (`json_extract` is SQLite's, and a function of
+/// the PostgreSQL schema).
+const SKILL_LOADS_SQL: &str = "SELECT skill, COUNT(*) FROM (SELECT \
+     COALESCE(json_extract(json_extract(body, '$.arguments'), '$.name'), \
+     json_extract(json_extract(body, '$.arguments'), '$.skill')) AS skill \
+     FROM items WHERE item_type = 'tool_call' AND json_valid(body) \
+     AND json_extract(body, '$.name') IN ('load_skill', 'skill', 'Skill') \
+     AND json_valid(json_extract(body, '$.arguments'))) loads \
+     WHERE skill IS NOT NULL GROUP BY skill";
+
+fn latest_from_row(row: &(impl Cells + ?Sized)) -> Result<LatestTurn> {
+    let thread_id: String = get(row, 2, "turns", "?")?;
+    let (t, k) = ("turns", thread_id.as_str());
+    Ok(LatestTurn {
+        engine_id: get(row, 0, t, k)?,
+        provider: get(row, 1, t, k)?,
+        turn_id: get(row, 3, t, k)?,
+        status: get(row, 4, t, k)?,
+        error: get::<Option<String>>(row, 5, t, k)
+            .ok()
+            .flatten()
+            .map(|text| error_message(&text)),
+        model: get(row, 6, t, k)?,
+        started_at_ms: get(row, 7, t, k)?,
+        completed_at_ms: get(row, 8, t, k)?,
+        reported: 0,
+        tokens: [0; 4],
         thread_id,
     })
 }
@@ -223,14 +431,7 @@ impl Tx<'_> {
 
     /// See [`Store::skill_loads`].
     pub fn skill_loads(&self) -> Result<Vec<(String, u64)>> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT COALESCE(json_extract(json_extract(body, '$.arguments'), '$.name'), \
-             json_extract(json_extract(body, '$.arguments'), '$.skill')) AS skill, COUNT(*) \
-             FROM items WHERE item_type = 'tool_call' AND json_valid(body) \
-             AND json_extract(body, '$.name') IN ('load_skill', 'skill', 'Skill') \
-             AND json_valid(json_extract(body, '$.arguments')) \
-             GROUP BY skill HAVING skill IS NOT NULL",
-        )?;
+        let mut stmt = self.conn.prepare_cached(SKILL_LOADS_SQL)?;
         let mut rows = stmt.query([])?;
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {
@@ -244,20 +445,9 @@ impl Tx<'_> {
 }
 
 impl Store {
-    /// The quota snapshot under `key` (JSON as stored), if any.
+    /// The quota snapshot under `key` (JSON as stored), if any; a damaged one is none.
     pub fn quota_snapshot(&self, key: &str) -> Result<Option<serde_json::Value>> {
-        self.read(|tx| {
-            let text: Option<String> = tx
-                .conn
-                .query_row(
-                    "SELECT body FROM quota_snapshots WHERE key = ?1",
-                    [key],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            // A damaged snapshot is no snapshot.
-            Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
-        })
+        self.read(|tx| tx.ops().quota_snapshot(key))
     }
 
     /// Replaces the quota snapshot under `key`.
@@ -267,25 +457,12 @@ impl Store {
         body: &serde_json::Value,
         now_ms: i64,
     ) -> Result<()> {
-        self.transaction(|tx| {
-            crate::util::execute(
-                tx.conn,
-                "INSERT INTO quota_snapshots (key, body, updated_at_ms) VALUES (?1, ?2, ?3) \
-                 ON CONFLICT (key) DO UPDATE SET body = excluded.body, \
-                 updated_at_ms = excluded.updated_at_ms",
-                rusqlite::params![key, body.to_string(), now_ms],
-            )?;
-            Ok(())
-        })
+        self.transaction(|tx| tx.ops().put_quota_snapshot(key, body, now_ms))
     }
 
     /// Deletes the quota snapshot under `key` (no error when there is none).
     pub fn delete_quota_snapshot(&mut self, key: &str) -> Result<()> {
-        self.transaction(|tx| {
-            tx.conn
-                .execute("DELETE FROM quota_snapshots WHERE key = ?1", [key])?;
-            Ok(())
-        })
+        self.transaction(|tx| tx.ops().delete_quota_snapshot(key))
     }
 
     /// Every usage record with its conversation's engine, oldest first. Reads no content.

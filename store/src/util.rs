@@ -183,19 +183,8 @@ pub(crate) fn snippet(text: &str, start: usize, end: usize, max: usize) -> Strin
         .collect()
 }
 
-/// `conn.execute(sql, params)` through the connection's prepared-statement cache: the
-/// statement is compiled once per connection, not on every call (the turn path runs about 15
-/// statements; compiling each again cost more than running it).
-pub(crate) fn execute<P: rusqlite::Params>(
-    conn: &rusqlite::Connection,
-    sql: &str,
-    params: P,
-) -> rusqlite::Result<usize> {
-    conn.prepare_cached(sql)?.execute(params)
-}
-
-/// `conn.query_row(sql, params, f)` through the prepared-statement cache (see
-/// [`execute`]).
+/// `conn.query_row(sql, params, f)` through the connection's prepared-statement cache:
+/// the statement is compiled once per connection, not on every call.
 pub(crate) fn query_row<T, P, F>(
     conn: &rusqlite::Connection,
     sql: &str,

@@ -9,7 +9,13 @@
 //! their views. See README "Several hosts, one database".
 
 mod ffi;
+mod history;
+mod ledgers;
+mod organization;
 mod schema;
+mod side;
+mod threads;
+mod usage;
 
 use std::cell::Cell;
 use std::ffi::CString;
@@ -18,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
 use crate::rows::{
-    InputRow, ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow, ThreadFilter, ThreadRow,
-    TurnRow,
+    DeleteOutcome, InputRow, ItemRow, LeaseOutcome, LeaseOwner, RecoveryReport, RunRow,
+    ThreadFilter, ThreadRow, TurnRow,
 };
 use crate::sql::{dollar_placeholders, Conn, Dialect, Ops, Value, ValueRow};
 use crate::DEFAULT_LEASE_STALE_MS;
@@ -400,6 +406,11 @@ impl PgStore {
         self.transaction(None, |ops| ops.get_thread(id))
     }
 
+    /// See [`crate::Store::delete_thread`].
+    pub fn delete_thread(&mut self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        self.transaction(Some(id), |ops| ops.delete_thread(id, only_if_archived))
+    }
+
     /// See [`crate::Store::insert_turn`].
     pub fn insert_turn(&mut self, t: &TurnRow) -> Result<()> {
         self.transaction(Some(&t.thread_id), |ops| ops.insert_turn(t))
@@ -460,6 +471,23 @@ impl PgStore {
     /// See [`crate::Store::get_run`].
     pub fn get_run(&mut self, id: &str) -> Result<Option<RunRow>> {
         self.transaction(None, |ops| ops.get_run(id))
+    }
+
+    /// See [`crate::Store::list_runs`].
+    pub fn list_runs(&mut self, thread_id: &str) -> Result<Vec<RunRow>> {
+        self.transaction(None, |ops| ops.list_runs(thread_id))
+    }
+
+    /// See [`crate::Store::get_input`].
+    pub fn get_input(&mut self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
+        self.transaction(None, |ops| ops.get_input(thread_id, id))
+    }
+
+    /// See [`crate::Store::claim_continue_source`].
+    pub fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
+        self.transaction(Some(thread_id), |ops| {
+            ops.claim_continue_source(thread_id, source_turn_id)
+        })
     }
 
     /// See [`crate::Store::acquire_lease`].
@@ -554,6 +582,21 @@ impl PgTx<'_> {
     /// See [`crate::Store::touch_thread`].
     pub fn touch_thread(&self, id: &str, updated_at_ms: i64) -> Result<()> {
         self.0.touch_thread(id, updated_at_ms)
+    }
+
+    /// See [`crate::Store::set_archived`].
+    pub fn set_archived(
+        &self,
+        id: &str,
+        archived: bool,
+        reason: Option<&str>,
+    ) -> Result<Option<ThreadRow>> {
+        self.0.set_archived(id, archived, reason)
+    }
+
+    /// See [`crate::Store::delete_thread`].
+    pub fn delete_thread(&self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
+        self.0.delete_thread(id, only_if_archived)
     }
 }
 

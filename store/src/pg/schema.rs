@@ -242,4 +242,16 @@ CREATE TABLE activities (
 );
 CREATE INDEX activities_by_thread ON activities (thread_id);
 "#,
+    // 9: `json_extract` for the shared SQL: the value at a `$.a.b` path as text (JSON
+    // text for objects and arrays, unquoted for strings); NULL when absent or when the
+    // text is not JSON. Activities get a `rowid` (their insertion order, as on SQLite).
+    r#"
+ALTER TABLE activities ADD COLUMN rowid BIGINT GENERATED ALWAYS AS IDENTITY UNIQUE;
+CREATE FUNCTION json_extract(t text, path text) RETURNS text LANGUAGE plpgsql IMMUTABLE AS $f$
+BEGIN
+    RETURN t::jsonb #>> string_to_array(substr(path, 3), '.');
+EXCEPTION WHEN others THEN
+    RETURN NULL;
+END $f$;
+"#,
 ];
