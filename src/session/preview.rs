@@ -8,9 +8,10 @@
 
 use std::io::Cursor;
 
-/// Most bytes a decoded image may take (width × height × channels); larger images are
-/// refused before their pixels are allocated.
-pub const MAX_DECODED_BYTES: usize = 512 << 20;
+/// Most bytes a decoded image may take as RGB (width × height × 3, or × 4 with alpha:
+/// 192 MiB holds a 48-megapixel photo); larger images are refused before their pixels
+/// are allocated.
+pub const MAX_DECODED_BYTES: usize = 192 << 20;
 
 /// An 8-bit RGB image: `data` holds `width × height × 3` bytes, rows top to bottom.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,11 +36,12 @@ pub fn decode_rgb(bytes: &[u8], max_bytes: usize) -> Result<Rgb, String> {
     }
 }
 
-/// Refuses `width × height × channels` over `max_bytes` (or overflowing).
+/// Refuses an image whose decoded samples or RGB copy (`width × height × max(channels,
+/// 3)`) exceed `max_bytes` (or overflow): a grey image is tripled by [`to_rgb`].
 fn check_size(width: u64, height: u64, channels: u64, max_bytes: usize) -> Result<(), String> {
     match width
         .checked_mul(height)
-        .and_then(|p| p.checked_mul(channels))
+        .and_then(|p| p.checked_mul(channels.max(3)))
     {
         Some(n) if n <= max_bytes as u64 => Ok(()),
         _ => Err(format!(
@@ -304,6 +306,14 @@ mod tests {
             image::ImageFormat::Jpeg,
         );
         assert!(decode_rgb(&jpeg, 1000).unwrap_err().contains("larger than"));
+        // A grey image is judged by its RGB size (three times its samples).
+        let grey = image::GrayImage::from_pixel(100, 100, image::Luma([0]));
+        for f in [image::ImageFormat::Png, image::ImageFormat::Jpeg] {
+            let bytes = encoded(image::DynamicImage::ImageLuma8(grey.clone()), f);
+            let e = decode_rgb(&bytes, 20_000).unwrap_err();
+            assert!(e.contains("larger than"), "{f:?}: {e}");
+            assert!(decode_rgb(&bytes, 30_000).is_ok(), "{f:?}");
+        }
         assert!(decode_rgb(&jpeg[..40], MAX_DECODED_BYTES).is_err());
         assert!(decode_rgb(b"RIFF\0\0\0\0WEBPVP8 ", MAX_DECODED_BYTES).is_err());
     }
