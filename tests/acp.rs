@@ -317,6 +317,8 @@ fn scripted_acp_crash_fails_the_turn_with_the_last_stderr_line() {
     let end = wait_turn_end(&mut app, &thread_id);
     assert_eq!(end["method"], "turn/error", "{end}");
     assert!(end.to_string().contains("out of cheese"), "{end}");
+    // The error names the agent, not the Codex child whose JSON-RPC peer it shares.
+    assert!(!end.to_string().contains("codex app-server"), "{end}");
     // The host still serves: the next turn starts a new agent (which crashes again).
     turn(&mut app, &thread_id, "again");
     let end = wait_turn_end(&mut app, &thread_id);

@@ -97,7 +97,7 @@ pub fn start(
         &child_env(id, binary, settings),
         settings.ledger.as_deref(),
     )?;
-    peer.speak_jsonrpc();
+    peer.speak_jsonrpc(&format!("the {id} agent"));
     let init = json!({
         "protocolVersion": 1,
         "clientInfo": {"name": "wuu", "title": "Wuu", "version": env!("CARGO_PKG_VERSION")},

@@ -91,6 +91,8 @@ pub struct Peer {
     /// Whether outgoing messages carry `"jsonrpc": "2.0"` (ACP agents require it;
     /// Codex omits it).
     jsonrpc: AtomicBool,
+    /// What errors call the child: "codex app-server", or the ACP agent's name.
+    name: Mutex<String>,
 }
 
 impl Peer {
@@ -115,6 +117,7 @@ impl Peer {
             next_id: AtomicU64::new(1),
             dead: Arc::new(AtomicBool::new(false)),
             jsonrpc: AtomicBool::new(false),
+            name: Mutex::new("codex app-server".to_owned()),
         });
         let weak = Arc::downgrade(&peer);
         let state = peer.state.clone();
@@ -126,10 +129,13 @@ impl Peer {
                 dead.store(true, Ordering::SeqCst);
                 // Give the stderr thread a moment to collect the last words.
                 std::thread::sleep(Duration::from_millis(50));
-                let last = weak.upgrade().and_then(|p| p.proc.last_stderr_line());
-                let why = match last {
-                    Some(line) => format!("codex app-server exited ({line})"),
-                    None => "codex app-server exited".to_owned(),
+                let peer = weak.upgrade();
+                let name = peer
+                    .as_ref()
+                    .map_or_else(|| "codex app-server".to_owned(), |p| p.name.lock().clone());
+                let why = match peer.and_then(|p| p.proc.last_stderr_line()) {
+                    Some(line) => format!("{name} exited ({line})"),
+                    None => format!("{name} exited"),
                 };
                 close_all(&state, &why);
             })
@@ -148,9 +154,10 @@ impl Peer {
     }
 
     /// Makes every later message carry `"jsonrpc": "2.0"` (strict JSON-RPC 2.0 peers
-    /// such as ACP agents).
-    pub fn speak_jsonrpc(&self) {
+    /// such as ACP agents) and names the child `name` in error messages.
+    pub fn speak_jsonrpc(&self, name: &str) {
         self.jsonrpc.store(true, Ordering::SeqCst);
+        *self.name.lock() = name.to_owned();
     }
 
     /// Sends a notification (no answer expected).
@@ -200,7 +207,8 @@ impl Peer {
             Err(_) => {
                 self.state.lock().pending.remove(&id);
                 Err(transport(format!(
-                    "codex app-server did not answer {method} within {} s",
+                    "{} did not answer {method} within {} s",
+                    self.name.lock(),
                     timeout.as_secs()
                 )))
             }
