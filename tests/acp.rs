@@ -326,6 +326,52 @@ fn scripted_acp_crash_fails_the_turn_with_the_last_stderr_line() {
 }
 
 #[test]
+fn scripted_acp_interrupt_while_the_agent_starts_ends_the_turn_and_the_child() {
+    let (s, log) = Setup::scripted("hang_init");
+    let mut app = s.app();
+    let thread_id = start_thread(&mut app, "standard");
+    let turn_id = turn(&mut app, &thread_id, "go");
+    // The agent is up and stuck in its handshake (30 s before it would time out).
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(pid) = text.lines().find_map(|l| l.strip_prefix("HANGING ")) {
+            break pid.trim().to_owned();
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "the agent never started: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let end = wait_turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert!(
+        end["params"]["turn"]["duration_ms"]
+            .as_u64()
+            .unwrap_or(u64::MAX)
+            < 20_000,
+        "the interrupt ended the turn, not the handshake timeout: {end}"
+    );
+    let stop = std::time::Instant::now() + Duration::from_secs(10);
+    while Path::new(&format!("/proc/{pid}/cmdline")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z"))
+            .unwrap_or(false)
+    {
+        assert!(
+            std::time::Instant::now() < stop,
+            "the stuck agent {pid} outlived the interrupt"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn scripted_acp_file_requests_outside_the_workspace_are_refused() {
     let (s, _log) = Setup::scripted("fs_outside");
     std::fs::write(s.ws.join("inside.txt"), "in the workspace").unwrap();

@@ -112,7 +112,7 @@ fn operate(
     authenticate: bool,
     method: &str,
 ) -> Result<EngineAuthResult, String> {
-    let (peer, info) = acp::start(id, binary, cwd, settings)?;
+    let (peer, info) = acp::start(id, binary, cwd, settings, None)?;
     {
         let mut r = running().lock();
         match r.get_mut(id) {

@@ -7,7 +7,8 @@ Mode from $FAKE_ACP_MODE: `auth` (advertises authMethods, accepts `authenticate`
 client to read a file outside the workspace and reports the answer), `terminal` (runs
 commands in client terminals, embeds one in a tool call, and reports what the client
 answered), `terminal_linger` (leaves a terminal running when the turn ends), `schema`
-(exercises every client method once, for the schema check). Every line it receives is
+(exercises every client method once, for the schema check), `hang_init` (never answers
+`initialize`: an agent stuck while starting). Every line it receives is
 appended to $FAKE_ACP_LOG, every line it sends too, prefixed `SENT `.
 """
 import json
@@ -132,7 +133,9 @@ for line in sys.stdin:
     log(line)
     msg = json.loads(line)
     mid, method, p = msg.get("id"), msg.get("method"), msg.get("params") or {}
-    if method == "initialize":
+    if method == "initialize" and MODE == "hang_init":
+        log("HANGING " + str(os.getpid()))
+    elif method == "initialize":
         res = {"protocolVersion": 1, "agentCapabilities": {"loadSession": True}, "authMethods": []}
         if MODE in ("auth", "schema"):
             res["authMethods"] = [

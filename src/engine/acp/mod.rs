@@ -27,7 +27,7 @@ mod turn;
 pub use env::{child_env, engine_vars};
 pub use models::{discover_models, models_of};
 
-use super::codex::rpc::Peer;
+use super::codex::rpc::{Peer, Watch};
 use super::codex::ChildSettings;
 use super::{Control, Engine, EventSink, Outcome, TurnRequest};
 use crossbeam_channel::Receiver;
@@ -89,6 +89,7 @@ pub fn start(
     binary: &Path,
     cwd: &Path,
     settings: &ChildSettings,
+    watch: Option<&Watch>,
 ) -> Result<(Arc<Peer>, AgentInfo), String> {
     let peer = Peer::spawn(
         binary,
@@ -106,7 +107,7 @@ pub fn start(
             "terminal": true,
         },
     });
-    let answer = match peer.request("initialize", init, INIT_TIMEOUT) {
+    let answer = match peer.request_watched("initialize", init, INIT_TIMEOUT, watch) {
         Ok(a) => a,
         Err(e) => {
             let tail = peer.stderr_tail();
@@ -169,7 +170,7 @@ impl AcpEngine {
         }
     }
 
-    fn peer(&mut self, root: &Path) -> Result<(Arc<Peer>, AgentInfo), String> {
+    fn peer(&mut self, root: &Path, watch: &Watch) -> Result<(Arc<Peer>, AgentInfo), String> {
         if let Some((p, i)) = &self.peer {
             if !p.is_dead() {
                 return Ok((p.clone(), i.clone()));
@@ -177,7 +178,7 @@ impl AcpEngine {
         }
         self.peer = None;
         self.loaded = None;
-        let (p, i) = start(&self.id, &self.binary, root, &self.settings)?;
+        let (p, i) = start(&self.id, &self.binary, root, &self.settings, Some(watch))?;
         self.peer = Some((p.clone(), i.clone()));
         Ok((p, i))
     }
@@ -194,13 +195,14 @@ impl AcpEngine {
         peer: &Peer,
         info: &AgentInfo,
         sink: &EventSink,
+        watch: &Watch,
     ) -> Result<String, Outcome> {
         if let Some(id) = self
             .loaded
             .clone()
             .filter(|l| Some(l) == req.engine_ref.as_ref())
         {
-            self.set_mode(req, peer, &id)?;
+            self.set_mode(req, peer, &id, watch)?;
             return Ok(id);
         }
         let cwd = req.cwd.to_string_lossy().into_owned();
@@ -208,24 +210,28 @@ impl AcpEngine {
         if let Some(r) = req.engine_ref.as_ref().filter(|_| info.load_session) {
             // Updates replaying the history arrive before the answer and reach no
             // subscriber: they are not projected again.
-            match peer.request(
+            match peer.request_watched(
                 "session/load",
                 json!({"sessionId": r, "cwd": cwd, "mcpServers": []}),
                 SESSION_TIMEOUT,
+                Some(watch),
             ) {
                 Ok(a) => opened = Some((r.clone(), a)),
+                Err(_) if watch.interrupted() => return Err(Outcome::Interrupted),
                 Err(e) => log::warn!("{}: session/load {r} failed ({e}); new session", self.id),
             }
         }
         let (session, answer) = match opened {
             Some(o) => o,
             None => {
-                let a = match peer.request(
+                let a = match peer.request_watched(
                     "session/new",
                     json!({"cwd": cwd, "mcpServers": []}),
                     SESSION_TIMEOUT,
+                    Some(watch),
                 ) {
                     Ok(a) => a,
+                    Err(_) if watch.interrupted() => return Err(Outcome::Interrupted),
                     Err(e) => return Err(self.rpc_failure(peer, "session/new", &e.message)),
                 };
                 let Some(sid) = a
@@ -251,14 +257,20 @@ impl AcpEngine {
         };
         self.modes = (answer.get("modes").cloned().unwrap_or(Value::Null), None);
         self.loaded = Some(session.clone());
-        self.set_mode(req, peer, &session)?;
+        self.set_mode(req, peer, &session, watch)?;
         Ok(session)
     }
 
     /// Sets the native mode of our permission mode when the session offers one
     /// (`session/set_mode`); `read_only` without a native read-only mode is refused,
     /// since the agent would not keep that boundary.
-    fn set_mode(&mut self, req: &TurnRequest, peer: &Peer, session: &str) -> Result<(), Outcome> {
+    fn set_mode(
+        &mut self,
+        req: &TurnRequest,
+        peer: &Peer,
+        session: &str,
+        watch: &Watch,
+    ) -> Result<(), Outcome> {
         let wrapped = json!({"modes": self.modes.0});
         let current = self.modes.1.clone().or_else(|| {
             self.modes
@@ -282,12 +294,14 @@ impl AcpEngine {
         if current.as_deref() == Some(mode.as_str()) {
             return Ok(());
         }
-        match peer.request(
+        match peer.request_watched(
             "session/set_mode",
             json!({"sessionId": session, "modeId": mode}),
             CALL_TIMEOUT,
+            Some(watch),
         ) {
             Ok(_) => self.modes.1 = Some(mode),
+            Err(_) if watch.interrupted() => return Err(Outcome::Interrupted),
             Err(e) => log::warn!("{}: session/set_mode {mode} failed: {e}", self.id),
         }
         Ok(())
@@ -350,11 +364,16 @@ impl Engine for AcpEngine {
         sink: &EventSink,
         controls: &Receiver<Control>,
     ) -> Outcome {
-        let (peer, info) = match self.peer(&req.workspace_root) {
+        // Until the prompt is sent the turn waits for the agent (starting, opening
+        // the session): an interrupt ends that wait at once.
+        let watch = Watch::new(controls, sink);
+        let (peer, info) = match self.peer(&req.workspace_root, &watch) {
             Ok(p) => p,
+            // The half-started child was dropped, which killed it.
+            Err(_) if watch.interrupted() => return Outcome::Interrupted,
             Err(e) => return self.fail(e, "engine_unavailable"),
         };
-        let session = match self.open_session(&req, &peer, &info, sink) {
+        let session = match self.open_session(&req, &peer, &info, sink, &watch) {
             Ok(s) => s,
             Err(end) => return end,
         };

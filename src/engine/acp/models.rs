@@ -17,7 +17,7 @@ pub fn discover_models(
     cwd: &Path,
     settings: &ChildSettings,
 ) -> Result<Option<Vec<EngineModelInfo>>, String> {
-    let (peer, _) = start(id, binary, cwd, settings)?;
+    let (peer, _) = start(id, binary, cwd, settings, None)?;
     let answer = peer.request(
         "session/new",
         json!({"cwd": cwd.to_string_lossy(), "mcpServers": []}),

@@ -9,16 +9,18 @@
 //! every waiting caller and subscriber learns it at once.
 
 use crate::engine::child::Process;
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crate::engine::{Control, EngineEvent, EventSink};
+use crossbeam_channel::{bounded, never, select, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Longest line read from the child (larger lines are skipped with a log line).
 pub const MAX_LINE: usize = 64 * 1024 * 1024;
@@ -79,6 +81,31 @@ struct State {
     pending: HashMap<u64, Waiter>,
     subscribers: Vec<(String, Sender<Inbound>)>,
     closed: Option<String>,
+}
+
+/// A turn's controls, watched by [`Peer::request_watched`] while the turn's setup waits
+/// for the child (a handshake, opening a session): a steer is deferred to the next turn
+/// (for engines without native steering), an answer has no question yet to go to.
+pub struct Watch<'a> {
+    controls: &'a Receiver<Control>,
+    sink: &'a EventSink,
+    interrupted: Cell<bool>,
+}
+
+impl<'a> Watch<'a> {
+    /// Watches `controls`; deferred steers are told to `sink`.
+    pub fn new(controls: &'a Receiver<Control>, sink: &'a EventSink) -> Self {
+        Watch {
+            controls,
+            sink,
+            interrupted: Cell::new(false),
+        }
+    }
+
+    /// Whether an interrupt (or the host going away) ended a watched wait.
+    pub fn interrupted(&self) -> bool {
+        self.interrupted.get()
+    }
 }
 
 /// A running `codex app-server` child.
@@ -196,21 +223,57 @@ impl Peer {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, RpcError> {
+        self.request_watched(method, params, timeout, None)
+    }
+
+    /// [`Peer::request`] that also watches a turn's controls while it waits (see
+    /// [`Watch`]): an interrupt, or the host going away, abandons the wait at once with
+    /// a transport error and marks the watch interrupted.
+    pub fn request_watched(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+        watch: Option<&Watch>,
+    ) -> Result<Value, RpcError> {
         let (tx, rx) = bounded(1);
         let id = self.register(Waiter::Once(tx))?;
         if let Err(e) = self.write(&json!({"id": id, "method": method, "params": params})) {
             self.state.lock().pending.remove(&id);
             return Err(e);
         }
-        match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(_) => {
-                self.state.lock().pending.remove(&id);
-                Err(transport(format!(
-                    "{} did not answer {method} within {} s",
-                    self.name.lock(),
-                    timeout.as_secs()
-                )))
+        let deadline = Instant::now() + timeout;
+        loop {
+            let controls = watch.map_or_else(never, |w| w.controls.clone());
+            select! {
+                recv(rx) -> r => {
+                    return r.unwrap_or_else(|_| {
+                        Err(transport(format!("{} exited", self.name.lock())))
+                    })
+                }
+                recv(controls) -> c => match c {
+                    Ok(Control::Interrupt) | Err(_) => {
+                        self.state.lock().pending.remove(&id);
+                        if let Some(w) = watch {
+                            w.interrupted.set(true);
+                        }
+                        return Err(transport(format!("interrupted while waiting for {method}")));
+                    }
+                    Ok(Control::Steer(Some(s))) => {
+                        if let Some(w) = watch {
+                            w.sink.emit(EngineEvent::SteerDeferred { input_id: s.input_id });
+                        }
+                    }
+                    Ok(Control::Steer(None) | Control::Answer { .. }) => {}
+                },
+                default(deadline.saturating_duration_since(Instant::now())) => {
+                    self.state.lock().pending.remove(&id);
+                    return Err(transport(format!(
+                        "{} did not answer {method} within {} s",
+                        self.name.lock(),
+                        timeout.as_secs()
+                    )));
+                }
             }
         }
     }
