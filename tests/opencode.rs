@@ -665,6 +665,65 @@ fn a_crashed_opencode_fails_the_turn_with_its_last_stderr_line() {
 }
 
 #[test]
+fn an_interrupt_while_opencode_starts_ends_the_turn_and_the_server() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_opencode.py");
+    let fp = FakeProvider::start();
+    let pid_dir = tempfile::tempdir().unwrap();
+    let pid_file = pid_dir.path().join("pid");
+    let config = json!({"agent": {"auto_title": false,
+        "shell_env": {"keep": ["FAKE_OPENCODE_MODE", "FAKE_OPENCODE_PID_FILE"]}}});
+    let pid_env = pid_file.to_string_lossy().into_owned();
+    let s = Setup::with(
+        &script,
+        &fp,
+        config,
+        &[
+            ("FAKE_OPENCODE_MODE", "hang_start"),
+            ("FAKE_OPENCODE_PID_FILE", pid_env.as_str()),
+        ],
+    );
+    let mut app = s.app();
+    let mut f = Frames::new();
+    let thread_id = start_thread(&mut app, "standard");
+    let turn_id = turn(&mut app, &thread_id, "hi");
+    // The server is up and stuck before its listening line (30 s before the timeout).
+    let until = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        if let Ok(p) = std::fs::read_to_string(&pid_file) {
+            if !p.is_empty() {
+                break p;
+            }
+        }
+        assert!(Instant::now() < until, "the fake server never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    app.call(
+        "turn/interrupt",
+        json!({"thread_id": thread_id, "turn_id": turn_id}),
+    );
+    let end = f.turn_end(&mut app, &thread_id);
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert!(
+        end["params"]["turn"]["duration_ms"]
+            .as_u64()
+            .unwrap_or(u64::MAX)
+            < 20_000,
+        "the interrupt ended the turn, not the start timeout: {end}"
+    );
+    let stop = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z"))
+        .unwrap_or(false)
+    {
+        assert!(
+            Instant::now() < stop,
+            "the stuck server {pid} outlived the interrupt"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn a_hung_opencode_is_ended_after_an_interrupt() {
     let (_fp, s) = fake("hang");
     let mut app = s.app();

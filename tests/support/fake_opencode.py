@@ -5,7 +5,8 @@ Speaks just enough of OpenCode's HTTP + SSE API for one turn: the listening line
 `/global/health`, `/global/event` (server.connected, then silence), `POST /session`,
 `PATCH /session/<id>`. The prompt (`POST /session/<id>/message`) depends on
 $FAKE_OPENCODE_MODE: `crash` writes a last stderr line and exits; `hang` never answers,
-and `/session/<id>/abort` answers without stopping anything.
+and `/session/<id>/abort` answers without stopping anything. `hang_start` never prints
+its listening line (a server stuck while starting; it writes its pid to stderr).
 """
 import http.server
 import json
@@ -65,6 +66,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_response(404)
         self.end_headers()
 
+
+if MODE == "hang_start":
+    with open(os.environ["FAKE_OPENCODE_PID_FILE"], "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        time.sleep(3600)
 
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 server.daemon_threads = True

@@ -27,7 +27,8 @@ mod turn;
 pub use env::{child_env, engine_vars};
 pub use models::{discover_models, models_of};
 
-use super::codex::rpc::{Peer, Watch};
+use super::child::Watch;
+use super::codex::rpc::Peer;
 use super::codex::ChildSettings;
 use super::{Control, Engine, EventSink, Outcome, TurnRequest};
 use crossbeam_channel::Receiver;

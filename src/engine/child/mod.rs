@@ -4,10 +4,13 @@
 //! endpoint ([`env`]), and its launch, lifetime and stop ([`process`]): started through
 //! the command launcher so it dies with the host (parent-death signal), recorded in the
 //! process ledger until it ends, its stderr drained into a redacted tail for error
-//! messages.
+//! messages; and the watch on a turn's controls while its setup waits for the child
+//! ([`watch`]).
 
 pub mod env;
 pub mod process;
+pub mod watch;
 
 pub use env::{build_env, ChildSettings, BASE_ENV};
 pub use process::{redact, Process};
+pub use watch::{recv_watched, Waited, Watch};

@@ -8,12 +8,10 @@
 //! thread; its last lines are kept (redacted) for error messages. When stdout closes
 //! every waiting caller and subscriber learns it at once.
 
-use crate::engine::child::Process;
-use crate::engine::{Control, EngineEvent, EventSink};
-use crossbeam_channel::{bounded, never, select, Receiver, Sender};
+use crate::engine::child::{recv_watched, Process, Waited, Watch};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
@@ -81,31 +79,6 @@ struct State {
     pending: HashMap<u64, Waiter>,
     subscribers: Vec<(String, Sender<Inbound>)>,
     closed: Option<String>,
-}
-
-/// A turn's controls, watched by [`Peer::request_watched`] while the turn's setup waits
-/// for the child (a handshake, opening a session): a steer is deferred to the next turn
-/// (for engines without native steering), an answer has no question yet to go to.
-pub struct Watch<'a> {
-    controls: &'a Receiver<Control>,
-    sink: &'a EventSink,
-    interrupted: Cell<bool>,
-}
-
-impl<'a> Watch<'a> {
-    /// Watches `controls`; deferred steers are told to `sink`.
-    pub fn new(controls: &'a Receiver<Control>, sink: &'a EventSink) -> Self {
-        Watch {
-            controls,
-            sink,
-            interrupted: Cell::new(false),
-        }
-    }
-
-    /// Whether an interrupt (or the host going away) ended a watched wait.
-    pub fn interrupted(&self) -> bool {
-        self.interrupted.get()
-    }
 }
 
 /// A running `codex app-server` child.
@@ -242,39 +215,19 @@ impl Peer {
             self.state.lock().pending.remove(&id);
             return Err(e);
         }
-        let deadline = Instant::now() + timeout;
-        loop {
-            let controls = watch.map_or_else(never, |w| w.controls.clone());
-            select! {
-                recv(rx) -> r => {
-                    return r.unwrap_or_else(|_| {
-                        Err(transport(format!("{} exited", self.name.lock())))
-                    })
-                }
-                recv(controls) -> c => match c {
-                    Ok(Control::Interrupt) | Err(_) => {
-                        self.state.lock().pending.remove(&id);
-                        if let Some(w) = watch {
-                            w.interrupted.set(true);
-                        }
-                        return Err(transport(format!("interrupted while waiting for {method}")));
-                    }
-                    Ok(Control::Steer(Some(s))) => {
-                        if let Some(w) = watch {
-                            w.sink.emit(EngineEvent::SteerDeferred { input_id: s.input_id });
-                        }
-                    }
-                    Ok(Control::Steer(None) | Control::Answer { .. }) => {}
-                },
-                default(deadline.saturating_duration_since(Instant::now())) => {
-                    self.state.lock().pending.remove(&id);
-                    return Err(transport(format!(
-                        "{} did not answer {method} within {} s",
-                        self.name.lock(),
-                        timeout.as_secs()
-                    )));
-                }
-            }
+        let fail = |e: String| {
+            self.state.lock().pending.remove(&id);
+            Err(transport(e))
+        };
+        match recv_watched(&rx, Instant::now() + timeout, watch) {
+            Waited::Message(r) => r,
+            Waited::Disconnected => fail(format!("{} exited", self.name.lock())),
+            Waited::Interrupted => fail(format!("interrupted while waiting for {method}")),
+            Waited::TimedOut => fail(format!(
+                "{} did not answer {method} within {} s",
+                self.name.lock(),
+                timeout.as_secs()
+            )),
         }
     }
 

@@ -26,7 +26,7 @@ mod turn;
 
 pub use server::{shared_server, Server};
 
-use super::child::{build_env, ChildSettings};
+use super::child::{build_env, ChildSettings, Watch};
 use super::{Control, Engine, EventSink, Outcome, Steering, TurnRequest};
 use crossbeam_channel::Receiver;
 use serde_json::Value;
@@ -141,14 +141,14 @@ impl OpenCodeEngine {
         }
     }
 
-    fn server(&mut self, root: &Path) -> Result<Arc<Server>, String> {
+    fn server(&mut self, root: &Path, watch: &Watch) -> Result<Arc<Server>, String> {
         if let Some(s) = &self.server {
             if !s.is_dead() {
                 return Ok(s.clone());
             }
         }
         self.server = None;
-        let s = shared_server(&self.binary, root, &self.settings)?;
+        let s = shared_server(&self.binary, root, &self.settings, Some(watch))?;
         self.server = Some(s.clone());
         Ok(s)
     }
@@ -184,8 +184,10 @@ impl Engine for OpenCodeEngine {
                 "engine_input_missing",
             );
         }
-        let server = match self.server(&req.workspace_root) {
+        let watch = Watch::new(controls, sink);
+        let server = match self.server(&req.workspace_root, &watch) {
             Ok(s) => s,
+            Err(_) if watch.interrupted() => return Outcome::Interrupted,
             Err(e) => return failure(e, "engine_unavailable"),
         };
         let outcome = turn::run(&server, req, sink, controls);

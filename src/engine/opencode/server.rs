@@ -9,7 +9,7 @@
 //! method, path and status only (bodies may carry configuration secrets).
 
 use super::{child_env, ChildSettings, MAX_BODY, START_TIMEOUT, USERNAME};
-use crate::engine::child::Process;
+use crate::engine::child::{recv_watched, Process, Waited, Watch};
 use base64::Engine as _;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
@@ -73,10 +73,12 @@ fn servers() -> &'static Mutex<HashMap<PathBuf, Weak<Server>>> {
 }
 
 /// The shared server of `binary` (started in `root` on first use, with `settings`).
+/// While it starts, an interrupt seen by `watch` kills it and ends the wait.
 pub fn shared_server(
     binary: &Path,
     root: &Path,
     settings: &ChildSettings,
+    watch: Option<&Watch>,
 ) -> Result<Arc<Server>, String> {
     let mut map = servers().lock();
     if let Some(s) = map.get(binary).and_then(Weak::upgrade) {
@@ -84,7 +86,7 @@ pub fn shared_server(
             return Ok(s);
         }
     }
-    let server = Arc::new(Server::start(binary, root, settings)?);
+    let server = Arc::new(Server::start(binary, root, settings, watch)?);
     map.insert(binary.to_path_buf(), Arc::downgrade(&server));
     Ok(server)
 }
@@ -128,7 +130,12 @@ pub fn segment(s: &str) -> String {
 }
 
 impl Server {
-    fn start(binary: &Path, root: &Path, settings: &ChildSettings) -> Result<Server, String> {
+    fn start(
+        binary: &Path,
+        root: &Path,
+        settings: &ChildSettings,
+        watch: Option<&Watch>,
+    ) -> Result<Server, String> {
         let password = format!(
             "{}{}",
             uuid::Uuid::new_v4().simple(),
@@ -155,14 +162,15 @@ impl Server {
             .map_err(|e| format!("cannot start the opencode reader: {e}"))?;
         let until = Instant::now() + START_TIMEOUT;
         let base = loop {
-            let left = until.saturating_duration_since(Instant::now());
-            match lines.recv_timeout(left) {
-                Ok(l) => match listening_address(&l) {
+            match recv_watched(&lines, until, watch) {
+                Waited::Message(l) => match listening_address(&l) {
                     Some(Ok(b)) => break b,
                     Some(Err(e)) => return Err(e),
                     None => continue,
                 },
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                // Dropping the half-started child kills it.
+                Waited::Interrupted => return Err("interrupted while OpenCode started".into()),
+                Waited::TimedOut => {
                     return Err(with_tail(
                         &proc,
                         &format!(
@@ -171,7 +179,7 @@ impl Server {
                         ),
                     ))
                 }
-                Err(_) => {
+                Waited::Disconnected => {
                     proc.wait_exit(Duration::from_millis(300));
                     return Err(with_tail(
                         &proc,
