@@ -950,13 +950,22 @@ impl Fake {
 
     /// Waits until the stubborn fake and its `sleep` run.
     fn wait_running(&self) -> Vec<(i32, String)> {
+        self.wait_running_or(String::new)
+    }
+
+    /// [`Fake::wait_running`], with `why()` in the failure message.
+    fn wait_running_or(&self, why: impl Fn() -> String) -> Vec<(i32, String)> {
         let end = Instant::now() + Duration::from_secs(20);
         loop {
             let p = self.processes();
             if p.iter().any(|(_, c)| c.starts_with("sleep")) && p.len() >= 2 {
                 return p;
             }
-            assert!(Instant::now() < end, "the fake did not start: {p:?}");
+            assert!(
+                Instant::now() < end,
+                "the fake did not start: {p:?} {}",
+                why()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -1018,13 +1027,18 @@ fn a_stubborn_codex_host_dies_with_a_killed_wuu_exec() {
         .arg("hi")
         .envs(f.env.iter().map(|(k, v)| (k, v)))
         .env("WUU_HOME", &f.home)
-        .env_remove("RUST_LOG")
+        .env("RUST_LOG", "info")
         .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stdout(std::fs::File::create(f.home.join("exec.stdout")).unwrap())
+        .stderr(std::fs::File::create(f.home.join("exec.stderr")).unwrap())
         .spawn()
         .unwrap();
-    f.wait_running();
+    f.wait_running_or(|| {
+        let out = std::fs::read_to_string(f.home.join("exec.stdout")).unwrap_or_default();
+        let err = std::fs::read_to_string(f.home.join("exec.stderr")).unwrap_or_default();
+        let log = std::fs::read_to_string(&f.log).unwrap_or_default();
+        format!("\nexec stdout:\n{out}\nexec stderr:\n{err}\nfake log:\n{log}")
+    });
     exec.kill().unwrap();
     let _ = exec.wait();
     let left = f.wait_gone(Duration::from_secs(5));
