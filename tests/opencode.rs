@@ -647,6 +647,21 @@ fn fake(mode: &str) -> (FakeProvider, Setup) {
 }
 
 #[test]
+fn an_opencode_conversation_cannot_start_read_only() {
+    let (_fp, s) = fake("hang");
+    let mut app = s.app();
+    let e = app.call_err(
+        "thread/start",
+        json!({"engine": "opencode", "permission_mode": "read_only"}),
+    );
+    assert_eq!(e["code"], "invalid_params", "{e}");
+    assert!(e.to_string().contains("read-only"), "{e}");
+    // Nothing was stored; standard still starts.
+    assert_eq!(app.call("thread/list", json!({}))["threads"], json!([]));
+    start_thread(&mut app, "standard");
+}
+
+#[test]
 fn a_crashed_opencode_fails_the_turn_with_its_last_stderr_line() {
     let (_fp, s) = fake("crash");
     let mut app = s.app();

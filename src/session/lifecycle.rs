@@ -109,6 +109,11 @@ pub fn create(shared: &Arc<Host>, p: ThreadStartParams) -> Result<Created, Refus
     let engine = select_engine(&cfg, &p)?;
     check_workspace(&p)?;
     let mode = select_mode(&cfg, &p)?;
+    if engine == crate::engine::opencode::ID && mode == "read_only" {
+        return Err(invalid(
+            "permission_mode: engine \"opencode\" has no read-only mode that keeps Wuu's read-only boundary; choose standard or unconfined",
+        ));
+    }
     let Selection {
         provider,
         model,
