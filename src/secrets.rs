@@ -387,6 +387,24 @@ pub struct StreamRedactor {
     carry: Vec<u8>,
 }
 
+/// Reads `r` to its end, or to its first error other than an interrupt (a terminal
+/// whose other side closed reads EIO), in chunks of at most 64 KiB, and hands `to` the
+/// bytes with secrets masked ([`StreamRedactor`]), the held tail last.
+pub fn copy_redacted(mut r: impl std::io::Read, mut to: impl FnMut(&[u8])) {
+    let mut mask = StreamRedactor::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        to(&mask.push(buf.get(..n).unwrap_or_default()));
+    }
+    to(&mask.finish());
+}
+
 impl StreamRedactor {
     /// Feeds `bytes`; returns the redacted bytes that are safe to emit now.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {

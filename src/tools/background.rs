@@ -575,22 +575,8 @@ impl Proc {
         }
     }
 
-    fn read_loop(&self, mut r: fs::File) {
-        let mut mask = crate::secrets::StreamRedactor::default();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match r.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                // A terminal whose other side closed reads EIO.
-                Err(_) => break,
-            };
-            let bytes = mask.push(&buf[..n]);
-            self.append(&bytes);
-        }
-        let rest = mask.finish();
-        self.append(&rest);
+    fn read_loop(&self, r: fs::File) {
+        crate::secrets::copy_redacted(r, |bytes| self.append(bytes));
         let mut out = self.out.lock();
         out.done = true;
         if let Some(f) = out.log.as_mut() {

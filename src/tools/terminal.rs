@@ -19,7 +19,6 @@ use parking_lot::{Condvar, Mutex};
 use rustix::process::{kill_process_group, Pid, Signal};
 use std::collections::HashMap;
 use std::fs;
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::sync::Arc;
@@ -226,20 +225,8 @@ impl Terminal {
         self.changed.notify_all();
     }
 
-    fn read_loop(&self, mut r: fs::File) {
-        let mut mask = crate::secrets::StreamRedactor::default();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = match r.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            };
-            let bytes = mask.push(&buf[..n]);
-            self.append(&bytes);
-        }
-        self.append(&mask.finish());
+    fn read_loop(&self, r: fs::File) {
+        crate::secrets::copy_redacted(r, |bytes| self.append(bytes));
         self.out.lock().reader_done = true;
         self.changed.notify_all();
     }
