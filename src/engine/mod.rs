@@ -268,6 +268,35 @@ pub struct Question {
     pub options: Vec<(String, String)>,
 }
 
+impl Question {
+    /// The questions of an `AskUserQuestion`-shaped value, `{questions: [{header,
+    /// question, options: [{label, description}]}]}` (Claude Code's `AskUserQuestion`
+    /// input, OpenCode's `question.asked`), with ids `q0`, `q1`, …; free text is allowed,
+    /// and missing or non-text fields read as empty.
+    pub fn list_from(v: &Value) -> Vec<Question> {
+        let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+        fn array<'a>(v: &'a Value, k: &str) -> &'a [Value] {
+            v.get(k)
+                .and_then(Value::as_array)
+                .map_or(&[], Vec::as_slice)
+        }
+        array(v, "questions")
+            .iter()
+            .enumerate()
+            .map(|(i, q)| Question {
+                id: format!("q{i}"),
+                header: text(q, "header"),
+                question: text(q, "question"),
+                is_other: true,
+                options: array(q, "options")
+                    .iter()
+                    .map(|o| (text(o, "label"), text(o, "description")))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
 /// An approval request of an engine (`engines.md` §1.1).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApprovalRequest {
@@ -521,6 +550,20 @@ pub enum Outcome {
     Failed(Box<TurnError>),
     /// The turn stopped after [`Control::Interrupt`] (or the host went away).
     Interrupted,
+}
+
+impl Outcome {
+    /// A failed turn of category `engine`, reported by external engine `provider` (its
+    /// catalogue id), with error `code` and `message`.
+    pub fn engine_failure(provider: &str, message: impl Into<String>, code: &str) -> Outcome {
+        Outcome::Failed(Box::new(TurnError {
+            message: message.into(),
+            code: Some(code.into()),
+            category: Some("engine".into()),
+            provider: Some(provider.into()),
+            ..Default::default()
+        }))
+    }
 }
 
 /// The provider stream an engine reads inline on its own thread, as the host can cut it.

@@ -36,7 +36,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use wuu_protocol::TurnError;
 
 /// Handshake limit.
 pub const INIT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -65,13 +64,7 @@ pub fn is_acp(id: &str) -> bool {
 
 /// A failed turn of category `engine` for engine `id`, with `code`.
 fn failure(id: &str, message: impl Into<String>, code: &str) -> Outcome {
-    Outcome::Failed(Box::new(TurnError {
-        message: message.into(),
-        code: Some(code.into()),
-        category: Some("engine".into()),
-        provider: Some(id.into()),
-        ..Default::default()
-    }))
+    Outcome::engine_failure(id, message, code)
 }
 
 /// What the agent said about itself in `initialize`.

@@ -32,7 +32,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
-use wuu_protocol::TurnError;
 
 /// The engine id.
 pub const ID: &str = "claude";
@@ -117,13 +116,7 @@ pub fn args(req: &TurnRequest) -> Vec<String> {
 
 /// A failed turn of category `engine`, provider `claude`, with `code`.
 fn failure(message: impl Into<String>, code: &str) -> Outcome {
-    Outcome::Failed(Box::new(TurnError {
-        message: message.into(),
-        code: Some(code.into()),
-        category: Some("engine".into()),
-        provider: Some(ID.into()),
-        ..Default::default()
-    }))
+    Outcome::engine_failure(ID, message, code)
 }
 
 /// A conversation's Claude Code session: the binary and how its children start (the

@@ -67,36 +67,10 @@ impl TurnMap<'_> {
         let input = r.get("input").cloned().unwrap_or(json!({}));
         let request_id = format!("claude-{native_id}");
         let (questions, asked) = if tool == "AskUserQuestion" {
-            let mut texts = vec![];
-            let questions: Vec<Question> = input
-                .get("questions")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .enumerate()
-                .map(|(i, q)| {
-                    let t = |k: &str| q.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-                    let id = format!("q{i}");
-                    texts.push((id.clone(), t("question")));
-                    Question {
-                        id,
-                        header: t("header"),
-                        question: t("question"),
-                        is_other: true,
-                        options: q
-                            .get("options")
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .map(|o| {
-                                let t = |k: &str| {
-                                    o.get(k).and_then(Value::as_str).unwrap_or("").to_owned()
-                                };
-                                (t("label"), t("description"))
-                            })
-                            .collect(),
-                    }
-                })
+            let questions = Question::list_from(&input);
+            let texts = questions
+                .iter()
+                .map(|q| (q.id.clone(), q.question.clone()))
                 .collect();
             (questions, Asked::Questions { input, texts })
         } else {

@@ -36,7 +36,6 @@ use rpc::RpcError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use wuu_protocol::TurnError;
 
 /// The engine id.
 pub const ID: &str = "codex";
@@ -49,13 +48,7 @@ pub const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 
 /// A failed turn of category `engine`, provider `codex`, with `code`.
 fn failure(message: impl Into<String>, code: &str) -> Outcome {
-    Outcome::Failed(Box::new(TurnError {
-        message: message.into(),
-        code: Some(code.into()),
-        category: Some("engine".into()),
-        provider: Some(ID.into()),
-        ..Default::default()
-    }))
+    Outcome::engine_failure(ID, message, code)
 }
 
 /// A conversation's Codex session: the shared host reference and the native thread.

@@ -34,7 +34,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use wuu_protocol::TurnError;
 
 /// The engine id.
 pub const ID: &str = "opencode";
@@ -113,13 +112,7 @@ pub fn child_env(
 
 /// A failed turn of category `engine`, provider `opencode`, with `code`.
 fn failure(message: impl Into<String>, code: &str) -> Outcome {
-    Outcome::Failed(Box::new(TurnError {
-        message: message.into(),
-        code: Some(code.into()),
-        category: Some("engine".into()),
-        provider: Some(ID.into()),
-        ..Default::default()
-    }))
+    Outcome::engine_failure(ID, message, code)
 }
 
 /// A conversation's OpenCode session: the shared server reference (the native session

@@ -549,32 +549,7 @@ impl<'a> TurnMap<'a> {
         if native.is_empty() || native.len() > 200 {
             return;
         }
-        let questions: Vec<Question> = props
-            .get("questions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, q)| {
-                let t = |k: &str| q.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-                Question {
-                    id: format!("q{i}"),
-                    header: t("header"),
-                    question: t("question"),
-                    is_other: true,
-                    options: q
-                        .get("options")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .map(|o| {
-                            let t = |k: &str| o.get(k).and_then(Value::as_str).unwrap_or("");
-                            (t("label").to_owned(), t("description").to_owned())
-                        })
-                        .collect(),
-                }
-            })
-            .collect();
+        let questions = Question::list_from(props);
         let call_id = props
             .pointer("/tool/callID")
             .and_then(Value::as_str)
