@@ -345,12 +345,19 @@ fn clients_write_to_stdin_and_resize_a_terminal() {
     lab.turn("two");
     let procs = lab.list();
     assert_eq!(procs.len(), 2, "{procs:?}");
+    // The two calls of one step start concurrently: find each by its kind, not its place.
+    let by_tty = |want: bool| {
+        procs
+            .iter()
+            .find(|p| (p["tty"] == true) == want)
+            .unwrap_or_else(|| panic!("{procs:?}"))
+    };
     let (pipe, tty) = (
-        procs[0]["id"].as_str().unwrap().to_owned(),
-        procs[1]["id"].as_str().unwrap().to_owned(),
+        by_tty(false)["id"].as_str().unwrap().to_owned(),
+        by_tty(true)["id"].as_str().unwrap().to_owned(),
     );
-    assert_eq!(procs[1]["tty"], true);
-    assert_eq!(procs[0]["input_available"], true);
+    assert_eq!(by_tty(true)["tty"], true);
+    assert_eq!(by_tty(false)["input_available"], true);
 
     let w = lab.app.call(
         "process/write",
