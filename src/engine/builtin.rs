@@ -30,6 +30,9 @@ use wuu_protocol::{Recovery, TurnError};
 
 mod inline;
 
+/// How long an interrupted tool may take to stop before the turn goes on without it.
+const CANCELLED_TOOL_GRACE: Duration = Duration::from_secs(10);
+
 /// The built-in engine bound to one conversation's provider.
 pub struct Builtin {
     provider: Arc<dyn Provider>,
@@ -134,8 +137,10 @@ impl Builtin {
         }
     }
 
-    /// Reads the controls that are already waiting.
-    fn drain(&mut self, controls: &Receiver<Control>) {
+    /// Reads the controls that are already waiting (a host on this thread serves its
+    /// mailbox first: the controls it yields are among them).
+    fn drain(&mut self, sink: &EventSink, controls: &Receiver<Control>) {
+        sink.serve();
         loop {
             match controls.try_recv() {
                 Ok(c) => self.note(Ok(c)),
@@ -255,7 +260,7 @@ impl Builtin {
         sink: &EventSink,
         controls: &Receiver<Control>,
     ) -> Result<StepStart, Outcome> {
-        self.drain(controls);
+        self.drain(sink, controls);
         if self.interrupted {
             return Err(Outcome::Interrupted);
         }
@@ -552,7 +557,7 @@ impl Builtin {
         controls: &Receiver<Control>,
         trace: &mut Trace,
     ) {
-        self.drain(controls);
+        self.drain(sink, controls);
         let not_run = |sink: &EventSink, why: &str| {
             sink.emit(EngineEvent::ToolEnd {
                 call_id: call.id.clone(),
@@ -610,16 +615,20 @@ impl Builtin {
             tools::spawn(&call.name, &call.arguments, ctx)
         };
         let mut cancelled = false;
+        let mut cancel_waited = Duration::ZERO;
         let outcome: ToolOutcome = loop {
             if self.interrupted && !cancelled {
                 handle.cancel();
                 cancelled = true;
             }
             let wait = if cancelled {
-                Duration::from_secs(10)
+                CANCELLED_TOOL_GRACE.saturating_sub(cancel_waited)
             } else {
                 Duration::from_secs(3600)
             };
+            // A host on this thread serves its mailbox between slices of the wait.
+            let slice = sink.wait_slice(wait);
+            sink.serve();
             let ctl = self.controls(controls);
             select! {
                 recv(handle.events) -> ev => match ev {
@@ -638,8 +647,11 @@ impl Builtin {
                     },
                 },
                 recv(ctl) -> c => self.note(c),
-                default(wait) => {
+                default(slice) => {
                     if cancelled {
+                        cancel_waited += slice;
+                    }
+                    if cancelled && cancel_waited >= CANCELLED_TOOL_GRACE {
                         break ToolOutcome {
                             output: "interrupted: the tool did not stop in time".into(),
                             is_error: true,

@@ -566,12 +566,14 @@ impl Outcome {
     }
 }
 
-/// The provider stream an engine reads inline on its own thread, as the host can cut it.
+/// The provider stream an engine reads inline, as the host can cut it.
 ///
 /// The engine opens it while a provider request runs; the host, after sending a
-/// [`Control`], calls [`LiveStream::cut`], which cancels the request (shutting its
-/// socket down, so a read blocked on a silent provider returns) when that control ends
-/// the stream. The engine then finds the control in its channel. Cloning shares the slot.
+/// [`Control`] (or queueing the request that leads to one, when the engine runs on the
+/// host's own thread), calls [`LiveStream::cut`], which cancels the request (shutting
+/// its socket down, so a read blocked on a silent provider returns) when that control
+/// ends the stream. The engine then finds the control in its channel (a host on its
+/// thread serves its mailbox first). Cloning shares the slot.
 #[derive(Clone, Debug, Default)]
 pub struct LiveStream {
     slot: std::sync::Arc<parking_lot::Mutex<Option<(CancelToken, bool)>>>,
@@ -606,25 +608,62 @@ impl LiveStream {
     }
 }
 
+/// A host that projects an engine's events in place, on the thread that runs the
+/// engine (the built-in engine runs on its conversation's session thread): no channel
+/// and no thread stand between the engine and the projection.
+pub trait DirectHost {
+    /// Projects `ev` now; a host call's reply is sent before this returns.
+    fn project(&self, ev: EngineEvent);
+    /// Serves what waits for the host (its mailbox) without blocking and sends the
+    /// engine the controls that follow from it. Called between two reads of a stream,
+    /// during waits and before the engine looks at its controls.
+    fn serve(&self);
+    /// The engine is about to wait (a socket read that may block): the host lets go
+    /// of what it need not hold meanwhile, then serves as [`DirectHost::serve`].
+    fn idle(&self) {
+        self.serve()
+    }
+}
+
+/// Where the engine's events go: a bounded channel to the host's thread, or a host
+/// on this thread that projects them in place.
+enum Target<'a> {
+    Channel(Sender<EngineEvent>),
+    Direct(&'a dyn DirectHost),
+}
+
 /// The engine's side of the event channel, with the stream the host may cut.
-pub struct EventSink {
-    tx: Sender<EngineEvent>,
+pub struct EventSink<'a> {
+    target: Target<'a>,
     live: LiveStream,
 }
 
-impl EventSink {
+/// How long an engine that runs on its host's thread waits at most (for a tool, a
+/// backoff) before it lets the host serve its mailbox ([`EventSink::wait_slice`]).
+pub const DIRECT_WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
+
+impl<'a> EventSink<'a> {
     /// A sink writing into `tx`.
     pub fn new(tx: Sender<EngineEvent>) -> Self {
-        EventSink {
-            tx,
-            live: LiveStream::default(),
-        }
+        Self::with_live(tx, LiveStream::default())
     }
 
     /// A sink writing into `tx` whose inline provider streams the host cuts through
     /// `live`.
     pub fn with_live(tx: Sender<EngineEvent>, live: LiveStream) -> Self {
-        EventSink { tx, live }
+        EventSink {
+            target: Target::Channel(tx),
+            live,
+        }
+    }
+
+    /// A sink whose events `host` projects in place on this thread; its inline
+    /// provider streams are cut through `live` (by whoever holds a clone of it).
+    pub fn direct(host: &'a dyn DirectHost, live: LiveStream) -> Self {
+        EventSink {
+            target: Target::Direct(host),
+            live,
+        }
     }
 
     /// The slot of the provider stream in flight.
@@ -634,7 +673,13 @@ impl EventSink {
 
     /// Sends one event (blocks while the host is behind). `false` = the host is gone.
     pub fn emit(&self, ev: EngineEvent) -> bool {
-        self.tx.send(ev).is_ok()
+        match &self.target {
+            Target::Channel(tx) => tx.send(ev).is_ok(),
+            Target::Direct(host) => {
+                host.project(ev);
+                true
+            }
+        }
     }
 
     /// Sends `events` in order as one hand-off ([`EngineEvent::Batch`] when there are
@@ -653,7 +698,37 @@ impl EventSink {
         if !self.emit(make(tx)) {
             return None;
         }
-        rx.recv().ok()
+        match &self.target {
+            Target::Channel(_) => rx.recv().ok(),
+            // Answered during the projection, or never.
+            Target::Direct(_) => rx.try_recv().ok(),
+        }
+    }
+
+    /// Lets a host on this thread serve its mailbox (no-op for a channel host, which
+    /// runs on its own thread).
+    pub fn serve(&self) {
+        if let Target::Direct(host) = &self.target {
+            host.serve();
+        }
+    }
+
+    /// Before a wait that may block: a host on this thread lets go of what it need not
+    /// hold and serves its mailbox.
+    pub fn idle(&self) {
+        if let Target::Direct(host) = &self.target {
+            host.idle();
+        }
+    }
+
+    /// The longest an engine may block in one wait: `wait` for a channel host;
+    /// at most [`DIRECT_WAIT_SLICE`] for a host on this thread, which must serve its
+    /// mailbox ([`EventSink::serve`]) between slices.
+    pub fn wait_slice(&self, wait: std::time::Duration) -> std::time::Duration {
+        match &self.target {
+            Target::Channel(_) => wait,
+            Target::Direct(_) => wait.min(DIRECT_WAIT_SLICE),
+        }
     }
 }
 

@@ -130,8 +130,12 @@ pub struct Session {
     pub steer_signal: bool,
     /// The external engine session kept between turns ([`engines::open`]).
     pub engine: Option<Box<dyn crate::engine::Engine>>,
-    /// The thread the conversation's turns run their engine on (long-lived).
+    /// The thread an external engine's turns run on (long-lived); the built-in engine
+    /// runs on this session's thread.
     pub engine_thread: engines::EngineThread,
+    /// The provider stream of the running turn, shared with the registry entry, which
+    /// cuts it for requests that must reach a turn blocked on a silent stream.
+    pub live: crate::engine::LiveStream,
     /// Set while a run waits for its workers' results: a result arriving at the idle
     /// conversation is stored as queued input and the run starts its turn (rather
     /// than the queue drain).
@@ -383,8 +387,12 @@ impl Session {
     }
 }
 
-fn entry_for(tx: Sender<Mail>, running: Arc<AtomicBool>) -> SessionEntry {
-    SessionEntry { tx, running }
+fn entry_for(
+    tx: Sender<Mail>,
+    running: Arc<AtomicBool>,
+    live: crate::engine::LiveStream,
+) -> SessionEntry {
+    SessionEntry { tx, running, live }
 }
 
 /// Spawns the session thread of an existing conversation (revival) over the mailbox
@@ -396,6 +404,7 @@ pub fn spawn_existing(
     thread_id: &str,
     rx: Receiver<Mail>,
     running: Arc<AtomicBool>,
+    live: crate::engine::LiveStream,
 ) -> Result<(), String> {
     let shared = shared.clone();
     let id = thread_id.to_owned();
@@ -423,6 +432,7 @@ pub fn spawn_existing(
                     steer_signal: false,
                     engine: None,
                     engine_thread: Default::default(),
+                    live,
                     hold_agent_turns: false,
                     row_fresh: true,
                 }
@@ -460,6 +470,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         .spawn(move || {
             let (tx, rx) = crate::session::registry::mailbox();
             let running = Arc::new(AtomicBool::new(false));
+            let live = crate::engine::LiveStream::default();
             let created = match req {
                 ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
                 ClientRequest::ThreadFork(p) => lifecycle::fork(&shared, p),
@@ -472,7 +483,9 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                 Err((code, msg)) => reply.err(code, msg),
                 Ok((store, thread, turns)) => {
                     let id = thread.id.clone();
-                    shared.registry.insert(&id, entry_for(tx, running.clone()));
+                    shared
+                        .registry
+                        .insert(&id, entry_for(tx, running.clone(), live.clone()));
                     let _guard = crate::session::registry::PanicGuard {
                         shared: &shared,
                         id: &id,
@@ -493,6 +506,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         steer_signal: false,
                         engine: None,
                         engine_thread: Default::default(),
+                        live,
                         hold_agent_turns: false,
                         row_fresh: false,
                     };

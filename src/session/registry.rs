@@ -16,6 +16,7 @@
 //! comes back and is re-dispatched to a revived session.
 
 use super::Host;
+use crate::engine::{Control, LiveStream};
 use crate::session::{self, SessionMsg};
 use crossbeam_channel::Receiver;
 use crossbeam_channel::{Sender, TrySendError};
@@ -64,7 +65,7 @@ pub const TURN_TRIM_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A conversation waiting for its existence check: its id, the mailbox's receiving end
 /// and its running flag.
-type Revival = (String, Receiver<Mail>, Arc<AtomicBool>);
+type Revival = (String, Receiver<Mail>, Arc<AtomicBool>, LiveStream);
 
 /// A live session as the registry sees it.
 #[derive(Clone)]
@@ -73,6 +74,28 @@ pub struct SessionEntry {
     pub tx: Sender<Mail>,
     /// True while a turn executes (for listings' `status`).
     pub running: Arc<AtomicBool>,
+    /// The provider stream the session's turn reads, if any: a request that must cut
+    /// a read blocked on a silent socket (interrupt, steer, shutdown) cuts it here,
+    /// after queueing the request, since the session thread itself is blocked.
+    pub live: LiveStream,
+}
+
+/// The control a message implies for a running turn's provider stream: an interrupt
+/// (turn or run interrupt, forced archive, shutdown) or a steer; `None` for the rest.
+fn cut_of(msg: &SessionMsg) -> Option<Control> {
+    use wuu_protocol::ClientRequest as R;
+    match msg {
+        SessionMsg::Request { req, .. } => match req {
+            R::TurnInterrupt(_) | R::RunInterrupt(_) => Some(Control::Interrupt),
+            R::ThreadArchive(p) if p.archived && p.force.unwrap_or(false) => {
+                Some(Control::Interrupt)
+            }
+            R::TurnSteer(_) => Some(Control::Steer(None)),
+            _ => None,
+        },
+        SessionMsg::Shutdown { .. } => Some(Control::Interrupt),
+        _ => None,
+    }
 }
 
 /// Live sessions by conversation id.
@@ -203,15 +226,20 @@ impl Registry {
                         let e = SessionEntry {
                             tx,
                             running: running.clone(),
+                            live: LiveStream::default(),
                         };
                         map.insert(thread_id.to_owned(), e.clone());
-                        revival = Some((thread_id.to_owned(), rx, running));
+                        revival = Some((thread_id.to_owned(), rx, running, e.live.clone()));
                         e
                     }
                 };
+                let cut = cut_of(&msg);
                 match entry.tx.try_send(msg) {
                     Ok(()) => {
                         drop(map);
+                        if let Some(c) = cut {
+                            entry.live.cut(&c);
+                        }
                         if let Some(job) = revival {
                             self.queue_revival(job);
                         }
@@ -242,8 +270,16 @@ impl Registry {
                     }
                 }
             };
+            let cut = cut_of(&msg);
             match tx.send(msg) {
-                Ok(()) => return,
+                Ok(()) => {
+                    if let Some(c) = cut {
+                        if let Some(e) = self.inner.lock().get(thread_id) {
+                            e.live.cut(&c);
+                        }
+                    }
+                    return;
+                }
                 Err(e) => msg = e.0,
             }
         }
@@ -254,7 +290,7 @@ impl Registry {
     fn queue_revival(&self, job: Revival) {
         match self.revive.try_send(job) {
             Ok(()) => {}
-            Err(TrySendError::Full((id, rx, _))) => {
+            Err(TrySendError::Full((id, rx, ..))) => {
                 self.remove_if(&id, || true);
                 drain_refusing(
                     &rx,
@@ -264,7 +300,7 @@ impl Registry {
                     ),
                 );
             }
-            Err(TrySendError::Disconnected((id, rx, _))) => {
+            Err(TrySendError::Disconnected((id, rx, ..))) => {
                 log::error!("the reviver is gone; refusing requests to {id:?}");
                 self.remove_if(&id, || true);
                 drain_refusing(
@@ -330,6 +366,7 @@ impl Registry {
                 .send_timeout(Box::new(SessionMsg::Shutdown { done: done_tx }), left)
                 .is_ok()
             {
+                e.live.cut(&Control::Interrupt);
                 waits.push((id, done_rx));
             }
         }
@@ -370,7 +407,7 @@ pub fn refuse(msg: SessionMsg, code: ErrorCode, message: &str) {
 /// `internal_error` when the store cannot answer).
 fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
     let mut store: Option<wuu_store::Store> = None;
-    for (id, mailbox, running) in rx.iter() {
+    for (id, mailbox, running, live) in rx.iter() {
         let Some(shared) = shared.upgrade() else {
             drain_refusing(
                 &mailbox,
@@ -398,7 +435,9 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
         };
         match exists {
             Ok(true) => {
-                if let Err(e) = session::spawn_existing(&shared, &id, mailbox.clone(), running) {
+                if let Err(e) =
+                    session::spawn_existing(&shared, &id, mailbox.clone(), running, live)
+                {
                     log::error!("cannot spawn a session thread for {id:?}: {e}");
                     shared.registry.remove_if(&id, || true);
                     drain_refusing(
