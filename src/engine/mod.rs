@@ -577,9 +577,26 @@ impl Outcome {
 #[derive(Clone, Debug, Default)]
 pub struct LiveStream {
     slot: std::sync::Arc<parking_lot::Mutex<Option<(CancelToken, bool)>>>,
+    /// The engine runs on its host's thread: a request's sender cuts the stream
+    /// ([`LiveStream::cut_from_outside`]), since the host cannot while a read blocks.
+    outside: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl LiveStream {
+    /// Whether senders of requests cut the stream themselves (the engine runs on its
+    /// host's thread) — see [`LiveStream::cut_from_outside`].
+    pub fn set_cut_from_outside(&self, on: bool) {
+        self.outside.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// [`LiveStream::cut`] by the sender of a request that leads to `control`, when
+    /// the engine runs on its host's thread; a no-op otherwise (the host cuts).
+    pub fn cut_from_outside(&self, control: &Control) {
+        if self.outside.load(std::sync::atomic::Ordering::SeqCst) {
+            self.cut(control);
+        }
+    }
+
     /// Registers the request in flight; `cut_on_steer` = a steer ends it too (not only
     /// an interrupt).
     pub fn open(&self, token: &CancelToken, cut_on_steer: bool) {

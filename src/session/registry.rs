@@ -238,7 +238,7 @@ impl Registry {
                     Ok(()) => {
                         drop(map);
                         if let Some(c) = cut {
-                            entry.live.cut(&c);
+                            entry.live.cut_from_outside(&c);
                         }
                         if let Some(job) = revival {
                             self.queue_revival(job);
@@ -275,7 +275,7 @@ impl Registry {
                 Ok(()) => {
                     if let Some(c) = cut {
                         if let Some(e) = self.inner.lock().get(thread_id) {
-                            e.live.cut(&c);
+                            e.live.cut_from_outside(&c);
                         }
                     }
                     return;
@@ -366,7 +366,7 @@ impl Registry {
                 .send_timeout(Box::new(SessionMsg::Shutdown { done: done_tx }), left)
                 .is_ok()
             {
-                e.live.cut(&Control::Interrupt);
+                e.live.cut_from_outside(&Control::Interrupt);
                 waits.push((id, done_rx));
             }
         }

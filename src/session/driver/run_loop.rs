@@ -1,6 +1,7 @@
 //! The turn's run loop (spec `app-server.md` §4.9; `engines.md` §1.1).
 //!
-//! The built-in engine runs the turn on this (session) thread: its events are
+//! With `WUU_TURN_ON_SESSION_THREAD=1` the built-in engine runs the turn on this
+//! (session) thread: its events are
 //! projected in place ([`DirectHost`]), and the session mailbox is served between two
 //! reads of the provider stream, before each model step and every
 //! [`crate::engine::DIRECT_WAIT_SLICE`] while a tool runs. A read blocked on a silent
@@ -11,7 +12,8 @@
 //! requests (`thread/read` of this conversation, for one) wait for the next read of
 //! the stream, i.e. for the provider's next bytes or its idle timeout.
 //!
-//! An external engine runs on the conversation's engine thread (long-lived, see
+//! Otherwise (by default, and for every external engine) the engine runs on the
+//! conversation's engine thread (long-lived, see
 //! [`crate::session::engines::EngineThread`]) while this thread `select!`s over the
 //! engine's events, the mailbox and the run deadline.
 
@@ -44,6 +46,15 @@ fn engine_failure() -> Outcome {
         category: Some("local".into()),
         ..Default::default()
     }))
+}
+
+/// Whether the built-in engine runs its turns on the session thread
+/// (`WUU_TURN_ON_SESSION_THREAD=1`, read once). Off by default: while a stream is
+/// silent, requests that need the session (`turn/queue`, `thread/read`, a refused
+/// steer) wait for the provider's next bytes, which the tests of those requests catch.
+fn on_session_thread() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("WUU_TURN_ON_SESSION_THREAD").is_ok_and(|v| v == "1"))
 }
 
 /// The driver as the host of an engine running on the session thread.
@@ -102,7 +113,7 @@ impl Driver<'_> {
         let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
         let live = self.s.live.clone();
         self.ctl = Some(ctl_tx.clone());
-        let outcome = if engine.id() == BUILTIN {
+        let outcome = if engine.id() == BUILTIN && on_session_thread() {
             self.run_here(engine, req, (ctl_tx, live), &ctl_rx, steering)
         } else {
             self.run_on_engine_thread(engine, req, (ctl_tx, live), ctl_rx, steering)
@@ -123,6 +134,7 @@ impl Driver<'_> {
         steering: Steering,
     ) -> Outcome {
         let live = ctl.1.clone();
+        live.set_cut_from_outside(true);
         let host = Here {
             mailbox: self.s.rx.clone(),
             driver: RefCell::new(self),
@@ -134,6 +146,8 @@ impl Driver<'_> {
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             engine.run_turn(req, &sink, controls)
         }));
+        drop(sink);
+        host.ctl.1.set_cut_from_outside(false);
         outcome.unwrap_or_else(|_| engine_failure())
     }
 
@@ -170,7 +184,9 @@ impl Driver<'_> {
         match done_rx.recv() {
             Ok((engine, Ok(outcome))) => {
                 // An external engine session (and its native host) outlives the turn.
-                self.s.engine = Some(engine);
+                if engine.id() != BUILTIN {
+                    self.s.engine = Some(engine);
+                }
                 outcome
             }
             Ok((_, Err(_))) | Err(_) => engine_failure(),
