@@ -1,9 +1,9 @@
 //! The turn's run loop (spec `app-server.md` §4.9; `engines.md` §1.1).
 //!
 //! With `WUU_TURN_ON_SESSION_THREAD=1` the built-in engine runs the turn on this
-//! (session) thread: its events are
-//! projected in place ([`DirectHost`]), and the session mailbox is served between two
-//! reads of the provider stream, before each model step and every
+//! (session) thread: its events are projected in place ([`DirectHost`]), and the
+//! session mailbox is served between two reads of the provider stream, before each
+//! model step and every
 //! [`crate::engine::DIRECT_WAIT_SLICE`] while a tool runs. A read blocked on a silent
 //! stream cannot serve the mailbox: a request that must reach the turn (interrupt,
 //! steer, forced archive, shutdown) is cut through by whoever queues it, which shuts
@@ -15,7 +15,8 @@
 //! Otherwise (by default, and for every external engine) the engine runs on the
 //! conversation's engine thread (long-lived, see
 //! [`crate::session::engines::EngineThread`]) while this thread `select!`s over the
-//! engine's events, the mailbox and the run deadline.
+//! engine's events, the mailbox and the run deadline. (A run deadline is checked
+//! between reads too, so on the session thread it also waits for the next bytes.)
 
 use super::{Driver, Stop};
 use crate::engine::{
