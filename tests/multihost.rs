@@ -319,3 +319,56 @@ fn a_password_in_the_url_never_reaches_an_answer_or_a_log_line() {
     }
     assert!(!init.to_string().contains(SECRET), "{init}");
 }
+
+#[test]
+fn a_connection_lost_mid_turn_never_loses_an_acknowledged_input() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let fake = FakeProvider::start();
+    let ws = tempfile::tempdir().unwrap();
+    let workdir = ws.path().canonicalize().unwrap();
+    // Host A's connections carry a name of their own, so the test can cut exactly them.
+    let name = format!("{}_a", schema.name);
+    let mut a = host(
+        &fake,
+        &workdir,
+        &format!("{}&application_name={name}", schema.url(None)),
+    );
+    let th = start_thread(&mut a.app);
+    fake.push(Script::stall(&["Working"], Duration::from_secs(30)));
+    let r = a
+        .app
+        .call("turn/start", json!({"thread_id": th, "prompt": "first"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    a.app.notification("item/agentMessage/delta");
+    let q = a.app.call(
+        "turn/queue",
+        json!({"thread_id": th, "prompt": "second", "client_id": "q-1"}),
+    );
+    assert_eq!(q["queued"]["id"], "q-1");
+
+    // Every connection of host A is cut by the server.
+    psql(
+        &schema.base,
+        &format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{name}'"
+        ),
+    );
+    // A settles its turn (its next writes reconnect) and keeps serving.
+    a.app.call("turn/interrupt", json!({"thread_id": th}));
+    turn_end(&mut a.app, &turn);
+    assert!(thread_ids(&a.app.call("thread/list", json!({}))).contains(&th));
+
+    // The acknowledged input is in the database, held (never run after an interrupt,
+    // although the hold's first write met the cut connection), seen from another host.
+    let mut b = host(&fake, &workdir, &schema.url(None));
+    let r = b.app.call("thread/resume", json!({"session_id": th}));
+    let held = r["held_user_messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(held.iter().any(|m| m["id"] == "q-1"), "{r}");
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 1, "{r}");
+}
