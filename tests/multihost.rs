@@ -185,8 +185,7 @@ fn a_conversation_started_on_one_host_is_listed_and_resumed_on_the_other() {
         "thread/rename",
         json!({"thread_id": th, "title": "Renamed on B"}),
     );
-    let renamed = Instant::now();
-    let deadline = renamed + Duration::from_secs(5);
+    let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let l = a.app.call("thread/list", json!({}));
         if l["threads"][0]["title"] == "Renamed on B" {
@@ -195,10 +194,6 @@ fn a_conversation_started_on_one_host_is_listed_and_resumed_on_the_other() {
         assert!(Instant::now() < deadline, "A never saw the rename: {l}");
         std::thread::sleep(Duration::from_millis(5));
     }
-    eprintln!(
-        "another host's rename reached this host's listing after {} ms",
-        renamed.elapsed().as_millis()
-    );
 
     // Search finds it on B by its message text.
     let s = b
