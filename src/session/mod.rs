@@ -34,6 +34,7 @@ pub mod reverse;
 pub mod run;
 pub mod selection;
 pub mod skills;
+pub mod takeover;
 pub mod title;
 pub mod turn;
 
@@ -168,10 +169,14 @@ impl Session {
         }
     }
 
-    /// A session loaded from the store: inputs a previous process left pending come back
-    /// held (never auto-run), then the mailbox is served.
+    /// A session loaded from the store: a dead owner's lease is taken over
+    /// ([`takeover`]); inputs left pending with no lease (a process that stopped, or
+    /// whose crash start-up recovery settled) come back held, never auto-run; a live
+    /// owner's stay its own. Then the mailbox is served.
     fn revived(mut self) {
-        self.hold_leftover_pending();
+        if self.take_over_dead_owner() == takeover::LeaseCheck::Free {
+            self.hold_leftover_pending();
+        }
         if agents::role_of(&self.thread) == agents::Role::Root {
             // Workers a previous process left behind, and results it did not deliver.
             agents::recover(&self.shared, &self.id);
@@ -315,6 +320,9 @@ impl Session {
             }
         );
         if !matches!(msg, SessionMsg::Shutdown { .. } | SessionMsg::Title { .. }) {
+            // A dead owner's work is settled (and its input continued) before anything
+            // reads this conversation.
+            self.take_over_dead_owner();
             self.refresh_from_store();
         }
         if !paged_read && !matches!(msg, SessionMsg::Shutdown { .. }) {

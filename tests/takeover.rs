@@ -1,0 +1,318 @@
+//! End-to-end tests of the takeover of a dead host's conversation (README "Several
+//! hosts, one database"): two real `wuu app-server` processes share one store; the one
+//! running a turn is killed with SIGKILL while an input waits in its queue; the survivor
+//! takes the lease over, settles the turn as interrupted and runs the queued input once.
+//! Providers are the fake HTTP provider of tests/support.
+
+mod support;
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use support::app::{config_for, App};
+use support::fake_provider::{FakeProvider, Script};
+
+/// The stale limit the hosts of these tests run with (ms).
+const STALE_MS: &str = "1000";
+
+/// A fake provider that stalls on a conversation whose only prompt is a `STALL-`
+/// one and answers at once with "done" once a `QUEUED-` prompt follows.
+fn provider() -> FakeProvider {
+    let fake = FakeProvider::start();
+    fake.set_validate(false);
+    fake.set_responder(|body| {
+        let text = body.to_string();
+        Some(if text.contains("STALL-") && !text.contains("QUEUED-") {
+            Script::stall(&["Working"], Duration::from_secs(60))
+        } else {
+            Script::text(&["done"])
+        })
+    });
+    fake
+}
+
+/// Two hosts over one home (`WUU_HOME` shared: one SQLite file) with `env`.
+fn hosts(fake: &FakeProvider, env: &[(&str, &str)]) -> (App, App) {
+    let mut env = env.to_vec();
+    env.push(("WUU_LEASE_STALE_MS", STALE_MS));
+    let a = App::start_with_env(Some(config_for(&fake.base_url())), &env);
+    let b = App::spawn_in_env(&a.home.clone(), &a.workdir.clone(), &env);
+    (a, b)
+}
+
+/// What one round did: the thread, the turn that was killed, the inputs acknowledged
+/// and the inputs sent without waiting for their answer.
+struct Round {
+    thread: String,
+    killed_turn: String,
+    acked: Vec<String>,
+    unacked: Vec<String>,
+}
+
+/// On host `a`: a new conversation whose turn stalls, `queued` inputs queued (the last
+/// one left unanswered when `last_unacked`), then `a` is killed with SIGKILL.
+fn run_and_kill(a: &mut App, round: usize, queued: usize, last_unacked: bool) -> Round {
+    let thread = a.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = a.call(
+        "turn/start",
+        json!({"thread_id": thread, "prompt": format!("STALL-{round}")}),
+    );
+    let killed_turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    a.notification("item/agentMessage/delta");
+    let (mut acked, mut unacked) = (vec![], vec![]);
+    for k in 0..queued {
+        let id = format!("q-{round}-{k}");
+        let req = a.send(
+            "turn/queue",
+            json!({"thread_id": thread, "prompt": format!("QUEUED-{round}.{k}"), "client_id": id}),
+        );
+        if last_unacked && k + 1 == queued {
+            unacked.push(id);
+        } else {
+            let resp = a.response(&req);
+            assert!(resp.get("result").is_some(), "{resp}");
+            acked.push(id);
+        }
+    }
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    Round {
+        thread,
+        killed_turn,
+        acked,
+        unacked,
+    }
+}
+
+/// Waits until host `b` has settled the killed turn and run the conversation's queue:
+/// no turn in progress, nothing pending, every acknowledged input in history. Returns
+/// the `thread/resume` result.
+fn settled_on(b: &mut App, round: &Round) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = b.call(
+            "thread/resume",
+            json!({"session_id": round.thread, "response_only": true}),
+        );
+        let turns = r["thread"]["turns"].as_array().cloned().unwrap_or_default();
+        let idle = r["thread"]["status"] == "idle"
+            && turns.iter().all(|t| t["status"] != "in_progress")
+            && r["pending_user_messages"]
+                .as_array()
+                .is_none_or(|p| p.is_empty());
+        let sources = sources(&r);
+        if idle && round.acked.iter().all(|id| sources.contains_key(id)) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the survivor did not take over {}: {r}",
+            round.thread
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How many times each `source_id` (an input's id) appears among history's user
+/// messages.
+fn sources(resumed: &Value) -> HashMap<String, usize> {
+    let mut out = HashMap::new();
+    for t in resumed["thread"]["turns"].as_array().into_iter().flatten() {
+        for it in t["items"].as_array().into_iter().flatten() {
+            if it["type"] == "user_message" {
+                if let Some(s) = it["source_id"].as_str() {
+                    *out.entry(s.to_owned()).or_default() += 1;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Checks one round's outcome in `resumed` (a `thread/resume` result from the
+/// survivor): the killed turn is interrupted, every acknowledged input ran exactly once,
+/// in order, and an unacknowledged one at most once; nothing is left held.
+fn check_round(resumed: &Value, round: &Round) {
+    let turns = resumed["thread"]["turns"].as_array().unwrap();
+    let killed = turns
+        .iter()
+        .find(|t| t["id"] == json!(round.killed_turn))
+        .unwrap();
+    assert_eq!(killed["status"], "interrupted", "{killed}");
+    let counts = sources(resumed);
+    for id in &round.acked {
+        assert_eq!(counts.get(id), Some(&1), "input {id}: {resumed}");
+    }
+    for id in &round.unacked {
+        assert!(counts.get(id).is_none_or(|n| *n == 1), "input {id}: {resumed}");
+    }
+    let order: Vec<&str> = turns
+        .iter()
+        .flat_map(|t| t["items"].as_array().unwrap())
+        .filter_map(|i| i["source_id"].as_str())
+        .collect();
+    let mut sorted = order.clone();
+    sorted.sort_by_key(|id| id.rsplit('-').next().and_then(|k| k.parse::<u32>().ok()));
+    assert_eq!(order, sorted, "inputs ran out of order");
+    assert!(
+        resumed["held_user_messages"]
+            .as_array()
+            .is_none_or(|h| h.is_empty()),
+        "{resumed}"
+    );
+}
+
+#[test]
+fn a_killed_hosts_queued_input_runs_once_on_the_survivor() {
+    let fake = provider();
+    let (mut a, mut b) = hosts(&fake, &[]);
+    let round = run_and_kill(&mut a, 0, 1, false);
+    // The survivor announces the settled turn, then runs the queued input.
+    let err = b.wait_for("turn/error of the killed turn", |v| {
+        v["method"] == "turn/error" && v["params"]["turn_id"] == json!(round.killed_turn)
+    });
+    assert_eq!(err["params"]["turn"]["status"], "interrupted", "{err}");
+    let started = b.wait_for("turn/started of the queued input", |v| {
+        v["method"] == "turn/started" && v["params"]["queue_id"] == "q-0-0"
+    });
+    let turn = started["params"]["turn"]["id"].as_str().unwrap().to_owned();
+    let done = b.wait_for("turn/completed", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(turn)
+    });
+    assert_eq!(done["params"]["content"], "done");
+    let resumed = settled_on(&mut b, &round);
+    check_round(&resumed, &round);
+    // It ran once: no second turn of it on the survivor.
+    let starts = b
+        .seen
+        .iter()
+        .filter(|v| v["method"] == "turn/started" && v["params"]["queue_id"] == "q-0-0")
+        .count();
+    assert_eq!(starts, 1);
+}
+
+/// A host restarted after the crash (not a survivor) keeps the local rule: the dead
+/// owner's pending input comes back held, never run by itself.
+#[test]
+fn a_restarted_host_holds_the_dead_owners_queued_input() {
+    let fake = provider();
+    let mut a = App::start_with_env(
+        Some(config_for(&fake.base_url())),
+        &[("WUU_LEASE_STALE_MS", STALE_MS)],
+    );
+    let round = run_and_kill(&mut a, 0, 1, false);
+    let mut again = App::spawn_in_env(
+        &a.home.clone(),
+        &a.workdir.clone(),
+        &[("WUU_LEASE_STALE_MS", STALE_MS)],
+    );
+    let r = again.call("thread/resume", json!({"session_id": round.thread}));
+    let held: Vec<&str> = r["held_user_messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, vec!["q-0-0"], "{r}");
+    assert_eq!(r["thread"]["turns"][0]["status"], "interrupted");
+    let until = Instant::now() + Duration::from_millis(1500);
+    while let Some(v) = again.next_within(until.saturating_duration_since(Instant::now())) {
+        assert_ne!(v["method"], "turn/started", "held input ran: {v}");
+    }
+}
+
+/// A live owner's queued input is its own: a second host that opens the conversation
+/// while the owner runs it neither holds nor runs it, and the owner runs it once.
+#[test]
+fn a_live_owners_queued_input_is_left_to_it() {
+    let fake = provider();
+    let (mut a, mut b) = hosts(&fake, &[]);
+    let thread = a.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = a.call("turn/start", json!({"thread_id": thread, "prompt": "STALL-x"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    a.notification("item/agentMessage/delta");
+    a.call(
+        "turn/queue",
+        json!({"thread_id": thread, "prompt": "QUEUED-y", "client_id": "q-live"}),
+    );
+    let seen = b.call(
+        "thread/resume",
+        json!({"session_id": thread, "response_only": true}),
+    );
+    assert!(
+        seen["held_user_messages"]
+            .as_array()
+            .is_none_or(|h| h.is_empty()),
+        "{seen}"
+    );
+    // Well past the stale limit, the owner (heartbeating) keeps its lease.
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(b
+        .seen
+        .iter()
+        .all(|v| v["method"] != "turn/started" && v["method"] != "turn/error"));
+    a.call("turn/interrupt", json!({"thread_id": thread}));
+    a.wait_for("turn end", |v| {
+        v["method"] == "turn/error" && v["params"]["turn_id"] == json!(turn)
+    });
+    let r = a.call(
+        "thread/resume",
+        json!({"session_id": thread, "response_only": true}),
+    );
+    let held: Vec<&str> = r["held_user_messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, vec!["q-live"], "{r}");
+}
+
+/// The kill loop: `WUU_TAKEOVER_ROUNDS` rounds (default 100) of run, queue, SIGKILL,
+/// takeover, against one survivor; every acknowledged input runs exactly once, inputs
+/// sent without waiting for their answer at most once.
+#[test]
+fn takeover_kill_loop_runs_every_acknowledged_input_exactly_once() {
+    let rounds: usize = std::env::var("WUU_TAKEOVER_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100);
+    let fake = provider();
+    let (mut a, mut b) = hosts(&fake, &[]);
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut rand = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let (mut acked, mut unacked_ran, mut unacked) = (0, 0, 0);
+    let started = Instant::now();
+    for i in 0..rounds {
+        let queued = 1 + rand(3) as usize;
+        let last_unacked = rand(4) == 0;
+        let round = run_and_kill(&mut a, i, queued, last_unacked);
+        let resumed = settled_on(&mut b, &round);
+        check_round(&resumed, &round);
+        acked += round.acked.len();
+        unacked += round.unacked.len();
+        unacked_ran += round
+            .unacked
+            .iter()
+            .filter(|id| sources(&resumed).contains_key(*id))
+            .count();
+        a.restart();
+        // Keep the survivor's output drained.
+        b.backlog.clear();
+    }
+    eprintln!(
+        "takeover kill loop: {rounds} SIGKILLs in {:.1} s, {acked} acknowledged inputs each run once, {unacked_ran} of {unacked} unanswered ones ran",
+        started.elapsed().as_secs_f64()
+    );
+}
