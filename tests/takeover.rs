@@ -70,6 +70,8 @@ fn run_and_kill(a: &mut App, round: usize, queued: usize, last_unacked: bool) ->
             json!({"thread_id": thread, "prompt": format!("QUEUED-{round}.{k}"), "client_id": id}),
         );
         if last_unacked && k + 1 == queued {
+            // Killed while the request may still be in flight (or just answered).
+            std::thread::sleep(Duration::from_millis((round % 5) as u64));
             unacked.push(id);
         } else {
             let resp = a.response(&req);
@@ -147,7 +149,10 @@ fn check_round(resumed: &Value, round: &Round) {
         assert_eq!(counts.get(id), Some(&1), "input {id}: {resumed}");
     }
     for id in &round.unacked {
-        assert!(counts.get(id).is_none_or(|n| *n == 1), "input {id}: {resumed}");
+        assert!(
+            counts.get(id).is_none_or(|n| *n == 1),
+            "input {id}: {resumed}"
+        );
     }
     let order: Vec<&str> = turns
         .iter()
@@ -194,6 +199,40 @@ fn a_killed_hosts_queued_input_runs_once_on_the_survivor() {
     assert_eq!(starts, 1);
 }
 
+/// Hosts on different machines (different host names): the killed owner's pid means
+/// nothing to the survivor, so it takes over only once the heartbeat is older than the
+/// stale limit.
+#[test]
+fn a_remote_owner_is_taken_over_after_the_stale_limit() {
+    let fake = provider();
+    let env_a = [
+        ("WUU_LEASE_STALE_MS", STALE_MS),
+        ("WUU_HOST_NAME", "machine-a"),
+    ];
+    let mut a = App::start_with_env(Some(config_for(&fake.base_url())), &env_a);
+    let mut b = App::spawn_in_env(
+        &a.home.clone(),
+        &a.workdir.clone(),
+        &[
+            ("WUU_LEASE_STALE_MS", STALE_MS),
+            ("WUU_HOST_NAME", "machine-b"),
+        ],
+    );
+    let round = run_and_kill(&mut a, 0, 2, false);
+    let killed_at = Instant::now();
+    b.wait_for("turn/error of the killed turn", |v| {
+        v["method"] == "turn/error" && v["params"]["turn_id"] == json!(round.killed_turn)
+    });
+    let waited = killed_at.elapsed();
+    // The last heartbeat was at most a beat (250 ms) before the kill.
+    assert!(
+        waited >= Duration::from_millis(700),
+        "taken over after {waited:?}"
+    );
+    let resumed = settled_on(&mut b, &round);
+    check_round(&resumed, &round);
+}
+
 /// A host restarted after the crash (not a survivor) keeps the local rule: the dead
 /// owner's pending input comes back held, never run by itself.
 #[test]
@@ -234,7 +273,10 @@ fn a_live_owners_queued_input_is_left_to_it() {
         .as_str()
         .unwrap()
         .to_owned();
-    let r = a.call("turn/start", json!({"thread_id": thread, "prompt": "STALL-x"}));
+    let r = a.call(
+        "turn/start",
+        json!({"thread_id": thread, "prompt": "STALL-x"}),
+    );
     let turn = r["turn"]["id"].as_str().unwrap().to_owned();
     a.notification("item/agentMessage/delta");
     a.call(

@@ -139,7 +139,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     opts.validate()?;
     let loaded = opts.load_config();
     let owner = LeaseOwner::current();
-    let takeover = Takeover::new(None);
+    let takeover = Takeover::new(loaded.config.store.as_ref().and_then(|s| s.lease_stale_ms));
     // The store is opened (a new one created and migrated, which syncs the file several
     // times) by the lease thread, off the startup path: `initialize` never waits for it.
     // What can be known at once is checked here without SQLite (a few µs): a new

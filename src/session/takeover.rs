@@ -64,7 +64,11 @@ impl Takeover {
             log::warn!("{STALE_ENV} is not a positive number of milliseconds; ignored");
         }
         let stale_ms = from_env
-            .or_else(|| configured.and_then(|v| i64::try_from(v).ok()).filter(|v| *v > 0))
+            .or_else(|| {
+                configured
+                    .and_then(|v| i64::try_from(v).ok())
+                    .filter(|v| *v > 0)
+            })
             .unwrap_or(wuu_store::DEFAULT_LEASE_STALE_MS);
         wuu_store::set_default_stale_ms(stale_ms);
         Takeover {
@@ -118,7 +122,8 @@ pub fn sweep(host: &Arc<Host>, store: &wuu_store::Store) {
                 s.take_over_dead_owner();
             }
         });
-        host.registry.dispatch(host, &thread_id, SessionMsg::Call(call));
+        host.registry
+            .dispatch(host, &thread_id, SessionMsg::Call(call));
     }
 }
 

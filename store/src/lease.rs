@@ -62,12 +62,19 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
-/// This machine's host name (`/proc/sys/kernel/hostname`, `/etc/hostname`, `$HOSTNAME`,
-/// else `localhost`), trimmed.
+/// This machine's host name, trimmed: `$WUU_HOST_NAME` when set (containers that share
+/// a name, tests of hosts on "other machines"), else `/proc/sys/kernel/hostname`,
+/// `/etc/hostname`, `$HOSTNAME`, else `localhost`. Pids are only checked between owners
+/// of the same host name.
 pub fn host_name() -> String {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
+    std::env::var("WUU_HOST_NAME")
+        .ok()
+        .into_iter()
+        .chain(
+            ["/proc/sys/kernel/hostname", "/etc/hostname"]
+                .iter()
+                .filter_map(|p| std::fs::read_to_string(p).ok()),
+        )
         .chain(std::env::var("HOSTNAME").ok())
         .map(|s| s.trim().to_string())
         .find(|s| !s.is_empty())

@@ -569,7 +569,8 @@ fn dead_leases_listing<B: Backend>(mut store: B) {
     store.acquire_lease("t-live", &live.owner()).unwrap();
     store.acquire_lease("t-mine", &me).unwrap();
     store.acquire_lease("t-remote", &remote).unwrap();
-    let ids = |v: Vec<(String, LeaseOwner, i64)>| v.into_iter().map(|(t, ..)| t).collect::<Vec<_>>();
+    let ids =
+        |v: Vec<(String, LeaseOwner, i64)>| v.into_iter().map(|(t, ..)| t).collect::<Vec<_>>();
     assert_eq!(ids(store.dead_leases(&me).unwrap()), vec!["t-dead"]);
     std::thread::sleep(Duration::from_millis(400));
     store.heartbeat(&me).unwrap();
