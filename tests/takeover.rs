@@ -233,6 +233,50 @@ fn a_remote_owner_is_taken_over_after_the_stale_limit() {
     check_round(&resumed, &round);
 }
 
+/// A steer the dead turn never took was meant for that turn: the survivor holds it (as
+/// an interrupt would, announced with `turn/held`) and runs the queued input.
+#[test]
+fn a_dead_turns_pending_steer_comes_back_held_on_the_survivor() {
+    let fake = provider();
+    let (mut a, mut b) = hosts(&fake, &[]);
+    let thread = a.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = a.call(
+        "turn/start",
+        json!({"thread_id": thread, "prompt": "STALL-s"}),
+    );
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    a.notification("item/agentMessage/delta");
+    a.call(
+        "turn/queue",
+        json!({"thread_id": thread, "prompt": "QUEUED-s", "client_id": "q-s"}),
+    );
+    a.call(
+        "turn/steer",
+        json!({"thread_id": thread, "prompt": "also this", "client_id": "s-s", "expected_turn_id": turn}),
+    );
+    let _ = a.child.kill();
+    let _ = a.child.wait();
+    let held = b.wait_for("turn/held", |v| {
+        v["method"] == "turn/held" && v["params"]["thread_id"] == json!(thread)
+    });
+    assert_eq!(held["params"]["messages"][0]["id"], "s-s", "{held}");
+    b.wait_for("turn/started of the queued input", |v| {
+        v["method"] == "turn/started" && v["params"]["queue_id"] == "q-s"
+    });
+    let round = Round {
+        thread,
+        killed_turn: turn,
+        acked: vec!["q-s".into()],
+        unacked: vec![],
+    };
+    let resumed = settled_on(&mut b, &round);
+    assert_eq!(sources(&resumed).get("s-s"), None, "{resumed}");
+    assert_eq!(resumed["held_user_messages"][0]["id"], "s-s", "{resumed}");
+}
+
 /// A host restarted after the crash (not a survivor) keeps the local rule: the dead
 /// owner's pending input comes back held, never run by itself.
 #[test]

@@ -140,6 +140,9 @@ pub struct Session {
     /// Set while `thread` was read from the store by this very message's revival, so
     /// the first message skips re-reading it (one query less per revival).
     pub row_fresh: bool,
+    /// Set by a takeover ([`takeover`]): the dead owner's queued input runs once the
+    /// current message is answered (never inside it: a read waits for no turn).
+    pub drain_due: bool,
 }
 
 impl Session {
@@ -189,6 +192,11 @@ impl Session {
     fn run(mut self) {
         let park_after = self.shared.opts.park_after;
         while !self.exit {
+            if std::mem::take(&mut self.drain_due) {
+                self.drain_after_takeover();
+                self.release_store();
+                continue;
+            }
             // Many live conversations: idle ones park sooner (threads stay bounded).
             let wait = if self.shared.registry.len() > crate::session::registry::SOFT_SESSION_CAP {
                 park_after.min(crate::session::registry::EARLY_PARK_AFTER)
@@ -433,6 +441,7 @@ pub fn spawn_existing(
                     engine_thread: Default::default(),
                     hold_agent_turns: false,
                     row_fresh: true,
+                    drain_due: false,
                 }
                 .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
@@ -503,6 +512,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         engine_thread: Default::default(),
                         hold_agent_turns: false,
                         row_fresh: false,
+                        drain_due: false,
                     };
                     session.announce_created(reply);
                     session.release_store();

@@ -175,23 +175,42 @@ impl Session {
         self.announce_settled(&settled);
         if survivor {
             self.hold_steers_of_dead_turn();
-            // Runs the pending queued inputs in order (each admission keeps our lease).
-            self.drain_queue();
+            // The pending queued inputs run in order once the message being served is
+            // answered (the session's loop drains the queue).
+            self.drain_due = true;
         } else {
             self.hold_leftover_pending();
             if !self.held_messages().is_empty() {
                 self.announce_held();
             }
         }
-        if !self.running.load(Ordering::SeqCst) {
-            let id = self.id.clone();
-            if let Some(store) = self.store.as_mut() {
-                if let Err(e) = store.release_lease(&id, &me) {
-                    log::warn!("releasing the lease of {id}: {e}");
-                }
-            }
+        if !self.drain_due {
+            self.release_takeover_lease();
         }
         LeaseCheck::TakenOver
+    }
+
+    /// Runs the queued input a takeover left due, then gives back the lease the takeover
+    /// kept (a turn that started holds it until it ends). The lease is kept from the
+    /// takeover to here so no other host sees the conversation free in between.
+    pub(crate) fn drain_after_takeover(&mut self) {
+        if self.acquire_store().is_err() {
+            self.release_takeover_lease();
+            return;
+        }
+        self.drain_queue();
+        if !self.running.load(Ordering::SeqCst) {
+            self.release_takeover_lease();
+        }
+    }
+
+    fn release_takeover_lease(&mut self) {
+        let (id, me) = (self.id.clone(), self.shared.owner.clone());
+        if let Some(store) = self.store.as_mut() {
+            if let Err(e) = store.release_lease(&id, &me) {
+                log::warn!("releasing the lease of {id}: {e}");
+            }
+        }
     }
 
     /// `turn/error` for each turn the takeover settled, then `thread/updated`.
