@@ -25,6 +25,8 @@
 
 use super::Session;
 use crate::session::{Host, SessionMsg};
+use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +51,10 @@ pub struct Takeover {
     pub started_at_ms: i64,
     /// Heartbeat age (ms) after which a lease owner on another machine is dead.
     pub stale_ms: i64,
+    /// Conversations the sweep sent a takeover that their session has not run yet (a
+    /// busy or reviving session gets one message, not one per beat: the heartbeat
+    /// thread never waits on a full mailbox).
+    in_flight: Arc<Mutex<HashSet<String>>>,
 }
 
 impl Takeover {
@@ -74,6 +80,7 @@ impl Takeover {
         Takeover {
             started_at_ms: crate::util::now_ms(),
             stale_ms,
+            in_flight: Default::default(),
         }
     }
 
@@ -111,16 +118,22 @@ pub fn sweep(host: &Arc<Host>, store: &wuu_store::Store) {
         if host.is_closing() {
             return;
         }
+        let in_flight = host.takeover.in_flight.clone();
+        if !in_flight.lock().insert(thread_id.clone()) {
+            continue;
+        }
         log::info!(
             "takeover sweep: thread {thread_id} was held by dead pid {} on {} (instance {})",
             holder.pid,
             holder.host,
             holder.instance
         );
-        let call: crate::session::SessionCall = Box::new(|s| {
+        let id = thread_id.clone();
+        let call: crate::session::SessionCall = Box::new(move |s| {
             if let Ok(s) = s {
                 s.take_over_dead_owner();
             }
+            in_flight.lock().remove(&id);
         });
         host.registry
             .dispatch(host, &thread_id, SessionMsg::Call(call));
