@@ -699,3 +699,49 @@ fn listings_see_another_process_within_the_heartbeat_interval() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A build without the `postgres` feature refuses a PostgreSQL store clearly (from
+/// `WUU_STORE_URL` or the config's `store.url`) and never shows the URL's password.
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn a_build_without_postgres_refuses_a_postgresql_store() {
+    let secret = "pw-never-shown-91c2";
+    let url = format!("postgresql://wuu:{secret}@127.0.0.1:5432/wuu");
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = support::app::raw_app_server(home.path(), None);
+    let out = cmd
+        .env("WUU_STORE_URL", &url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this wuu was built without PostgreSQL support"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("postgresql://wuu@127.0.0.1:5432/wuu"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
+
+    // The same from the config file.
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"store": {"url": url}}).to_string(),
+    )
+    .unwrap();
+    let out = support::app::raw_app_server(home.path(), None)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this wuu was built without PostgreSQL support"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+}

@@ -391,10 +391,16 @@ pub struct Config {
     pub store: Option<StoreConfig>,
 }
 
-/// `store` (README "Several hosts, one database").
+/// `store`: where conversations are kept and how hosts sharing them judge each other
+/// (README "Several hosts, one database").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
+    /// A PostgreSQL database shared by several hosts: `postgresql://user@host:port/db`
+    /// (the password from `PGPASSWORD` or `~/.pgpass`, never written here). Absent →
+    /// the SQLite file `$WUU_HOME/wuu.db`. `WUU_STORE_URL` overrides it. Read at start.
+    #[serde(default)]
+    pub url: Option<String>,
     /// Milliseconds without a heartbeat after which a lease owner on another machine is
     /// dead and its conversations are taken over (default 30000; hosts sharing a
     /// database should agree). `WUU_LEASE_STALE_MS` overrides it. Read at start.

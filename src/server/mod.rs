@@ -138,6 +138,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
     opts.validate()?;
     let loaded = opts.load_config();
+    let location = store_location(&opts, &loaded)?;
     let owner = LeaseOwner::current();
     let takeover = Takeover::new(loaded.config.store.as_ref().and_then(|s| s.lease_stale_ms));
     // The store is opened (a new one created and migrated, which syncs the file several
@@ -148,19 +149,24 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     // lease thread (`store_error`, seen by later `initialize` calls) and by every
     // request that needs the store. Durability is unchanged: the same open, pragmas and
     // migrations run, on another thread; every write waits for them (`Store::open`).
-    let db = opts.home.join(wuu_store::DB_FILE);
-    let store_problem = match create_db_file(&db) {
-        Ok(()) => wuu_store::Store::check_file(&db).err().map(|e| {
-            log::error!("cannot use the store under {}: {e}", opts.home.display());
-            format!("the database {} cannot be used: {e}", db.display())
-        }),
-        Err(e) => {
-            return Err(format!(
-                "cannot create the store under {}: {e}",
-                opts.home.display()
-            ))
-        }
+    // (A PostgreSQL database is reached by the lease thread; a failure is reported the
+    // same way.)
+    let store_problem = match &location {
+        wuu_store::Location::Sqlite(db) => match create_db_file(db) {
+            Ok(()) => wuu_store::Store::check_file(db).err().map(|e| {
+                log::error!("cannot use the store under {}: {e}", opts.home.display());
+                format!("the database {} cannot be used: {e}", db.display())
+            }),
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the store under {}: {e}",
+                    opts.home.display()
+                ))
+            }
+        },
+        wuu_store::Location::Postgres(_) => None,
     };
+    crate::tools::process::use_store(&opts.home, &location);
     let closed = Arc::new(AtomicBool::new(false));
     let closed2 = closed.clone();
     let (outbox, _writer) = transport::start_writer(
@@ -176,10 +182,11 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     mcp.reconcile(&loaded);
     let host = Arc::new_cyclic(|weak| Host {
         opts: opts.clone(),
+        store: location.clone(),
         config: RwLock::new(Arc::new(loaded)),
         outbox,
         registry: Registry::start(weak.clone()),
-        connections: Connections::new(opts.home.clone()),
+        connections: Connections::new(location.clone()),
         owner,
         takeover,
         closing: AtomicBool::new(false),
@@ -216,7 +223,84 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         .name("wuu-lease-heartbeat".into())
         .spawn(move || heartbeat_loop(hb))
         .map_err(|e| e.to_string())?;
+    if location.is_postgres() {
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("wuu-store-changes".into())
+            .spawn(move || changes_loop(weak, location))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(shared)
+}
+
+/// Where this host keeps its conversations: `WUU_STORE_URL` when set, else the
+/// config's `store.url`, else `$WUU_HOME/wuu.db`. Errors (the server does not start):
+/// a URL that is not PostgreSQL's, or a PostgreSQL URL in a build without the
+/// `postgres` feature. Messages never show a password.
+fn store_location(
+    opts: &ServerOptions,
+    loaded: &crate::config::LoadedConfig,
+) -> Result<wuu_store::Location, String> {
+    let env = std::env::var("WUU_STORE_URL").ok();
+    let url = env
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| loaded.config.store.as_ref().and_then(|s| s.url.clone()));
+    let location = wuu_store::Location::choose(&opts.home, url.as_deref())?;
+    if location.is_postgres() && !cfg!(feature = "postgres") {
+        return Err(format!(
+            "the store {} is a PostgreSQL database, but {}",
+            location.shown(),
+            wuu_store::NO_POSTGRES
+        ));
+    }
+    Ok(location)
+}
+
+/// How often [`changes_loop`] looks for other hosts' changes.
+const CHANGES_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// On a shared PostgreSQL store: listens for the changes other hosts commit and
+/// invalidates cached listings within [`CHANGES_POLL`] of a notification (the catalog
+/// pool's cached listings follow [`wuu_store::Store::data_version`], which the same
+/// notifications advance). A broken connection counts as a change (notifications may
+/// have been missed) and is reopened with backoff.
+fn changes_loop(shared: std::sync::Weak<Shared>, location: wuu_store::Location) {
+    let mut store: Option<wuu_store::Store> = None;
+    let mut wait = CHANGES_POLL;
+    loop {
+        std::thread::sleep(wait);
+        let Some(s) = shared.upgrade() else { return };
+        if s.host.is_closing() {
+            return;
+        }
+        let changed = match store.as_mut() {
+            None => match wuu_store::Store::open_location(&location)
+                .and_then(|mut st| st.listen().map(|()| st))
+            {
+                Ok(st) => {
+                    store = Some(st);
+                    true
+                }
+                Err(e) => {
+                    log::warn!("store change feed: {e}");
+                    wait = (wait * 2).min(std::time::Duration::from_secs(2));
+                    continue;
+                }
+            },
+            Some(st) => match st.changes() {
+                Ok(ids) => !ids.is_empty(),
+                Err(e) => {
+                    log::warn!("store change feed: {e}");
+                    store = None;
+                    true
+                }
+            },
+        };
+        wait = CHANGES_POLL;
+        if changed {
+            s.host.threads_changed();
+        }
+    }
 }
 
 /// Creates an empty database file at `path` (mode 0644, as SQLite would) when there is
@@ -244,19 +328,19 @@ fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
 /// [`crate::config::watch::TICK`]).
 fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let Some(s) = shared.upgrade() else { return };
-    let home = s.host.opts.home.clone();
+    let location = s.host.store.clone();
     let owner = s.host.owner.clone();
     let settings = s.host.takeover.clone();
     drop(s);
     // This connection stays open for the life of the process: closing the only
     // connection would checkpoint the WAL and sync the file.
-    let opened = wuu_store::Store::open_home(&home);
+    let opened = wuu_store::Store::open_location(&location);
     if let Some(s) = shared.upgrade() {
         if let Err(e) = &opened {
-            log::error!("cannot open the store under {}: {e}", home.display());
+            log::error!("cannot open the store {}: {e}", location.shown());
             *s.host.store_error.lock() = Some(format!(
                 "the database {} cannot be used: {e}",
-                home.join(wuu_store::DB_FILE).display()
+                location.shown()
             ));
         }
     }
