@@ -355,15 +355,15 @@ fn survivor_runs_queued_input(store: Store) {
     assert_eq!(starts, 1);
 }
 
-/// Hosts on different machines (different host names): the killed owner's pid means
-/// nothing to the survivor, so it takes over only once the heartbeat is older than the
-/// stale limit.
 both!(
     a_remote_owner_is_taken_over_after_the_stale_limit_sqlite,
     a_remote_owner_is_taken_over_after_the_stale_limit_postgres,
     remote_owner_expires
 );
 
+/// Hosts on different machines (different host names): the killed owner's pid means
+/// nothing to the survivor, so it takes over only once the heartbeat is older than the
+/// stale limit.
 fn remote_owner_expires(store: Store) {
     let fake = provider();
     let Some((env, mut keep)) = backend(store) else {
@@ -393,15 +393,15 @@ fn remote_owner_expires(store: Store) {
     check_round(&resumed, &round);
 }
 
-/// A steer the dead turn never took was meant for that turn: the survivor holds it (as
-/// an interrupt would, announced with `turn/held`), never runs it, and runs the queued
-/// input.
 both!(
     a_dead_turns_pending_steer_comes_back_held_on_the_survivor_sqlite,
     a_dead_turns_pending_steer_comes_back_held_on_the_survivor_postgres,
     steer_of_dead_turn
 );
 
+/// A steer the dead turn never took was meant for that turn: the survivor holds it (as
+/// an interrupt would, announced with `turn/held`), never runs it, and runs the queued
+/// input.
 fn steer_of_dead_turn(store: Store) {
     let fake = provider();
     let Some((mut a, mut b, _keep)) = hosts(store, &fake) else {
@@ -455,14 +455,14 @@ fn steer_of_dead_turn(store: Store) {
         .all(|v| !(v["method"] == "turn/started" && v["params"]["queue_id"] == "s-s")));
 }
 
-/// A host restarted after the crash (not a survivor) keeps the local rule: the dead
-/// owner's pending input comes back held, never run by itself.
 both!(
     a_restarted_host_holds_the_dead_owners_queued_input_sqlite,
     a_restarted_host_holds_the_dead_owners_queued_input_postgres,
     restarted_host_holds
 );
 
+/// A host restarted after the crash (not a survivor) keeps the local rule: the dead
+/// owner's pending input comes back held, never run by itself.
 fn restarted_host_holds(store: Store) {
     let fake = provider();
     let Some((env, _keep)) = backend(store) else {
@@ -486,14 +486,14 @@ fn restarted_host_holds(store: Store) {
     }
 }
 
-/// A live owner's queued input is its own: a second host that opens the conversation
-/// while the owner runs it neither holds nor runs it, and the owner runs it once.
 both!(
     a_live_owners_queued_input_is_left_to_it_sqlite,
     a_live_owners_queued_input_is_left_to_it_postgres,
     live_owner_keeps_its_input
 );
 
+/// A live owner's queued input is its own: a second host that opens the conversation
+/// while the owner runs it neither holds nor runs it, and the owner runs it once.
 fn live_owner_keeps_its_input(store: Store) {
     let fake = provider();
     let Some((mut a, mut b, _keep)) = hosts(store, &fake) else {
@@ -546,15 +546,15 @@ fn live_owner_keeps_its_input(store: Store) {
     assert_eq!(held, vec!["q-live"], "{r}");
 }
 
-/// The kill loop: `WUU_TAKEOVER_ROUNDS` rounds (default 100) of run, queue, SIGKILL,
-/// takeover, against one survivor; every acknowledged input runs exactly once, inputs
-/// sent without waiting for their answer at most once.
 both!(
     takeover_kill_loop_runs_every_acknowledged_input_exactly_once_sqlite,
     takeover_kill_loop_runs_every_acknowledged_input_exactly_once_postgres,
     kill_loop
 );
 
+/// The kill loop: `WUU_TAKEOVER_ROUNDS` rounds (default 100) of run, queue, SIGKILL,
+/// takeover, against one survivor; every acknowledged input runs exactly once, inputs
+/// sent without waiting for their answer at most once.
 fn kill_loop(store: Store) {
     let rounds: usize = std::env::var("WUU_TAKEOVER_ROUNDS")
         .ok()
