@@ -554,16 +554,28 @@ both!(
 
 /// The kill loop: `WUU_TAKEOVER_ROUNDS` rounds (default 100) of run, queue, SIGKILL,
 /// takeover, against one survivor; every acknowledged input runs exactly once, inputs
-/// sent without waiting for their answer at most once.
+/// sent without waiting for their answer at most once. On SQLite the hosts share a
+/// machine (a killed pid is dead at once); on PostgreSQL they have different host
+/// names, so every takeover waits for the stale limit, as between machines.
 fn kill_loop(store: Store) {
     let rounds: usize = std::env::var("WUU_TAKEOVER_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(100);
     let fake = provider();
-    let Some((mut a, mut b, _keep)) = hosts(store, &fake) else {
+    let Some((env, mut keep)) = backend(store) else {
         return;
     };
+    let names: [&[(&str, &str)]; 2] = match store {
+        Store::Sqlite => [&[], &[]],
+        #[cfg(feature = "postgres")]
+        Store::Postgres => [
+            &[("WUU_HOST_NAME", "machine-a")],
+            &[("WUU_HOST_NAME", "machine-b")],
+        ],
+    };
+    let mut a = first_host(&fake, &env, names[0]);
+    let mut b = other_host(store, &fake, &a, &env, names[1], &mut keep);
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut rand = move |n: u64| {
         seed ^= seed << 13;
