@@ -50,7 +50,10 @@ impl Drop for Schema {
             .args([
                 &self.base,
                 "-qc",
-                &format!("DROP SCHEMA {} CASCADE", self.name),
+                &format!(
+                    "SET client_min_messages = warning; DROP SCHEMA {} CASCADE",
+                    self.name
+                ),
             ])
             .status();
     }
@@ -166,20 +169,26 @@ fn a_conversation_started_on_one_host_is_listed_and_resumed_on_the_other() {
     assert!(texts.contains(&"hi"), "{texts:?}");
     assert!(texts.contains(&"Hello from A"), "{texts:?}");
 
-    // A rename on B reaches A's listing too.
+    // A rename on B reaches A's (cached) listing too.
+    a.app.call("thread/list", json!({}));
     b.app.call(
         "thread/rename",
         json!({"thread_id": th, "title": "Renamed on B"}),
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let renamed = Instant::now();
+    let deadline = renamed + Duration::from_secs(5);
     loop {
         let l = a.app.call("thread/list", json!({}));
         if l["threads"][0]["title"] == "Renamed on B" {
             break;
         }
         assert!(Instant::now() < deadline, "A never saw the rename: {l}");
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
+    eprintln!(
+        "another host's rename reached this host's listing after {} ms",
+        renamed.elapsed().as_millis()
+    );
 
     // Search finds it on B by its message text.
     let s = b
@@ -257,7 +266,7 @@ fn resume_on_one_host_while_the_other_runs_a_turn_shows_it_running() {
     assert_eq!(e["code"], "thread_busy", "{e}");
 
     a.app.call("turn/interrupt", json!({"thread_id": th}));
-    assert_eq!(turn_end(&mut a.app, &turn)["method"], "turn/completed");
+    turn_end(&mut a.app, &turn);
 }
 
 #[test]
