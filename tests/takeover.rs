@@ -54,6 +54,13 @@ struct Keep {
     _homes: Vec<tempfile::TempDir>,
 }
 
+/// A host's user config: the fake provider, and the stale limit in `store`.
+fn config(fake: &FakeProvider) -> Value {
+    let mut c = config_for(&fake.base_url());
+    c["store"] = json!({"lease_stale_ms": STALE_MS.parse::<u64>().unwrap()});
+    c
+}
+
 /// The environment every host of `store` runs with, and what to keep; `None` when the
 /// backend is not available here (the reason printed).
 #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
@@ -86,7 +93,7 @@ fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
 fn first_host(fake: &FakeProvider, env: &[(String, String)], extra: &[(&str, &str)]) -> App {
     let mut all = pairs(env);
     all.extend_from_slice(extra);
-    App::start_with_env(Some(config_for(&fake.base_url())), &all)
+    App::start_with_env(Some(config(fake)), &all)
 }
 
 /// Another host over `a`'s workspace: on SQLite over `a`'s home, on PostgreSQL with a
@@ -102,21 +109,21 @@ fn other_host(
 ) -> App {
     let mut all = pairs(env);
     all.extend_from_slice(extra);
-    match store {
+    let mut app = match store {
         Store::Sqlite => App::spawn_in_env(&a.home.clone(), &a.workdir.clone(), &all),
         #[cfg(feature = "postgres")]
         Store::Postgres => {
             let home = tempfile::tempdir().unwrap();
-            std::fs::write(
-                home.path().join("config.json"),
-                config_for(&fake.base_url()).to_string(),
-            )
-            .unwrap();
+            std::fs::write(home.path().join("config.json"), config(fake).to_string()).unwrap();
             let app = App::spawn_in_env(home.path(), &a.workdir.clone(), &all);
             keep._homes.push(home);
             app
         }
-    }
+    };
+    // Up and serving before the other host's turn starts: a survivor is a host that was
+    // running when the owner last heartbeat (one still starting is a restarted host).
+    app.call("thread/list", json!({}));
+    app
 }
 
 /// Two hosts sharing `store`; `None` when it is not available here.
@@ -369,6 +376,12 @@ fn remote_owner_expires(store: Store) {
     let Some((env, mut keep)) = backend(store) else {
         return;
     };
+    // The stale limit comes from the config alone here (`store.lease_stale_ms`): with
+    // the default 30 s the takeover would not come within the wait.
+    let env: Vec<(String, String)> = env
+        .into_iter()
+        .filter(|(k, _)| k != "WUU_LEASE_STALE_MS")
+        .collect();
     let mut a = first_host(&fake, &env, &[("WUU_HOST_NAME", "machine-a")]);
     let mut b = other_host(
         store,
