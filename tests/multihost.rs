@@ -76,20 +76,30 @@ struct Host {
 }
 
 fn host(fake: &FakeProvider, workdir: &Path, url: &str) -> Host {
+    host_with(fake, workdir, Some(url), None)
+}
+
+/// [`host`] with the database named by `WUU_STORE_URL` (`env_url`) and/or the user
+/// config's `store.url` (`config_url`).
+fn host_with(
+    fake: &FakeProvider,
+    workdir: &Path,
+    env_url: Option<&str>,
+    config_url: Option<&str>,
+) -> Host {
     let home = tempfile::tempdir().unwrap();
-    std::fs::write(
-        home.path().join("config.json"),
-        config_for(&fake.base_url()).to_string(),
-    )
-    .unwrap();
+    let mut config = config_for(&fake.base_url());
+    if let Some(url) = config_url {
+        config["store"] = json!({ "url": url });
+    }
+    std::fs::write(home.path().join("config.json"), config.to_string()).unwrap();
     let log = home.path().join("stderr.log");
     let h = home.path().to_str().unwrap().to_owned();
-    let app = App::spawn_logged(
-        home.path(),
-        workdir,
-        &[("HOME", &h), ("WUU_STORE_URL", url), ("RUST_LOG", "debug")],
-        &log,
-    );
+    let mut env = vec![("HOME", h.as_str()), ("RUST_LOG", "debug")];
+    if let Some(url) = env_url {
+        env.push(("WUU_STORE_URL", url));
+    }
+    let app = App::spawn_logged(home.path(), workdir, &env, &log);
     Host {
         app,
         log,
@@ -318,4 +328,95 @@ fn a_password_in_the_url_never_reaches_an_answer_or_a_log_line() {
         }
     }
     assert!(!init.to_string().contains(SECRET), "{init}");
+}
+
+#[test]
+fn a_connection_lost_mid_turn_never_loses_an_acknowledged_input() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let fake = FakeProvider::start();
+    let ws = tempfile::tempdir().unwrap();
+    let workdir = ws.path().canonicalize().unwrap();
+    // Host A's connections carry a name of their own, so the test can cut exactly them.
+    let name = format!("{}_a", schema.name);
+    let mut a = host(
+        &fake,
+        &workdir,
+        &format!("{}&application_name={name}", schema.url(None)),
+    );
+    let th = start_thread(&mut a.app);
+    fake.push(Script::stall(&["Working"], Duration::from_secs(30)));
+    let r = a
+        .app
+        .call("turn/start", json!({"thread_id": th, "prompt": "first"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    a.app.notification("item/agentMessage/delta");
+    let q = a.app.call(
+        "turn/queue",
+        json!({"thread_id": th, "prompt": "second", "client_id": "q-1"}),
+    );
+    assert_eq!(q["queued"]["id"], "q-1");
+
+    // Every connection of host A is cut by the server.
+    psql(
+        &schema.base,
+        &format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = '{name}'"
+        ),
+    );
+    // A settles its turn (its next writes reconnect) and keeps serving.
+    a.app.call("turn/interrupt", json!({"thread_id": th}));
+    turn_end(&mut a.app, &turn);
+    assert!(thread_ids(&a.app.call("thread/list", json!({}))).contains(&th));
+
+    // The acknowledged input is in the database, held (never run after an interrupt,
+    // although the hold's first write met the cut connection), seen from another host.
+    let mut b = host(&fake, &workdir, &schema.url(None));
+    let r = b.app.call("thread/resume", json!({"session_id": th}));
+    let held = r["held_user_messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(held.iter().any(|m| m["id"] == "q-1"), "{r}");
+    assert_eq!(r["thread"]["turns"].as_array().unwrap().len(), 1, "{r}");
+}
+
+#[test]
+fn the_config_names_the_database_and_the_environment_wins_over_it() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let url = schema.url(None);
+    let fake = FakeProvider::start();
+    let ws = tempfile::tempdir().unwrap();
+    let workdir = ws.path().canonicalize().unwrap();
+    // Host A names the database in its config only; host B's config names an
+    // unreachable one, which its environment overrides.
+    let mut a = host_with(&fake, &workdir, None, Some(&url));
+    let mut b = host_with(
+        &fake,
+        &workdir,
+        Some(&url),
+        Some("postgresql://wuu@127.0.0.1:1/postgres"),
+    );
+    let th = start_thread(&mut a.app);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if thread_ids(&b.app.call("thread/list", json!({}))).contains(&th) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "B never listed A's conversation");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Nothing was written to either home's SQLite file.
+    for h in [&a, &b] {
+        let db = h.log.with_file_name("wuu.db");
+        assert!(
+            std::fs::metadata(&db).map_or(true, |m| m.len() == 0),
+            "{} was written",
+            db.display()
+        );
+    }
 }

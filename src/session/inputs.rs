@@ -107,7 +107,15 @@ impl Session {
     /// Stored inputs in the given states, oldest first.
     pub fn inputs_in(&self, states: &[&str]) -> Vec<InputRow> {
         match &self.store {
-            Some(st) => st.list_inputs(&self.id, states).unwrap_or_default(),
+            // A read that met a lost database connection is read again (the next call
+            // reconnects): an empty answer would let a pending input escape a hold.
+            Some(st) => st
+                .list_inputs(&self.id, states)
+                .or_else(|_| st.list_inputs(&self.id, states))
+                .unwrap_or_else(|e| {
+                    log::error!("reading the inputs of {}: {e}", self.id);
+                    vec![]
+                }),
             None => self
                 .mem_inputs
                 .iter()

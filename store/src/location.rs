@@ -1,10 +1,12 @@
 //! [`Location`]: where a host keeps its conversations, an SQLite file under the wuu home
 //! (the default) or a PostgreSQL database named by URL (`store.url` / `WUU_STORE_URL`,
-//! feature `postgres`). README: "Several hosts, one database".
+//! feature `postgres`); opening a [`Store`] there, and the change feed of a shared one.
+//! README: "Several hosts, one database".
 
 use std::path::{Path, PathBuf};
 
-use crate::store::DB_FILE;
+use crate::error::Result;
+use crate::store::{Backend, Store, DB_FILE};
 
 /// The database a [`crate::Store`] opens ([`crate::Store::open_location`]).
 ///
@@ -58,6 +60,74 @@ impl std::fmt::Debug for Location {
         match self {
             Location::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
             Location::Postgres(u) => f.debug_tuple("Postgres").field(&redact_url(u)).finish(),
+        }
+    }
+}
+
+impl Store {
+    /// Opens the database at `location`: [`Store::open`] for an SQLite file; for a
+    /// PostgreSQL URL, [`crate::pg::PgStore::open`] (connects, migrates).
+    ///
+    /// Errors: those of the backend's open; a PostgreSQL URL in a build without the
+    /// `postgres` feature is [`crate::StoreError::Invalid`] ("this wuu was built without
+    /// PostgreSQL support").
+    pub fn open_location(location: &Location) -> Result<Store> {
+        match location {
+            Location::Sqlite(path) => Store::open(path),
+            #[cfg(feature = "postgres")]
+            Location::Postgres(url) => {
+                let pg = crate::pg::PgStore::open(url)?;
+                Ok(Store {
+                    backend: Backend::Postgres(std::cell::RefCell::new(pg)),
+                    lease_stale_ms: crate::lease::default_stale_ms(),
+                })
+            }
+            #[cfg(not(feature = "postgres"))]
+            Location::Postgres(url) => Err(crate::StoreError::Invalid(format!(
+                "{}: {}",
+                crate::redact_url(url),
+                crate::NO_POSTGRES
+            ))),
+        }
+    }
+
+    /// Whether this store is a PostgreSQL database shared with other hosts.
+    pub fn is_shared(&self) -> bool {
+        self.lite().is_none()
+    }
+
+    /// Subscribes this connection to the changes other hosts commit
+    /// ([`Store::changes`]). On PostgreSQL it also counts as a change
+    /// ([`Store::data_version`]): whatever happened before the subscription was not
+    /// heard. Nothing to do on SQLite.
+    pub fn listen(&mut self) -> Result<()> {
+        match &mut self.backend {
+            Backend::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                pg.get_mut().listen()?;
+                crate::pg::note_change();
+                Ok(())
+            }
+        }
+    }
+
+    /// The ids of the conversations other hosts (or other connections of this process)
+    /// changed since the last call, without waiting, once [`Store::listen`] subscribed
+    /// (`""` for a change not about one conversation); always empty on SQLite.
+    /// Errors: [`crate::StoreError::Unavailable`] when the connection broke (changes may have
+    /// been missed: treat everything as changed, call [`Store::listen`] again).
+    pub fn changes(&mut self) -> Result<Vec<String>> {
+        match &mut self.backend {
+            Backend::Sqlite(_) => Ok(Vec::new()),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let changed = pg.get_mut().changes();
+                if !matches!(&changed, Ok(c) if c.is_empty()) {
+                    crate::pg::note_change();
+                }
+                changed
+            }
         }
     }
 }

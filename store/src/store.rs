@@ -12,7 +12,6 @@ use rusqlite::Connection;
 use crate::error::{Result, StoreError};
 use crate::rows::*;
 use crate::schema;
-use crate::Location;
 
 /// Why a build without the `postgres` feature refuses a PostgreSQL location.
 pub const NO_POSTGRES: &str =
@@ -42,13 +41,13 @@ pub const DEFAULT_LEASE_STALE_MS: i64 = 30_000;
 /// ([`Store::listen`], [`Store::changes`]).
 #[derive(Debug)]
 pub struct Store {
-    backend: Backend,
-    lease_stale_ms: i64,
+    pub(crate) backend: Backend,
+    pub(crate) lease_stale_ms: i64,
 }
 
 /// The database behind a [`Store`].
 #[derive(Debug)]
-enum Backend {
+pub(crate) enum Backend {
     Sqlite(Lite),
     #[cfg(feature = "postgres")]
     Postgres(std::cell::RefCell<crate::pg::PgStore>),
@@ -280,28 +279,6 @@ impl Store {
         })
     }
 
-    /// Opens the database at `location`: [`Store::open`] for an SQLite file; for a
-    /// PostgreSQL URL, [`crate::pg::PgStore::open`] (connects, migrates).
-    ///
-    /// Errors: those of the backend's open; a PostgreSQL URL in a build without the
-    /// `postgres` feature is [`StoreError::Invalid`] ("this wuu was built without
-    /// PostgreSQL support").
-    pub fn open_location(location: &Location) -> Result<Store> {
-        match location {
-            Location::Sqlite(path) => Store::open(path),
-            #[cfg(feature = "postgres")]
-            Location::Postgres(url) => Ok(Store {
-                backend: Backend::Postgres(std::cell::RefCell::new(crate::pg::PgStore::open(url)?)),
-                lease_stale_ms: crate::lease::default_stale_ms(),
-            }),
-            #[cfg(not(feature = "postgres"))]
-            Location::Postgres(url) => Err(StoreError::Invalid(format!(
-                "{}: {NO_POSTGRES}",
-                crate::redact_url(url)
-            ))),
-        }
-    }
-
     /// The SQLite side of this store; `None` on PostgreSQL.
     pub(crate) fn lite(&self) -> Option<&Lite> {
         match &self.backend {
@@ -309,11 +286,6 @@ impl Store {
             #[cfg(feature = "postgres")]
             Backend::Postgres(_) => None,
         }
-    }
-
-    /// Whether this store is a PostgreSQL database shared with other hosts.
-    pub fn is_shared(&self) -> bool {
-        self.lite().is_none()
     }
 
     /// One configured connection to `path` (see [`Store::open`]), schema migrated.
@@ -475,41 +447,6 @@ impl Store {
             Backend::Postgres(_) => {}
         }
         Ok(())
-    }
-
-    /// Subscribes this connection to the changes other hosts commit
-    /// ([`Store::changes`]). On PostgreSQL it also counts as a change
-    /// ([`Store::data_version`]): whatever happened before the subscription was not
-    /// heard. Nothing to do on SQLite.
-    pub fn listen(&mut self) -> Result<()> {
-        match &mut self.backend {
-            Backend::Sqlite(_) => Ok(()),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                pg.get_mut().listen()?;
-                crate::pg::note_change();
-                Ok(())
-            }
-        }
-    }
-
-    /// The ids of the conversations other hosts (or other connections of this process)
-    /// changed since the last call, without waiting, once [`Store::listen`] subscribed
-    /// (`""` for a change not about one conversation); always empty on SQLite.
-    /// Errors: [`StoreError::Unavailable`] when the connection broke (changes may have
-    /// been missed: treat everything as changed, call [`Store::listen`] again).
-    pub fn changes(&mut self) -> Result<Vec<String>> {
-        match &mut self.backend {
-            Backend::Sqlite(_) => Ok(Vec::new()),
-            #[cfg(feature = "postgres")]
-            Backend::Postgres(pg) => {
-                let changed = pg.get_mut().changes();
-                if !matches!(&changed, Ok(c) if c.is_empty()) {
-                    crate::pg::note_change();
-                }
-                changed
-            }
-        }
     }
 
     /// Changes the heartbeat age (ms) after which [`Store::acquire_lease`] treats another
