@@ -385,12 +385,14 @@ pub struct Config {
     /// MCP servers by name (user-owned; a project's servers come from `.mcp.json`).
     #[serde(default)]
     pub mcp_servers: Option<BTreeMap<String, McpServerConfig>>,
-    /// Where conversations are stored (user-owned).
+    /// Where conversations are stored and how hosts sharing them judge each other
+    /// (user-owned).
     #[serde(default)]
     pub store: Option<StoreConfig>,
 }
 
-/// `store`: where conversations are kept (README "Several hosts, one database").
+/// `store`: where conversations are kept and how hosts sharing them judge each other
+/// (README "Several hosts, one database").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
@@ -399,6 +401,11 @@ pub struct StoreConfig {
     /// the SQLite file `$WUU_HOME/wuu.db`. `WUU_STORE_URL` overrides it. Read at start.
     #[serde(default)]
     pub url: Option<String>,
+    /// Milliseconds without a heartbeat after which a lease owner on another machine is
+    /// dead and its conversations are taken over (default 30000; hosts sharing a
+    /// database should agree). `WUU_LEASE_STALE_MS` overrides it. Read at start.
+    #[serde(default)]
+    pub lease_stale_ms: Option<u64>,
 }
 
 /// Paths a project layer may not set (user-owned), as JSON pointers.

@@ -22,6 +22,7 @@ use crate::provider::catalog::ModelCatalog;
 use crate::session::connections::Connections;
 use crate::session::live_config::LiveConfig;
 use crate::session::registry::{self, Registry};
+use crate::session::takeover::{self, Takeover};
 use crate::session::{Host, ServerOptions};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,6 +140,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     let loaded = opts.load_config();
     let location = store_location(&opts, &loaded)?;
     let owner = LeaseOwner::current();
+    let takeover = Takeover::new(loaded.config.store.as_ref().and_then(|s| s.lease_stale_ms));
     // The store is opened (a new one created and migrated, which syncs the file several
     // times) by the lease thread, off the startup path: `initialize` never waits for it.
     // What can be known at once is checked here without SQLite (a few µs): a new
@@ -186,6 +188,7 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         registry: Registry::start(weak.clone()),
         connections: Connections::new(location.clone()),
         owner,
+        takeover,
         closing: AtomicBool::new(false),
         capabilities: RwLock::new(ClientCapabilities::default()),
         model_catalog: ModelCatalog::new(catalog_entries),
@@ -316,13 +319,18 @@ fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Registers this process in the store, settles what dead processes left running
-/// (crash recovery), then heartbeats this process's leases. Runs off the startup path:
-/// a conversation whose lease belonged to a dead owner is also settled when a session
-/// takes its lease, so requests never depend on this having finished.
+/// (crash recovery), then heartbeats this process's leases and sweeps for conversations
+/// whose owner died since ([`takeover::sweep`]), every [`Takeover::beat_interval`].
+/// Runs off the startup path: a conversation whose lease belonged to a dead owner is
+/// also taken over when its session next handles a message, so requests never depend on
+/// this having finished. Between beats the same thread polls the configuration files
+/// for hand edits (`session::live_config::config_tick`, every
+/// [`crate::config::watch::TICK`]).
 fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let Some(s) = shared.upgrade() else { return };
     let location = s.host.store.clone();
     let owner = s.host.owner.clone();
+    let settings = s.host.takeover.clone();
     drop(s);
     // This connection stays open for the life of the process: closing the only
     // connection would checkpoint the WAL and sync the file.
@@ -342,7 +350,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         if let Err(e) = store.heartbeat(&owner) {
             log::warn!("lease heartbeat: {e}");
         }
-        match store.recover(&owner, wuu_store::DEFAULT_LEASE_STALE_MS) {
+        match store.recover(&owner, settings.stale_ms) {
             Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
             Ok(_) => {}
             Err(e) => log::warn!("recovery failed: {e}"),
@@ -350,41 +358,45 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         // Commands a dead host left running (its launcher killed with it) die now.
         crate::tools::process::sweep(store);
     }
+    let beat = settings.beat_interval();
+    let tick = crate::config::watch::TICK;
+    let mut next_beat = std::time::Instant::now() + beat;
+    let mut next_tick = std::time::Instant::now() + tick;
     loop {
-        // Between beats (every 3 s) the same thread polls the configuration files for
-        // hand edits (`session::live_config::config_tick`, every 500 ms).
-        for _ in 0..6 {
-            std::thread::sleep(crate::config::watch::TICK);
-            match shared.upgrade() {
-                Some(s) if !s.host.is_closing() => {
-                    crate::session::live_config::config_tick(&s.host)
-                }
-                _ => return,
-            }
+        let now = std::time::Instant::now();
+        std::thread::sleep(next_beat.min(next_tick).saturating_duration_since(now));
+        let Some(s) = shared.upgrade().filter(|s| !s.host.is_closing()) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        if now >= next_tick {
+            next_tick = now + tick;
+            crate::session::live_config::config_tick(&s.host);
         }
+        if now < next_beat {
+            continue;
+        }
+        next_beat = now + beat;
         let Some(store) = store.as_mut() else {
             continue;
         };
         if let Err(e) = store.heartbeat(&owner) {
             log::warn!("lease heartbeat: {e}");
         }
+        takeover::sweep(&s.host, store);
         // Sessions that parked freed their state; hand the freed pages back to the
         // system (at most once a heartbeat).
-        if let Some(s) = shared.upgrade() {
-            let parked = s.host.registry.take_parked();
-            if parked > 0 {
-                let released = registry::return_free_memory();
-                log::debug!("{parked} session(s) parked; free memory returned: {released}");
-            }
+        let parked = s.host.registry.take_parked();
+        if parked > 0 {
+            let released = registry::return_free_memory();
+            log::debug!("{parked} session(s) parked; free memory returned: {released}");
         }
         // Commits by other connections (other processes included) since the last beat
         // invalidate cached listings.
         if let Ok(v) = store.data_version() {
             if Some(v) != last_version {
                 last_version = Some(v);
-                if let Some(s) = shared.upgrade() {
-                    s.host.threads_changed();
-                }
+                s.host.threads_changed();
             }
         }
     }

@@ -178,6 +178,9 @@ pub struct Host {
     pub connections: super::connections::Connections,
     /// This process's lease identity.
     pub owner: LeaseOwner,
+    /// When this process started and the stale limit it judges lease owners by
+    /// ([`super::takeover`]).
+    pub takeover: super::takeover::Takeover,
     /// Set once shutdown began: new work is refused with `server_closed`.
     pub closing: AtomicBool,
     /// What the client declared in `initialize`.

@@ -704,7 +704,16 @@ impl Session {
             let queue_id = row.id.clone();
             let input = input_of(&row);
             match engine::admit(self, input, "user") {
-                Err((_, m)) => {
+                Err((code, m)) => {
+                    // Another host that took this conversation over runs (or ran) it: the
+                    // row is theirs, never overwritten here.
+                    let still_pending = self
+                        .input_get(&queue_id)
+                        .is_some_and(|r| r.state == input_state::PENDING);
+                    if code == ErrorCode::ThreadBusy || !still_pending {
+                        log::info!("queued input {queue_id} not run here: {m}");
+                        return;
+                    }
                     let mut held = row;
                     held.state = input_state::HELD.into();
                     let _ = self.input_put(held);

@@ -34,6 +34,7 @@ pub mod reverse;
 pub mod run;
 pub mod selection;
 pub mod skills;
+pub mod takeover;
 pub mod title;
 pub mod turn;
 
@@ -139,6 +140,9 @@ pub struct Session {
     /// Set while `thread` was read from the store by this very message's revival, so
     /// the first message skips re-reading it (one query less per revival).
     pub row_fresh: bool,
+    /// Set by a takeover ([`takeover`]): the dead owner's queued input runs once the
+    /// current message is answered (never inside it: a read waits for no turn).
+    pub drain_due: bool,
 }
 
 impl Session {
@@ -168,10 +172,14 @@ impl Session {
         }
     }
 
-    /// A session loaded from the store: inputs a previous process left pending come back
-    /// held (never auto-run), then the mailbox is served.
+    /// A session loaded from the store: a dead owner's lease is taken over
+    /// ([`takeover`]); inputs left pending with no lease (a process that stopped, or
+    /// whose crash start-up recovery settled) come back held, never auto-run; a live
+    /// owner's stay its own. Then the mailbox is served.
     fn revived(mut self) {
-        self.hold_leftover_pending();
+        if self.take_over_dead_owner() == takeover::LeaseCheck::Free {
+            self.hold_leftover_pending();
+        }
         if agents::role_of(&self.thread) == agents::Role::Root {
             // Workers a previous process left behind, and results it did not deliver.
             agents::recover(&self.shared, &self.id);
@@ -184,6 +192,11 @@ impl Session {
     fn run(mut self) {
         let park_after = self.shared.opts.park_after;
         while !self.exit {
+            if std::mem::take(&mut self.drain_due) {
+                self.drain_after_takeover();
+                self.release_store();
+                continue;
+            }
             // Many live conversations: idle ones park sooner (threads stay bounded).
             let wait = if self.shared.registry.len() > crate::session::registry::SOFT_SESSION_CAP {
                 park_after.min(crate::session::registry::EARLY_PARK_AFTER)
@@ -315,6 +328,9 @@ impl Session {
             }
         );
         if !matches!(msg, SessionMsg::Shutdown { .. } | SessionMsg::Title { .. }) {
+            // A dead owner's work is settled (and its input continued) before anything
+            // reads this conversation.
+            self.take_over_dead_owner();
             self.refresh_from_store();
         }
         if !paged_read && !matches!(msg, SessionMsg::Shutdown { .. }) {
@@ -425,6 +441,7 @@ pub fn spawn_existing(
                     engine_thread: Default::default(),
                     hold_agent_turns: false,
                     row_fresh: true,
+                    drain_due: false,
                 }
                 .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
@@ -495,6 +512,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         engine_thread: Default::default(),
                         hold_agent_turns: false,
                         row_fresh: false,
+                        drain_due: false,
                     };
                     session.announce_created(reply);
                     session.release_store();

@@ -42,7 +42,10 @@ mod usage;
 mod util;
 
 pub use error::{Result, StoreError};
-pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE, TOOL_OUTCOME_UNKNOWN};
+pub use lease::{
+    default_stale_ms, host_name, pid_alive, set_default_stale_ms, INTERRUPTED_MESSAGE,
+    TOOL_OUTCOME_UNKNOWN,
+};
 pub use location::{is_postgres_url, redact_url, Location};
 pub use organization::FolderRow;
 pub use pages::{ItemHead, SMALL_BODY_BYTES};

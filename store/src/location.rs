@@ -79,7 +79,7 @@ impl Store {
                 let pg = crate::pg::PgStore::open(url)?;
                 Ok(Store {
                     backend: Backend::Postgres(std::cell::RefCell::new(pg)),
-                    lease_stale_ms: crate::DEFAULT_LEASE_STALE_MS,
+                    lease_stale_ms: crate::lease::default_stale_ms(),
                 })
             }
             #[cfg(not(feature = "postgres"))]

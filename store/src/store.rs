@@ -275,7 +275,7 @@ impl Store {
                 gate: write_gate(path),
                 busy_timeout: DEFAULT_BUSY_TIMEOUT,
             }),
-            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
+            lease_stale_ms: crate::lease::default_stale_ms(),
         })
     }
 
@@ -805,6 +805,24 @@ impl Store {
     /// once at startup, before creating runs.
     pub fn heartbeat(&mut self, owner: &LeaseOwner) -> Result<()> {
         self.write(None, |tx| tx.heartbeat(owner))
+    }
+
+    /// The leases whose holder is dead for `me` (heartbeat older than the stale limit, or
+    /// a pid gone on this host), as `(thread_id, holder, last heartbeat in Unix ms)`,
+    /// ordered by thread id. Read-only: taking one over is [`Store::acquire_lease`].
+    pub fn dead_leases(&self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+        self.read(|tx| tx.dead_leases(me))
+    }
+
+    /// Whether `holder`, last seen alive at `heartbeat_ms` (Unix ms), is dead for `me`
+    /// under this connection's stale limit (as [`Store::acquire_lease`] judges).
+    pub fn holder_dead(&self, holder: &LeaseOwner, heartbeat_ms: i64, me: &LeaseOwner) -> bool {
+        crate::lease::holder_dead(holder, heartbeat_ms, me, self.lease_stale_ms)
+    }
+
+    /// The stale limit (ms) of this connection.
+    pub fn lease_stale_ms(&self) -> i64 {
+        self.lease_stale_ms
     }
 
     /// The holder of a thread's lease and its last heartbeat (Unix ms), if any.

@@ -28,7 +28,6 @@ use crate::rows::{
     ThreadFilter, ThreadRow, TurnRow,
 };
 use crate::sql::{dollar_placeholders, Conn, Dialect, Ops, Value, ValueRow};
-use crate::DEFAULT_LEASE_STALE_MS;
 
 /// The notification channel a [`PgStore`] announces committed changes on; the payload
 /// is the id of the thread that changed (`""` when not one thread).
@@ -235,7 +234,7 @@ impl PgStore {
         let conn = PgConn::connect(url)?;
         let store = PgStore {
             conn,
-            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
+            lease_stale_ms: crate::lease::default_stale_ms(),
             in_tx: false,
         };
         store.migrate()?;
@@ -300,7 +299,7 @@ impl PgStore {
     }
 
     /// Changes the heartbeat age (ms) after which a lease owner counts as dead (default
-    /// [`DEFAULT_LEASE_STALE_MS`]). Hosts sharing a database should agree on it.
+    /// [`crate::DEFAULT_LEASE_STALE_MS`]). Hosts sharing a database should agree on it.
     pub fn set_lease_stale_ms(&mut self, stale_ms: i64) {
         self.lease_stale_ms = stale_ms;
     }
@@ -477,6 +476,16 @@ impl PgStore {
     /// See [`crate::Store::heartbeat`].
     pub fn heartbeat(&mut self, owner: &LeaseOwner) -> Result<()> {
         self.transaction(None, |ops| ops.heartbeat(owner))
+    }
+
+    /// See [`crate::Store::dead_leases`].
+    pub fn dead_leases(&mut self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+        self.transaction(None, |ops| ops.dead_leases(me))
+    }
+
+    /// See [`crate::Store::holder_dead`].
+    pub fn holder_dead(&self, holder: &LeaseOwner, heartbeat_ms: i64, me: &LeaseOwner) -> bool {
+        crate::lease::holder_dead(holder, heartbeat_ms, me, self.lease_stale_ms)
     }
 
     /// See [`crate::Store::lease_of`].
