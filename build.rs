@@ -43,7 +43,11 @@ fn wants_relr() -> bool {
 fn linker_packs_relocs(out_dir: &Path) -> bool {
     let src = out_dir.join("relr_probe.c");
     let exe = out_dir.join("relr_probe");
-    if std::fs::write(&src, "static int x; int *p = &x; int main(void) { return *p; }\n").is_err()
+    if std::fs::write(
+        &src,
+        "static int x; int *p = &x; int main(void) { return *p; }\n",
+    )
+    .is_err()
     {
         return false;
     }
