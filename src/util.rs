@@ -2,6 +2,15 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// A JSON value written in the source as text (tool parameter schemas): parsed by the one
+/// non-generic JSON reader instead of the code `serde_json::json!` expands to per literal.
+///
+/// Panics on malformed text, which is a bug in the constant; the tool-spec tests parse
+/// every one.
+pub fn static_json(text: &'static str) -> serde_json::Value {
+    serde_json::from_str(text).expect("a JSON constant of the source")
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
