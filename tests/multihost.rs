@@ -415,3 +415,74 @@ fn the_config_names_the_database_and_the_environment_wins_over_it() {
         );
     }
 }
+
+/// A host whose database could not be used at start (here: its schema did not exist
+/// yet) tries again every beat. Until it holds a connection nothing heartbeats its
+/// leases, so the others would take over the conversations it runs; once the database
+/// is there the `initialize` issue clears and the host is registered.
+#[test]
+fn a_host_started_before_its_database_was_ready_heartbeats_once_it_is() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    psql(&schema.base, &format!("DROP SCHEMA {}", schema.name));
+    let fake = FakeProvider::start();
+    let ws = tempfile::tempdir().unwrap();
+    let workdir = ws.path().canonicalize().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("config.json"),
+        config_for(&fake.base_url()).to_string(),
+    )
+    .unwrap();
+    let log = home.path().join("stderr.log");
+    let h = home.path().to_str().unwrap().to_owned();
+    let url = schema.url(None);
+    let env = [
+        ("HOME", h.as_str()),
+        ("RUST_LOG", "debug"),
+        ("WUU_STORE_URL", url.as_str()),
+        ("WUU_LEASE_STALE_MS", "400"),
+    ];
+    let mut app = App::spawn_logged(home.path(), &workdir, &env, &log);
+    let store_issue = |init: &Value| {
+        init["issues"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|i| i["code"] == "store_unavailable"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let init = app.call("initialize", json!({}));
+        if store_issue(&init) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no store issue: {init}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    psql(&schema.base, &format!("CREATE SCHEMA {}", schema.name));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let init = app.call("initialize", json!({}));
+        if !store_issue(&init) {
+            assert_eq!(init["status"], "ready", "{init}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the issue stayed after the database appeared: {init}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = Command::new("psql")
+        .args([
+            &schema.base,
+            "-tAc",
+            &format!("SELECT count(*) FROM {}.instances", schema.name),
+        ])
+        .output()
+        .unwrap();
+    let registered: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(registered >= 1, "the host registered itself");
+    app.call("shutdown", json!({}));
+    app.wait_exit(Duration::from_secs(10));
+}

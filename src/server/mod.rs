@@ -318,6 +318,29 @@ fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Opens the heartbeat thread's connection, registers this process (a first heartbeat),
+/// settles what dead owners left running (crash recovery, owners stale after `stale_ms`)
+/// and kills the commands a dead host left running. Errors: the store cannot be opened;
+/// a failed heartbeat or recovery is only logged.
+fn open_and_recover(
+    location: &wuu_store::Location,
+    owner: &LeaseOwner,
+    stale_ms: i64,
+) -> Result<wuu_store::Store, wuu_store::StoreError> {
+    let mut store = wuu_store::Store::open_location(location)?;
+    if let Err(e) = store.heartbeat(owner) {
+        log::warn!("lease heartbeat: {e}");
+    }
+    match store.recover(owner, stale_ms) {
+        Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
+        Ok(_) => {}
+        Err(e) => log::warn!("recovery failed: {e}"),
+    }
+    // Commands a dead host left running (its launcher killed with it) die now.
+    crate::tools::process::sweep(&mut store);
+    Ok(store)
+}
+
 /// Registers this process in the store, settles what dead processes left running
 /// (crash recovery), then heartbeats this process's leases and sweeps for conversations
 /// whose owner died since ([`takeover::sweep`]), every [`Takeover::beat_interval`].
@@ -334,7 +357,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     drop(s);
     // This connection stays open for the life of the process: closing the only
     // connection would checkpoint the WAL and sync the file.
-    let opened = wuu_store::Store::open_location(&location);
+    let opened = open_and_recover(&location, &owner, settings.stale_ms);
     if let Some(s) = shared.upgrade() {
         if let Err(e) = &opened {
             log::error!("cannot open the store {}: {e}", location.shown());
@@ -346,18 +369,6 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     }
     let mut store = opened.ok();
     let mut last_version: Option<i64> = None;
-    if let Some(store) = store.as_mut() {
-        if let Err(e) = store.heartbeat(&owner) {
-            log::warn!("lease heartbeat: {e}");
-        }
-        match store.recover(&owner, settings.stale_ms) {
-            Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
-            Ok(_) => {}
-            Err(e) => log::warn!("recovery failed: {e}"),
-        }
-        // Commands a dead host left running (its launcher killed with it) die now.
-        crate::tools::process::sweep(store);
-    }
     let beat = settings.beat_interval();
     let tick = crate::config::watch::TICK;
     let mut next_beat = std::time::Instant::now() + beat;
@@ -377,6 +388,20 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
             continue;
         }
         next_beat = now + beat;
+        // A database server that was unreachable at start is tried again every beat:
+        // until this thread holds a connection, nothing heartbeats this host's leases,
+        // and another host would take over the conversations it runs once they went
+        // stale. (A SQLite file that could not be opened stays refused.)
+        if store.is_none() && location.is_postgres() {
+            match open_and_recover(&location, &owner, settings.stale_ms) {
+                Ok(opened) => {
+                    log::info!("the store {} is reachable again", location.shown());
+                    *s.host.store_error.lock() = None;
+                    store = Some(opened);
+                }
+                Err(e) => log::debug!("the store {} is still unreachable: {e}", location.shown()),
+            }
+        }
         let Some(store) = store.as_mut() else {
             continue;
         };
