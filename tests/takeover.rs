@@ -693,3 +693,40 @@ fn other_hosts_turn_is_seen(store: Store) {
         assert_eq!(prompts(&r), ["ONE-on-b", "TWO-on-a", "THREE-on-b"], "{r}");
     }
 }
+
+/// Another host's turn committed after host B's session last checked the stored
+/// conversation (the fault `session_skips_refresh` makes B skip that check): B's turn,
+/// taking the lease, still finds the row moved, reads the history again, sends the model
+/// the whole conversation and keeps it in memory in the stored order.
+#[test]
+fn a_turn_admitted_after_another_hosts_commit_reads_the_history_again() {
+    let fake = provider();
+    let Some((env, mut keep)) = backend(Store::Sqlite) else {
+        return;
+    };
+    let mut a = first_host(&fake, &env, &[]);
+    let mut b = other_host(
+        Store::Sqlite,
+        &fake,
+        &a,
+        &env,
+        &[("WUU_FAULTS", "session_skips_refresh")],
+        &mut keep,
+    );
+    let t = b.call("thread/start", json!({}));
+    let th = t["thread"]["id"].as_str().unwrap().to_owned();
+    run_turn(&mut b, &th, "ONE-on-b");
+    run_turn(&mut a, &th, "TWO-on-a");
+    run_turn(&mut b, &th, "THREE-on-b");
+    let sent = fake.requests().last().unwrap().body.to_string();
+    let at = |p: &str| {
+        sent.find(p)
+            .unwrap_or_else(|| panic!("{p} not sent: {sent}"))
+    };
+    assert!(at("ONE-on-b") < at("TWO-on-a") && at("TWO-on-a") < at("THREE-on-b"));
+    let r = b.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    assert_eq!(prompts(&r), ["ONE-on-b", "TWO-on-a", "THREE-on-b"], "{r}");
+}
