@@ -154,7 +154,9 @@ pub fn clip(s: &str, max: usize) -> String {
 
 /// Fault injection for end-to-end tests of failure paths: whether `name` is one of the
 /// comma-separated names in the `WUU_FAULTS` environment variable (read once). Names:
-/// `session_panic_on_rename` (a session thread panics while handling `thread/rename`).
+/// `session_panic_on_rename` (a session thread panics while handling `thread/rename`);
+/// `session_skips_refresh` (an idle session skips its check of the stored conversation
+/// before a request, as when another host commits between that check and the request).
 /// Unset in normal use: every check is then one load of a cached empty list.
 pub fn fault(name: &str) -> bool {
     static FAULTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();

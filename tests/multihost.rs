@@ -274,6 +274,72 @@ fn resume_on_one_host_while_the_other_runs_a_turn_shows_it_running() {
     turn_end(&mut a.app, &turn);
 }
 
+/// The user messages of a resumed conversation, in order.
+fn prompts(resumed: &Value) -> Vec<String> {
+    resumed["thread"]["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["items"].as_array().cloned().unwrap_or_default())
+        .filter(|i| i["type"] == "user_message")
+        .filter_map(|i| i["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Runs a turn of `th` with `prompt` on `app` to its completion.
+fn run_turn(fake: &FakeProvider, app: &mut App, th: &str, prompt: &str) {
+    fake.push(Script::text(&["done"]));
+    let r = app.call("turn/start", json!({"thread_id": th, "prompt": prompt}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(turn_end(app, &turn)["method"], "turn/completed");
+}
+
+#[test]
+fn a_conversation_held_in_memory_shows_the_other_hosts_turns() {
+    let Some(schema) = Schema::create() else {
+        return;
+    };
+    let url = schema.url(None);
+    let fake = FakeProvider::start();
+    let ws = tempfile::tempdir().unwrap();
+    let workdir = ws.path().canonicalize().unwrap();
+    let mut a = host(&fake, &workdir, &url);
+    let mut b = host(&fake, &workdir, &url);
+    let th = start_thread(&mut a.app);
+    run_turn(&fake, &mut a.app, &th, "ONE-on-a");
+
+    // B loads the conversation (an idle session holding no lease), then A runs twice.
+    let r = b.app.call("thread/resume", json!({"session_id": th}));
+    assert_eq!(prompts(&r), ["ONE-on-a"], "{r}");
+    run_turn(&fake, &mut a.app, &th, "TWO-on-a");
+    run_turn(&fake, &mut a.app, &th, "THREE-on-a");
+
+    let r = b.app.call("thread/resume", json!({"session_id": th}));
+    assert_eq!(
+        prompts(&r),
+        ["ONE-on-a", "TWO-on-a", "THREE-on-a"],
+        "B shows a stale view: {r}"
+    );
+    run_turn(&fake, &mut b.app, &th, "FOUR-on-b");
+    let sent = fake.requests().last().unwrap().body.to_string();
+    let order: Vec<usize> = ["ONE-on-a", "TWO-on-a", "THREE-on-a", "FOUR-on-b"]
+        .iter()
+        .map(|p| {
+            sent.find(p)
+                .unwrap_or_else(|| panic!("{p} not sent: {sent}"))
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{sent}");
+    for h in [&mut a, &mut b] {
+        let r = h.app.call("thread/resume", json!({"session_id": th}));
+        assert_eq!(
+            prompts(&r),
+            ["ONE-on-a", "TWO-on-a", "THREE-on-a", "FOUR-on-b"],
+            "{r}"
+        );
+    }
+}
+
 #[test]
 fn a_password_in_the_url_never_reaches_an_answer_or_a_log_line() {
     let Some(schema) = Schema::create() else {

@@ -620,3 +620,113 @@ fn kill_loop(store: Store) {
         started.elapsed().as_secs_f64()
     );
 }
+
+both!(
+    a_conversation_another_host_ran_is_never_shown_stale_sqlite,
+    a_conversation_another_host_ran_is_never_shown_stale_postgres,
+    other_hosts_turn_is_seen
+);
+
+/// The user messages of a resumed conversation, turn by turn.
+fn prompts(resumed: &Value) -> Vec<String> {
+    resumed["thread"]["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["items"].as_array().cloned().unwrap_or_default())
+        .filter(|i| i["type"] == "user_message")
+        .filter_map(|i| i["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Runs a turn of `thread` with `prompt` on `app` to its end.
+fn run_turn(app: &mut App, thread: &str, prompt: &str) {
+    let r = app.call("turn/start", json!({"thread_id": thread, "prompt": prompt}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    let done = app.wait_for("turn/completed", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(turn)
+    });
+    assert_eq!(done["params"]["content"], "done", "{done}");
+}
+
+/// Host B holds a conversation in memory (it ran a turn and stays idle, lease-free);
+/// host A then runs a turn of it. B's resume shows A's turn, and B's next turn sends the
+/// model the whole history (A's turn included) and is stored after it.
+fn other_hosts_turn_is_seen(store: Store) {
+    let fake = provider();
+    let Some((mut a, mut b, _keep)) = hosts(store, &fake) else {
+        return;
+    };
+    let t = b.call("thread/start", json!({}));
+    let th = t["thread"]["id"].as_str().unwrap().to_owned();
+    run_turn(&mut b, &th, "ONE-on-b");
+    let r = b.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    assert_eq!(prompts(&r), ["ONE-on-b"], "{r}");
+
+    run_turn(&mut a, &th, "TWO-on-a");
+
+    let r = b.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    assert_eq!(
+        prompts(&r),
+        ["ONE-on-b", "TWO-on-a"],
+        "B shows a stale view: {r}"
+    );
+
+    run_turn(&mut b, &th, "THREE-on-b");
+    let sent = fake.requests().last().unwrap().body.to_string();
+    let at = |p: &str| {
+        sent.find(p)
+            .unwrap_or_else(|| panic!("{p} not sent: {sent}"))
+    };
+    assert!(at("ONE-on-b") < at("TWO-on-a") && at("TWO-on-a") < at("THREE-on-b"));
+    for h in [&mut a, &mut b] {
+        let r = h.call(
+            "thread/resume",
+            json!({"session_id": th, "response_only": true}),
+        );
+        assert_eq!(prompts(&r), ["ONE-on-b", "TWO-on-a", "THREE-on-b"], "{r}");
+    }
+}
+
+/// Another host's turn committed after host B's session last checked the stored
+/// conversation (the fault `session_skips_refresh` makes B skip that check): B's turn,
+/// taking the lease, still finds the row moved, reads the history again, sends the model
+/// the whole conversation and keeps it in memory in the stored order.
+#[test]
+fn a_turn_admitted_after_another_hosts_commit_reads_the_history_again() {
+    let fake = provider();
+    let Some((env, mut keep)) = backend(Store::Sqlite) else {
+        return;
+    };
+    let mut a = first_host(&fake, &env, &[]);
+    let mut b = other_host(
+        Store::Sqlite,
+        &fake,
+        &a,
+        &env,
+        &[("WUU_FAULTS", "session_skips_refresh")],
+        &mut keep,
+    );
+    let t = b.call("thread/start", json!({}));
+    let th = t["thread"]["id"].as_str().unwrap().to_owned();
+    run_turn(&mut b, &th, "ONE-on-b");
+    run_turn(&mut a, &th, "TWO-on-a");
+    run_turn(&mut b, &th, "THREE-on-b");
+    let sent = fake.requests().last().unwrap().body.to_string();
+    let at = |p: &str| {
+        sent.find(p)
+            .unwrap_or_else(|| panic!("{p} not sent: {sent}"))
+    };
+    assert!(at("ONE-on-b") < at("TWO-on-a") && at("TWO-on-a") < at("THREE-on-b"));
+    let r = b.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    assert_eq!(prompts(&r), ["ONE-on-b", "TWO-on-a", "THREE-on-b"], "{r}");
+}

@@ -264,7 +264,10 @@ impl Session {
     /// Another wuu process may have changed this conversation (a turn it ran, a rename):
     /// when idle, re-read the row (a primary-key lookup) and, if it moved, the history.
     fn refresh_from_store(&mut self) {
-        if std::mem::take(&mut self.row_fresh) || self.running.load(Ordering::SeqCst) {
+        if std::mem::take(&mut self.row_fresh)
+            || self.running.load(Ordering::SeqCst)
+            || crate::util::fault("session_skips_refresh")
+        {
             return;
         }
         let Some(store) = self.store.as_ref() else {
