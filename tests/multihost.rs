@@ -508,7 +508,7 @@ fn a_host_started_before_its_database_was_ready_heartbeats_once_it_is() {
         ("HOME", h.as_str()),
         ("RUST_LOG", "debug"),
         ("WUU_STORE_URL", url.as_str()),
-        ("WUU_LEASE_STALE_MS", "400"),
+        ("WUU_LEASE_STALE_MS", "1000"),
     ];
     let mut app = App::spawn_logged(home.path(), &workdir, &env, &log);
     let store_issue = |init: &Value| {

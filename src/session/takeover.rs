@@ -36,11 +36,45 @@ use wuu_store::{input_mode, input_state, LeaseOutcome};
 /// Environment variable overriding the stale limit (milliseconds).
 pub const STALE_ENV: &str = "WUU_LEASE_STALE_MS";
 
+/// Shortest stale limit (ms) a host accepts. Below it a live owner whose heartbeat
+/// thread is merely delayed (a loaded machine, a slow database round trip) looks dead
+/// between two beats, and two hosts would run one conversation at once; a smaller
+/// setting is raised to it, with a warning.
+pub const MIN_STALE_MS: i64 = 1_000;
+
+/// The stale limit from [`STALE_ENV`]'s value `env` (wins when it is a positive number
+/// of milliseconds) or the configured `store.lease_stale_ms`, else
+/// [`wuu_store::DEFAULT_LEASE_STALE_MS`]; raised to [`MIN_STALE_MS`]. Every value set
+/// but ignored or raised is logged as a warning.
+fn stale_limit(env: Option<&str>, configured: Option<u64>) -> i64 {
+    let from_env = env
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .filter(|v| *v > 0);
+    if env.is_some() && from_env.is_none() {
+        log::warn!("{STALE_ENV} is not a positive number of milliseconds; ignored");
+    }
+    let from_config = configured
+        .and_then(|v| i64::try_from(v).ok())
+        .filter(|v| *v > 0);
+    if from_env.is_none() && configured.is_some() && from_config.is_none() {
+        log::warn!("store.lease_stale_ms is not a positive number of milliseconds; ignored");
+    }
+    let chosen = from_env
+        .or(from_config)
+        .unwrap_or(wuu_store::DEFAULT_LEASE_STALE_MS);
+    if chosen < MIN_STALE_MS {
+        log::warn!(
+            "a lease stale limit of {chosen} ms would judge live hosts dead; using {MIN_STALE_MS} ms"
+        );
+    }
+    chosen.max(MIN_STALE_MS)
+}
+
 /// Longest heartbeat interval.
 const MAX_BEAT: Duration = Duration::from_secs(3);
 
 /// Shortest heartbeat interval.
-const MIN_BEAT: Duration = Duration::from_millis(50);
+const MIN_BEAT: Duration = Duration::from_millis(250);
 
 /// The takeover settings of this process: when it started and the stale limit it judges
 /// lease owners by (hosts sharing a database should use the same limit).
@@ -62,20 +96,7 @@ impl Takeover {
     /// [`STALE_ENV`] holds a positive number of milliseconds. Sets the store's default
     /// limit for every connection this process opens afterwards.
     pub fn new(configured: Option<u64>) -> Takeover {
-        let from_env = std::env::var(STALE_ENV)
-            .ok()
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .filter(|v| *v > 0);
-        if std::env::var_os(STALE_ENV).is_some() && from_env.is_none() {
-            log::warn!("{STALE_ENV} is not a positive number of milliseconds; ignored");
-        }
-        let stale_ms = from_env
-            .or_else(|| {
-                configured
-                    .and_then(|v| i64::try_from(v).ok())
-                    .filter(|v| *v > 0)
-            })
-            .unwrap_or(wuu_store::DEFAULT_LEASE_STALE_MS);
+        let stale_ms = stale_limit(std::env::var(STALE_ENV).ok().as_deref(), configured);
         wuu_store::set_default_stale_ms(stale_ms);
         Takeover {
             started_at_ms: crate::util::now_ms(),
@@ -86,7 +107,7 @@ impl Takeover {
 
     /// How often this process heartbeats its leases and sweeps for dead owners: a
     /// quarter of the stale limit (so a live owner beats at least three times before it
-    /// could be judged dead), between 50 ms and 3 s.
+    /// could be judged dead), between 250 ms and 3 s.
     pub fn beat_interval(&self) -> Duration {
         let quarter = u64::try_from(self.stale_ms / 4).unwrap_or(0);
         Duration::from_millis(quarter).clamp(MIN_BEAT, MAX_BEAT)
@@ -267,5 +288,29 @@ impl Session {
         if changed {
             self.announce_held();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stale_limit_never_goes_below_the_minimum_and_the_environment_wins() {
+        let default = wuu_store::DEFAULT_LEASE_STALE_MS;
+        assert_eq!(stale_limit(None, None), default);
+        assert_eq!(stale_limit(None, Some(5_000)), 5_000);
+        assert_eq!(stale_limit(Some("7000"), Some(5_000)), 7_000);
+        // Too small to tell a delayed heartbeat from a dead host: raised.
+        for tiny in ["1", "10", "40", "999"] {
+            assert_eq!(stale_limit(Some(tiny), None), MIN_STALE_MS, "{tiny}");
+        }
+        assert_eq!(stale_limit(None, Some(10)), MIN_STALE_MS);
+        // Not a positive number: ignored, the next source decides.
+        for bad in ["", "abc", "-1", "0", "1.5"] {
+            assert_eq!(stale_limit(Some(bad), Some(5_000)), 5_000, "{bad}");
+        }
+        assert_eq!(stale_limit(None, Some(0)), default);
+        assert_eq!(stale_limit(None, Some(u64::MAX)), default);
     }
 }
