@@ -744,4 +744,38 @@ fn a_build_without_postgres_refuses_a_postgresql_store() {
         "{stderr}"
     );
     assert!(!stderr.contains(secret), "{stderr}");
+
+    // A config refused for another error still names its store: the server never
+    // falls back to the SQLite file of the home.
+    std::fs::remove_file(home.path().join(wuu_store::DB_FILE)).ok();
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"store": {"url": url, "bogus": 1}}).to_string(),
+    )
+    .unwrap();
+    let out = support::app::raw_app_server(home.path(), None)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this wuu was built without PostgreSQL support"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(!home.path().join(wuu_store::DB_FILE).exists());
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"store": {"url": 5}}).to_string(),
+    )
+    .unwrap();
+    let out = support::app::raw_app_server(home.path(), None)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("store.url is not a string"), "{stderr}");
+    assert!(!home.path().join(wuu_store::DB_FILE).exists());
 }

@@ -242,9 +242,11 @@ fn store_location(
     loaded: &crate::config::LoadedConfig,
 ) -> Result<wuu_store::Location, String> {
     let env = std::env::var("WUU_STORE_URL").ok();
-    let url = env
-        .filter(|u| !u.trim().is_empty())
-        .or_else(|| loaded.config.store.as_ref().and_then(|s| s.url.clone()));
+    let url = match env.filter(|u| !u.trim().is_empty()) {
+        Some(url) => Some(url),
+        None if loaded.config.store.is_none() => raw_store_url(loaded)?,
+        None => loaded.config.store.as_ref().and_then(|s| s.url.clone()),
+    };
     let location = wuu_store::Location::choose(&opts.home, url.as_deref())?;
     if location.is_postgres() && !cfg!(feature = "postgres") {
         return Err(format!(
@@ -254,6 +256,39 @@ fn store_location(
         ));
     }
     Ok(location)
+}
+
+/// The store a user file names when the file as a whole was refused (an error anywhere
+/// in it makes the server run on the embedded defaults and report `invalid_config`):
+/// its `store.url` when that is a string, so a host never acknowledges writes into a
+/// store other hosts cannot see. Errors (the server does not start): a `store` section
+/// whose `url` is present but not a string, or that is not an object.
+fn raw_store_url(loaded: &crate::config::LoadedConfig) -> Result<Option<String>, String> {
+    if !loaded.issues.iter().any(|i| i.code == "invalid_config") {
+        return Ok(None);
+    }
+    let Ok(text) = std::fs::read_to_string(&loaded.config_path) else {
+        return Ok(None);
+    };
+    let Ok(raw) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Ok(None);
+    };
+    let refuse = |why: &str| {
+        Err(format!(
+            "{}: {why}; the server does not start on another store than the one the \
+             configuration names",
+            loaded.config_path.display()
+        ))
+    };
+    match raw.get("store") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Object(store)) => match store.get("url") {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(url)) => Ok(Some(url.clone())),
+            Some(_) => refuse("store.url is not a string"),
+        },
+        Some(_) => refuse("store is not an object"),
+    }
 }
 
 /// How often [`changes_loop`] looks for other hosts' changes.
