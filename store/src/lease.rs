@@ -394,13 +394,7 @@ impl Ops<'_> {
              WHERE instance <> ?1 ORDER BY thread_id",
             &values![&me.instance],
         )? {
-            let thread_id: String = get(&row, 0, "leases", "?")?;
-            let owner = LeaseOwner {
-                pid: get(&row, 1, "leases", &thread_id)?,
-                instance: get(&row, 2, "leases", &thread_id)?,
-                host: get(&row, 3, "leases", &thread_id)?,
-            };
-            let heartbeat: i64 = get(&row, 4, "leases", &thread_id)?;
+            let (thread_id, owner, heartbeat) = lease_row(&row)?;
             if owner_dead(&owner, heartbeat, me, now, self.lease_stale_ms) {
                 out.push((thread_id, owner, heartbeat));
             }
@@ -422,14 +416,7 @@ impl Ops<'_> {
              ORDER BY thread_id",
             &[],
         )? {
-            let thread_id: String = get(&row, 0, "leases", "?")?;
-            let owner = LeaseOwner {
-                pid: get(&row, 1, "leases", &thread_id)?,
-                instance: get(&row, 2, "leases", &thread_id)?,
-                host: get(&row, 3, "leases", &thread_id)?,
-            };
-            let heartbeat: i64 = get(&row, 4, "leases", &thread_id)?;
-            leases.push((thread_id, owner, heartbeat));
+            leases.push(lease_row(&row)?);
         }
         let mut live_threads = HashSet::new();
         for (thread_id, owner, heartbeat) in leases {
@@ -534,4 +521,17 @@ fn run_owner_dead(
 /// stale limit `stale_ms` (the judgment [`crate::Store::acquire_lease`] makes).
 pub fn holder_dead(holder: &LeaseOwner, heartbeat_ms: i64, me: &LeaseOwner, stale_ms: i64) -> bool {
     owner_dead(holder, heartbeat_ms, me, now_ms(), stale_ms)
+}
+
+/// One `leases` row as `SELECT thread_id, pid, instance, host, heartbeat_at_ms` reads it:
+/// the thread, its owner and the owner's last heartbeat (Unix ms). Errors: a damaged cell.
+fn lease_row(row: &crate::sql::ValueRow) -> Result<(String, LeaseOwner, i64)> {
+    let thread_id: String = get(row, 0, "leases", "?")?;
+    let owner = LeaseOwner {
+        pid: get(row, 1, "leases", &thread_id)?,
+        instance: get(row, 2, "leases", &thread_id)?,
+        host: get(row, 3, "leases", &thread_id)?,
+    };
+    let heartbeat: i64 = get(row, 4, "leases", &thread_id)?;
+    Ok((thread_id, owner, heartbeat))
 }

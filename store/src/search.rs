@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use crate::error::Result;
 use crate::rows::{SearchHit, ThreadFilter, ThreadView};
 use crate::sql::{values, Ops};
-use crate::threads::SNIPPET_CHARS;
+use crate::threads::{title_hit, SNIPPET_CHARS};
 use crate::util::{find_ci, get, get_json, get_u64, snippet};
 
 /// The message items search reads, newest first.
@@ -89,13 +89,7 @@ impl Ops<'_> {
             if hits.len() >= limit {
                 break;
             }
-            let title_hit = [t.title.as_deref(), Some(t.preview.as_str())]
-                .into_iter()
-                .flatten()
-                .find_map(|text| {
-                    find_ci(text, &needle).map(|(s, e)| snippet(text, s, e, SNIPPET_CHARS))
-                });
-            if let Some(snippet) = title_hit {
+            if let Some(snippet) = title_hit(&t, &needle) {
                 hits.push(SearchHit {
                     thread: t,
                     snippet,

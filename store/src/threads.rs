@@ -331,13 +331,7 @@ impl Tx<'_> {
              ORDER BY seq DESC",
         )?;
         self.each_thread(None, None, |t| {
-            let title_hit = [t.title.as_deref(), Some(t.preview.as_str())]
-                .into_iter()
-                .flatten()
-                .find_map(|text| {
-                    find_ci(text, &needle).map(|(s, e)| snippet(text, s, e, SNIPPET_CHARS))
-                });
-            if let Some(snippet) = title_hit {
+            if let Some(snippet) = title_hit(&t, &needle) {
                 hits.push(SearchHit {
                     thread: t,
                     snippet,
@@ -636,4 +630,15 @@ impl Ops<'_> {
         }
         Ok(out)
     }
+}
+
+/// The snippet of a search hit in a conversation's title or preview (`needle_lower`:
+/// the query, lowercased), title first; `None` when neither contains it.
+pub(crate) fn title_hit(t: &ThreadRow, needle_lower: &str) -> Option<String> {
+    [t.title.as_deref(), Some(t.preview.as_str())]
+        .into_iter()
+        .flatten()
+        .find_map(|text| {
+            find_ci(text, needle_lower).map(|(s, e)| snippet(text, s, e, SNIPPET_CHARS))
+        })
 }
