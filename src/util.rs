@@ -2,6 +2,15 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// A JSON value written in the source as text (tool parameter schemas): parsed by the one
+/// non-generic JSON reader instead of the code `serde_json::json!` expands to per literal.
+///
+/// Panics on malformed text, which is a bug in the constant; the tool-spec tests parse
+/// every one.
+pub fn static_json(text: &'static str) -> serde_json::Value {
+    serde_json::from_str(text).expect("a JSON constant of the source")
+}
+
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -145,7 +154,9 @@ pub fn clip(s: &str, max: usize) -> String {
 
 /// Fault injection for end-to-end tests of failure paths: whether `name` is one of the
 /// comma-separated names in the `WUU_FAULTS` environment variable (read once). Names:
-/// `session_panic_on_rename` (a session thread panics while handling `thread/rename`).
+/// `session_panic_on_rename` (a session thread panics while handling `thread/rename`);
+/// `session_skips_refresh` (an idle session skips its check of the stored conversation
+/// before a request, as when another host commits between that check and the request).
 /// Unset in normal use: every check is then one load of a cached empty list.
 pub fn fault(name: &str) -> bool {
     static FAULTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();

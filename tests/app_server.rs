@@ -699,3 +699,83 @@ fn listings_see_another_process_within_the_heartbeat_interval() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A build without the `postgres` feature refuses a PostgreSQL store clearly (from
+/// `WUU_STORE_URL` or the config's `store.url`) and never shows the URL's password.
+#[cfg(not(feature = "postgres"))]
+#[test]
+fn a_build_without_postgres_refuses_a_postgresql_store() {
+    let secret = "pw-never-shown-91c2";
+    let url = format!("postgresql://wuu:{secret}@127.0.0.1:5432/wuu");
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = support::app::raw_app_server(home.path(), None);
+    let out = cmd
+        .env("WUU_STORE_URL", &url)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this wuu was built without PostgreSQL support"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("postgresql://wuu@127.0.0.1:5432/wuu"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(secret));
+
+    // The same from the config file.
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"store": {"url": url}}).to_string(),
+    )
+    .unwrap();
+    let out = support::app::raw_app_server(home.path(), None)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this wuu was built without PostgreSQL support"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+
+    // A config refused for another error still names its store: the server never
+    // falls back to the SQLite file of the home.
+    std::fs::remove_file(home.path().join(wuu_store::DB_FILE)).ok();
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"store": {"url": url, "bogus": 1}}).to_string(),
+    )
+    .unwrap();
+    let out = support::app::raw_app_server(home.path(), None)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("this wuu was built without PostgreSQL support"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(secret), "{stderr}");
+    assert!(!home.path().join(wuu_store::DB_FILE).exists());
+    std::fs::write(
+        home.path().join("config.json"),
+        json!({"store": {"url": 5}}).to_string(),
+    )
+    .unwrap();
+    let out = support::app::raw_app_server(home.path(), None)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("store.url is not a string"), "{stderr}");
+    assert!(!home.path().join(wuu_store::DB_FILE).exists());
+}

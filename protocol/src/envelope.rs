@@ -84,6 +84,10 @@ pub enum ErrorCode {
     /// timeout (10 s). Retryable: nothing was changed; the message names the database
     /// file.
     StoreBusy,
+    /// The PostgreSQL server holding the conversations cannot be reached or the
+    /// connection broke. Retryable: the request's write was not acknowledged; the
+    /// message names the database (never its password).
+    StoreUnavailable,
     /// The queue of the worker that would run the request is full (the catalog pool,
     /// the search lane, the conversation's mailbox, or the reviver of parked
     /// conversations). Retryable: nothing was done and nothing was stored; the message
@@ -118,6 +122,7 @@ impl ErrorCode {
         ErrorCode::InternalError,
         ErrorCode::ServerClosed,
         ErrorCode::StoreBusy,
+        ErrorCode::StoreUnavailable,
         ErrorCode::Overloaded,
         ErrorCode::NoActiveTurn,
         ErrorCode::QuestionNotFound,
@@ -139,6 +144,7 @@ impl ErrorCode {
             ErrorCode::InternalError => "internal_error",
             ErrorCode::ServerClosed => "server_closed",
             ErrorCode::StoreBusy => "store_busy",
+            ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::Overloaded => "overloaded",
             ErrorCode::NoActiveTurn => "no_active_turn",
             ErrorCode::QuestionNotFound => "question_not_found",

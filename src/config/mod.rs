@@ -385,6 +385,27 @@ pub struct Config {
     /// MCP servers by name (user-owned; a project's servers come from `.mcp.json`).
     #[serde(default)]
     pub mcp_servers: Option<BTreeMap<String, McpServerConfig>>,
+    /// Where conversations are stored and how hosts sharing them judge each other
+    /// (user-owned).
+    #[serde(default)]
+    pub store: Option<StoreConfig>,
+}
+
+/// `store`: where conversations are kept and how hosts sharing them judge each other
+/// (README "Several hosts, one database").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// A PostgreSQL database shared by several hosts: `postgresql://user@host:port/db`
+    /// (the password from `PGPASSWORD` or `~/.pgpass`, never written here). Absent →
+    /// the SQLite file `$WUU_HOME/wuu.db`. `WUU_STORE_URL` overrides it. Read at start.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Milliseconds without a heartbeat after which a lease owner on another machine is
+    /// dead and its conversations are taken over (default 30000; hosts sharing a
+    /// database should agree). `WUU_LEASE_STALE_MS` overrides it. Read at start.
+    #[serde(default)]
+    pub lease_stale_ms: Option<u64>,
 }
 
 /// Paths a project layer may not set (user-owned), as JSON pointers.
@@ -401,6 +422,7 @@ pub const USER_OWNED: &[&str] = &[
     "/agent/sandbox",
     "/engines",
     "/mcp_servers",
+    "/store",
     "/general/mcp_server_enabled",
     "/general/mcp_project_approvals",
 ];

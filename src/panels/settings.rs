@@ -296,7 +296,7 @@ fn try_provider_remove(
             format!("provider {id:?} is the verification model's provider; change it first"),
         ));
     }
-    match wuu_store::Store::open_home(&shared.opts.home)
+    match shared.open_store()
         .and_then(|s| s.running_turn_with_provider(&id))
     {
         Ok(Some(thread)) => {

@@ -10,9 +10,7 @@ use wuu_protocol::{ErrorCode, SkillListResult, SkillSummary};
 /// `skill/list` (views pool).
 pub fn list(shared: &Arc<Host>, reply: Responder) {
     let found = skills(shared);
-    let counts = match wuu_store::Store::open_home(&shared.opts.home)
-        .and_then(|s| s.skill_use_counts(None))
-    {
+    let counts = match shared.open_store().and_then(|s| s.skill_use_counts(None)) {
         Ok(c) => c,
         Err(e) => {
             return reply.err(

@@ -222,10 +222,11 @@ fn run_job(
     reply: Responder,
 ) {
     if store.is_none() {
-        match Store::open_home(&shared.host.opts.home) {
+        match shared.host.open_store() {
             Ok(s) => *store = Some(s),
             Err(e) => {
-                return reply.err(ErrorCode::InternalError, format!("store unavailable: {e}"));
+                let (code, message) = crate::session::host::store_refusal(&shared.host, &e);
+                return reply.err(code, message);
             }
         }
     }

@@ -32,7 +32,8 @@ pub fn attach_quota(
     p: &EngineListParams,
     result: &mut EngineListResult,
 ) -> Result<(), String> {
-    let mut store = wuu_store::Store::open_home(&shared.opts.home)
+    let mut store = shared
+        .open_store()
         .map_err(|e| format!("store unavailable: {e}"))?;
     let root = p
         .cwd

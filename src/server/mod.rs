@@ -22,6 +22,7 @@ use crate::provider::catalog::ModelCatalog;
 use crate::session::connections::Connections;
 use crate::session::live_config::LiveConfig;
 use crate::session::registry::{self, Registry};
+use crate::session::takeover::{self, Takeover};
 use crate::session::{Host, ServerOptions};
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,7 +138,9 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         .map_err(|e| format!("cannot create wuu home {}: {e}", opts.home.display()))?;
     opts.validate()?;
     let loaded = opts.load_config();
+    let location = store_location(&opts, &loaded)?;
     let owner = LeaseOwner::current();
+    let takeover = Takeover::new(loaded.config.store.as_ref().and_then(|s| s.lease_stale_ms));
     // The store is opened (a new one created and migrated, which syncs the file several
     // times) by the lease thread, off the startup path: `initialize` never waits for it.
     // What can be known at once is checked here without SQLite (a few µs): a new
@@ -146,19 +149,24 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     // lease thread (`store_error`, seen by later `initialize` calls) and by every
     // request that needs the store. Durability is unchanged: the same open, pragmas and
     // migrations run, on another thread; every write waits for them (`Store::open`).
-    let db = opts.home.join(wuu_store::DB_FILE);
-    let store_problem = match create_db_file(&db) {
-        Ok(()) => wuu_store::Store::check_file(&db).err().map(|e| {
-            log::error!("cannot use the store under {}: {e}", opts.home.display());
-            format!("the database {} cannot be used: {e}", db.display())
-        }),
-        Err(e) => {
-            return Err(format!(
-                "cannot create the store under {}: {e}",
-                opts.home.display()
-            ))
-        }
+    // (A PostgreSQL database is reached by the lease thread; a failure is reported the
+    // same way.)
+    let store_problem = match &location {
+        wuu_store::Location::Sqlite(db) => match create_db_file(db) {
+            Ok(()) => wuu_store::Store::check_file(db).err().map(|e| {
+                log::error!("cannot use the store under {}: {e}", opts.home.display());
+                format!("the database {} cannot be used: {e}", db.display())
+            }),
+            Err(e) => {
+                return Err(format!(
+                    "cannot create the store under {}: {e}",
+                    opts.home.display()
+                ))
+            }
+        },
+        wuu_store::Location::Postgres(_) => None,
     };
+    crate::tools::process::use_store(&opts.home, &location);
     let closed = Arc::new(AtomicBool::new(false));
     let closed2 = closed.clone();
     let (outbox, _writer) = transport::start_writer(
@@ -174,11 +182,13 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
     mcp.reconcile(&loaded);
     let host = Arc::new_cyclic(|weak| Host {
         opts: opts.clone(),
+        store: location.clone(),
         config: RwLock::new(Arc::new(loaded)),
         outbox,
         registry: Registry::start(weak.clone()),
-        connections: Connections::new(opts.home.clone()),
+        connections: Connections::new(location.clone()),
         owner,
+        takeover,
         closing: AtomicBool::new(false),
         capabilities: RwLock::new(ClientCapabilities::default()),
         model_catalog: ModelCatalog::new(catalog_entries),
@@ -213,7 +223,119 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         .name("wuu-lease-heartbeat".into())
         .spawn(move || heartbeat_loop(hb))
         .map_err(|e| e.to_string())?;
+    if location.is_postgres() {
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("wuu-store-changes".into())
+            .spawn(move || changes_loop(weak, location))
+            .map_err(|e| e.to_string())?;
+    }
     Ok(shared)
+}
+
+/// Where this host keeps its conversations: `WUU_STORE_URL` when set, else the
+/// config's `store.url`, else `$WUU_HOME/wuu.db`. Errors (the server does not start):
+/// a URL that is not PostgreSQL's, or a PostgreSQL URL in a build without the
+/// `postgres` feature. Messages never show a password.
+fn store_location(
+    opts: &ServerOptions,
+    loaded: &crate::config::LoadedConfig,
+) -> Result<wuu_store::Location, String> {
+    let env = std::env::var("WUU_STORE_URL").ok();
+    let url = match env.filter(|u| !u.trim().is_empty()) {
+        Some(url) => Some(url),
+        None if loaded.config.store.is_none() => raw_store_url(loaded)?,
+        None => loaded.config.store.as_ref().and_then(|s| s.url.clone()),
+    };
+    let location = wuu_store::Location::choose(&opts.home, url.as_deref())?;
+    if location.is_postgres() && !cfg!(feature = "postgres") {
+        return Err(format!(
+            "the store {} is a PostgreSQL database, but {}",
+            location.shown(),
+            wuu_store::NO_POSTGRES
+        ));
+    }
+    Ok(location)
+}
+
+/// The store a user file names when the file as a whole was refused (an error anywhere
+/// in it makes the server run on the embedded defaults and report `invalid_config`):
+/// its `store.url` when that is a string, so a host never acknowledges writes into a
+/// store other hosts cannot see. Errors (the server does not start): a `store` section
+/// whose `url` is present but not a string, or that is not an object.
+fn raw_store_url(loaded: &crate::config::LoadedConfig) -> Result<Option<String>, String> {
+    if !loaded.issues.iter().any(|i| i.code == "invalid_config") {
+        return Ok(None);
+    }
+    let Ok(text) = std::fs::read_to_string(&loaded.config_path) else {
+        return Ok(None);
+    };
+    let Ok(raw) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return Ok(None);
+    };
+    let refuse = |why: &str| {
+        Err(format!(
+            "{}: {why}; the server does not start on another store than the one the \
+             configuration names",
+            loaded.config_path.display()
+        ))
+    };
+    match raw.get("store") {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(serde_json::Value::Object(store)) => match store.get("url") {
+            None | Some(serde_json::Value::Null) => Ok(None),
+            Some(serde_json::Value::String(url)) => Ok(Some(url.clone())),
+            Some(_) => refuse("store.url is not a string"),
+        },
+        Some(_) => refuse("store is not an object"),
+    }
+}
+
+/// How often [`changes_loop`] looks for other hosts' changes.
+const CHANGES_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// On a shared PostgreSQL store: listens for the changes other hosts commit and
+/// invalidates cached listings within [`CHANGES_POLL`] of a notification (the catalog
+/// pool's cached listings follow [`wuu_store::Store::data_version`], which the same
+/// notifications advance). A broken connection counts as a change (notifications may
+/// have been missed) and is reopened with backoff.
+fn changes_loop(shared: std::sync::Weak<Shared>, location: wuu_store::Location) {
+    let mut store: Option<wuu_store::Store> = None;
+    let mut wait = CHANGES_POLL;
+    loop {
+        std::thread::sleep(wait);
+        let Some(s) = shared.upgrade() else { return };
+        if s.host.is_closing() {
+            return;
+        }
+        let changed = match store.as_mut() {
+            None => match wuu_store::Store::open_location(&location)
+                .and_then(|mut st| st.listen().map(|()| st))
+            {
+                Ok(st) => {
+                    store = Some(st);
+                    true
+                }
+                Err(e) => {
+                    log::warn!("store change feed: {e}");
+                    wait = (wait * 2).min(std::time::Duration::from_secs(2));
+                    continue;
+                }
+            },
+            Some(st) => match st.changes() {
+                Ok(ids) => !ids.is_empty(),
+                Err(e) => {
+                    log::warn!("store change feed: {e}");
+                    store = None;
+                    true
+                }
+            },
+        };
+        wait = CHANGES_POLL;
+        if changed {
+            s.host.threads_changed();
+        }
+    }
 }
 
 /// Creates an empty database file at `path` (mode 0644, as SQLite would) when there is
@@ -231,51 +353,88 @@ fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
     }
 }
 
+/// Opens the heartbeat thread's connection, registers this process (a first heartbeat),
+/// settles what dead owners left running (crash recovery, owners stale after `stale_ms`)
+/// and kills the commands a dead host left running. Errors: the store cannot be opened;
+/// a failed heartbeat or recovery is only logged.
+fn open_and_recover(
+    location: &wuu_store::Location,
+    owner: &LeaseOwner,
+    stale_ms: i64,
+) -> Result<wuu_store::Store, wuu_store::StoreError> {
+    let mut store = wuu_store::Store::open_location(location)?;
+    if let Err(e) = store.heartbeat(owner) {
+        log::warn!("lease heartbeat: {e}");
+    }
+    match store.recover(owner, stale_ms) {
+        Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
+        Ok(_) => {}
+        Err(e) => log::warn!("recovery failed: {e}"),
+    }
+    // Commands a dead host left running (its launcher killed with it) die now.
+    crate::tools::process::sweep(&mut store);
+    Ok(store)
+}
+
 /// Registers this process in the store, settles what dead processes left running
-/// (crash recovery), then heartbeats this process's leases. Runs off the startup path:
-/// a conversation whose lease belonged to a dead owner is also settled when a session
-/// takes its lease, so requests never depend on this having finished.
+/// (crash recovery), then heartbeats this process's leases and sweeps for conversations
+/// whose owner died since ([`takeover::sweep`]), every [`Takeover::beat_interval`].
+/// Runs off the startup path: a conversation whose lease belonged to a dead owner is
+/// also taken over when its session next handles a message, so requests never depend on
+/// this having finished. Between beats the same thread polls the configuration files
+/// for hand edits (`session::live_config::config_tick`, every
+/// [`crate::config::watch::TICK`]).
 fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     let Some(s) = shared.upgrade() else { return };
-    let home = s.host.opts.home.clone();
+    let location = s.host.store.clone();
     let owner = s.host.owner.clone();
+    let settings = s.host.takeover.clone();
     drop(s);
     // This connection stays open for the life of the process: closing the only
     // connection would checkpoint the WAL and sync the file.
-    let opened = wuu_store::Store::open_home(&home);
+    let opened = open_and_recover(&location, &owner, settings.stale_ms);
     if let Some(s) = shared.upgrade() {
         if let Err(e) = &opened {
-            log::error!("cannot open the store under {}: {e}", home.display());
+            log::error!("cannot open the store {}: {e}", location.shown());
             *s.host.store_error.lock() = Some(format!(
                 "the database {} cannot be used: {e}",
-                home.join(wuu_store::DB_FILE).display()
+                location.shown()
             ));
         }
     }
     let mut store = opened.ok();
     let mut last_version: Option<i64> = None;
-    if let Some(store) = store.as_mut() {
-        if let Err(e) = store.heartbeat(&owner) {
-            log::warn!("lease heartbeat: {e}");
-        }
-        match store.recover(&owner, wuu_store::DEFAULT_LEASE_STALE_MS) {
-            Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
-            Ok(_) => {}
-            Err(e) => log::warn!("recovery failed: {e}"),
-        }
-        // Commands a dead host left running (its launcher killed with it) die now.
-        crate::tools::process::sweep(store);
-    }
+    let beat = settings.beat_interval();
+    let tick = crate::config::watch::TICK;
+    let mut next_beat = std::time::Instant::now() + beat;
+    let mut next_tick = std::time::Instant::now() + tick;
     loop {
-        // Between beats (every 3 s) the same thread polls the configuration files for
-        // hand edits (`session::live_config::config_tick`, every 500 ms).
-        for _ in 0..6 {
-            std::thread::sleep(crate::config::watch::TICK);
-            match shared.upgrade() {
-                Some(s) if !s.host.is_closing() => {
-                    crate::session::live_config::config_tick(&s.host)
+        let now = std::time::Instant::now();
+        std::thread::sleep(next_beat.min(next_tick).saturating_duration_since(now));
+        let Some(s) = shared.upgrade().filter(|s| !s.host.is_closing()) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        if now >= next_tick {
+            next_tick = now + tick;
+            crate::session::live_config::config_tick(&s.host);
+        }
+        if now < next_beat {
+            continue;
+        }
+        next_beat = now + beat;
+        // A database server that was unreachable at start is tried again every beat:
+        // until this thread holds a connection, nothing heartbeats this host's leases,
+        // and another host would take over the conversations it runs once they went
+        // stale. (A SQLite file that could not be opened stays refused.)
+        if store.is_none() && location.is_postgres() {
+            match open_and_recover(&location, &owner, settings.stale_ms) {
+                Ok(opened) => {
+                    log::info!("the store {} is reachable again", location.shown());
+                    *s.host.store_error.lock() = None;
+                    store = Some(opened);
                 }
-                _ => return,
+                Err(e) => log::debug!("the store {} is still unreachable: {e}", location.shown()),
             }
         }
         let Some(store) = store.as_mut() else {
@@ -284,23 +443,20 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         if let Err(e) = store.heartbeat(&owner) {
             log::warn!("lease heartbeat: {e}");
         }
+        takeover::sweep(&s.host, store);
         // Sessions that parked freed their state; hand the freed pages back to the
         // system (at most once a heartbeat).
-        if let Some(s) = shared.upgrade() {
-            let parked = s.host.registry.take_parked();
-            if parked > 0 {
-                let released = registry::return_free_memory();
-                log::debug!("{parked} session(s) parked; free memory returned: {released}");
-            }
+        let parked = s.host.registry.take_parked();
+        if parked > 0 {
+            let released = registry::return_free_memory();
+            log::debug!("{parked} session(s) parked; free memory returned: {released}");
         }
         // Commits by other connections (other processes included) since the last beat
         // invalidate cached listings.
         if let Ok(v) = store.data_version() {
             if Some(v) != last_version {
                 last_version = Some(v);
-                if let Some(s) = shared.upgrade() {
-                    s.host.threads_changed();
-                }
+                s.host.threads_changed();
             }
         }
     }

@@ -27,10 +27,9 @@
 //! (the store's methods open and end their transactions inside the call).
 
 use parking_lot::{Condvar, Mutex};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wuu_store::{Store, StoreError};
+use wuu_store::{Location, Store, StoreError};
 
 /// Idle connections kept for reuse; more given back at once are closed.
 pub const IDLE_CONNECTIONS: usize = 4;
@@ -45,13 +44,14 @@ pub const MAX_OPEN: usize = 4;
 /// busy). While connections keep coming back it keeps waiting for one.
 pub const TAKE_WAIT: Duration = Duration::from_millis(200);
 
-/// The pool of connections to `<home>/wuu.db`.
+/// The pool of connections to the store (`<home>/wuu.db`, or the PostgreSQL database
+/// the host was configured with).
 pub struct Connections {
     pool: Arc<Pool>,
 }
 
 struct Pool {
-    home: PathBuf,
+    location: Location,
     state: Mutex<State>,
     /// Signalled when a connection comes back (or an open failed and its slot is free).
     back: Condvar,
@@ -112,11 +112,11 @@ impl Drop for PooledStore {
 }
 
 impl Connections {
-    /// An empty pool for the store of the wuu home `home` (connections open on demand).
-    pub fn new(home: PathBuf) -> Connections {
+    /// An empty pool for the store at `location` (connections open on demand).
+    pub fn new(location: Location) -> Connections {
         Connections {
             pool: Arc::new(Pool {
-                home,
+                location,
                 state: Mutex::new(State {
                     idle: Vec::with_capacity(IDLE_CONNECTIONS),
                     out: 0,
@@ -131,7 +131,8 @@ impl Connections {
     /// dropped: an idle one; else a newly opened one while fewer than [`MAX_OPEN`] are
     /// out; else one given back, waiting for it as long as connections keep coming back
     /// (a new one is opened once none came back for [`TAKE_WAIT`]).
-    /// Errors: opening failed ([`Store::open_home`]: I/O, a newer schema, busy …).
+    /// Errors: opening failed ([`Store::open_location`]: I/O, a newer schema, busy,
+    /// an unreachable server …).
     pub fn take(&self) -> Result<PooledStore, StoreError> {
         let pool = &self.pool;
         let mut st = pool.state.lock();
@@ -166,7 +167,7 @@ impl Connections {
         // than all open.
         st.out += 1;
         drop(st);
-        match Store::open_home(&pool.home) {
+        match Store::open_location(&pool.location) {
             Ok(store) => Ok(PooledStore {
                 store: Some(store),
                 pool: pool.clone(),

@@ -165,6 +165,9 @@ pub fn park_after_from_env() -> Duration {
 pub struct Host {
     /// Start options.
     pub opts: ServerOptions,
+    /// Where conversations are stored, chosen once at start (`WUU_STORE_URL`, else the
+    /// config's `store.url`, else `$WUU_HOME/wuu.db`).
+    pub store: wuu_store::Location,
     /// The configuration snapshot (replaced wholesale on change).
     pub config: RwLock<Arc<LoadedConfig>>,
     /// The outbox (to the writer thread).
@@ -175,6 +178,9 @@ pub struct Host {
     pub connections: super::connections::Connections,
     /// This process's lease identity.
     pub owner: LeaseOwner,
+    /// When this process started and the stale limit it judges lease owners by
+    /// ([`super::takeover`]).
+    pub takeover: super::takeover::Takeover,
     /// Set once shutdown began: new work is refused with `server_closed`.
     pub closing: AtomicBool,
     /// What the client declared in `initialize`.
@@ -219,9 +225,16 @@ impl Host {
 
     /// Invalidates cached listings: call after changing a conversation in the store.
     /// (Changes by other processes are noticed by the lease thread within its heartbeat
-    /// interval, and by the catalog pool at once through `PRAGMA data_version`.)
+    /// interval, and by the catalog pool at once through `PRAGMA data_version`; on a
+    /// shared PostgreSQL store, other hosts' changes by the change feed thread.)
     pub fn threads_changed(&self) {
         self.list_gen.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// A new connection to the store ([`Host::store`]).
+    /// Errors: those of [`wuu_store::Store::open_location`].
+    pub fn open_store(&self) -> Result<wuu_store::Store, wuu_store::StoreError> {
+        wuu_store::Store::open_location(&self.store)
     }
 
     /// Whether shutdown began.
@@ -231,23 +244,37 @@ impl Host {
 }
 
 /// The error a request gets when the store failed: `store_busy` (retryable) naming the
-/// database file when another connection held the lock past the busy timeout,
-/// `internal_error` naming the database file otherwise.
+/// database file when another connection held the lock past the busy timeout;
+/// `store_unavailable` (retryable) when the PostgreSQL server cannot be reached or the
+/// connection broke; `internal_error` naming the database file otherwise. A URL is
+/// shown without its password.
 pub fn store_refusal(shared: &Host, e: &wuu_store::StoreError) -> (ErrorCode, String) {
-    let path = shared.opts.home.join(wuu_store::DB_FILE);
+    let path = shared.store.shown();
+    if e.is_unavailable() {
+        return (
+            ErrorCode::StoreUnavailable,
+            format!("store unavailable: the database {path} cannot be reached; retry later ({e})"),
+        );
+    }
+    if e.is_busy() && shared.store.is_postgres() {
+        return (
+            ErrorCode::StoreBusy,
+            format!("store busy: the database {path} refused the transaction (a conflict with another host); retry later ({e})"),
+        );
+    }
     if e.is_busy() {
         (
             ErrorCode::StoreBusy,
             format!(
                 "store busy: the database {} stayed locked by another connection or process for longer than {} s; retry later ({e})",
-                path.display(),
+                path,
                 wuu_store::DEFAULT_BUSY_TIMEOUT.as_secs()
             ),
         )
     } else {
         (
             ErrorCode::InternalError,
-            format!("store: the database {}: {e}", path.display()),
+            format!("store: the database {path}: {e}"),
         )
     }
 }
@@ -257,7 +284,7 @@ pub fn store_refusal(shared: &Host, e: &wuu_store::StoreError) -> (ErrorCode, St
 /// [`store_refusal`] (`store_busy`, retryable, naming the database file); every other
 /// store error stays `internal_error` with its `store: …` message.
 pub fn store_error(shared: &Host, e: &wuu_store::StoreError) -> (ErrorCode, String) {
-    if e.is_busy() {
+    if e.is_busy() || e.is_unavailable() {
         store_refusal(shared, e)
     } else {
         (ErrorCode::InternalError, format!("store: {e}"))

@@ -107,7 +107,15 @@ impl Session {
     /// Stored inputs in the given states, oldest first.
     pub fn inputs_in(&self, states: &[&str]) -> Vec<InputRow> {
         match &self.store {
-            Some(st) => st.list_inputs(&self.id, states).unwrap_or_default(),
+            // A read that met a lost database connection is read again (the next call
+            // reconnects): an empty answer would let a pending input escape a hold.
+            Some(st) => st
+                .list_inputs(&self.id, states)
+                .or_else(|_| st.list_inputs(&self.id, states))
+                .unwrap_or_else(|e| {
+                    log::error!("reading the inputs of {}: {e}", self.id);
+                    vec![]
+                }),
             None => self
                 .mem_inputs
                 .iter()
@@ -696,7 +704,16 @@ impl Session {
             let queue_id = row.id.clone();
             let input = input_of(&row);
             match engine::admit(self, input, "user") {
-                Err((_, m)) => {
+                Err((code, m)) => {
+                    // Another host that took this conversation over runs (or ran) it: the
+                    // row is theirs, never overwritten here.
+                    let still_pending = self
+                        .input_get(&queue_id)
+                        .is_some_and(|r| r.state == input_state::PENDING);
+                    if code == ErrorCode::ThreadBusy || !still_pending {
+                        log::info!("queued input {queue_id} not run here: {m}");
+                        return;
+                    }
                     let mut held = row;
                     held.state = input_state::HELD.into();
                     let _ = self.input_put(held);

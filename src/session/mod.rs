@@ -34,6 +34,7 @@ pub mod reverse;
 pub mod run;
 pub mod selection;
 pub mod skills;
+pub mod takeover;
 pub mod title;
 pub mod turn;
 
@@ -143,6 +144,9 @@ pub struct Session {
     /// Set while `thread` was read from the store by this very message's revival, so
     /// the first message skips re-reading it (one query less per revival).
     pub row_fresh: bool,
+    /// Set by a takeover ([`takeover`]): the dead owner's queued input runs once the
+    /// current message is answered (never inside it: a read waits for no turn).
+    pub drain_due: bool,
 }
 
 impl Session {
@@ -172,10 +176,14 @@ impl Session {
         }
     }
 
-    /// A session loaded from the store: inputs a previous process left pending come back
-    /// held (never auto-run), then the mailbox is served.
+    /// A session loaded from the store: a dead owner's lease is taken over
+    /// ([`takeover`]); inputs left pending with no lease (a process that stopped, or
+    /// whose crash start-up recovery settled) come back held, never auto-run; a live
+    /// owner's stay its own. Then the mailbox is served.
     fn revived(mut self) {
-        self.hold_leftover_pending();
+        if self.take_over_dead_owner() == takeover::LeaseCheck::Free {
+            self.hold_leftover_pending();
+        }
         if agents::role_of(&self.thread) == agents::Role::Root {
             // Workers a previous process left behind, and results it did not deliver.
             agents::recover(&self.shared, &self.id);
@@ -188,6 +196,11 @@ impl Session {
     fn run(mut self) {
         let park_after = self.shared.opts.park_after;
         while !self.exit {
+            if std::mem::take(&mut self.drain_due) {
+                self.drain_after_takeover();
+                self.release_store();
+                continue;
+            }
             // Many live conversations: idle ones park sooner (threads stay bounded).
             let wait = if self.shared.registry.len() > crate::session::registry::SOFT_SESSION_CAP {
                 park_after.min(crate::session::registry::EARLY_PARK_AFTER)
@@ -255,7 +268,10 @@ impl Session {
     /// Another wuu process may have changed this conversation (a turn it ran, a rename):
     /// when idle, re-read the row (a primary-key lookup) and, if it moved, the history.
     fn refresh_from_store(&mut self) {
-        if std::mem::take(&mut self.row_fresh) || self.running.load(Ordering::SeqCst) {
+        if std::mem::take(&mut self.row_fresh)
+            || self.running.load(Ordering::SeqCst)
+            || crate::util::fault("session_skips_refresh")
+        {
             return;
         }
         let Some(store) = self.store.as_ref() else {
@@ -319,6 +335,9 @@ impl Session {
             }
         );
         if !matches!(msg, SessionMsg::Shutdown { .. } | SessionMsg::Title { .. }) {
+            // A dead owner's work is settled (and its input continued) before anything
+            // reads this conversation.
+            self.take_over_dead_owner();
             self.refresh_from_store();
         }
         if !paged_read && !matches!(msg, SessionMsg::Shutdown { .. }) {
@@ -435,6 +454,7 @@ pub fn spawn_existing(
                     live,
                     hold_agent_turns: false,
                     row_fresh: true,
+                    drain_due: false,
                 }
                 .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
@@ -509,6 +529,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         live,
                         hold_agent_turns: false,
                         row_fresh: false,
+                        drain_due: false,
                     };
                     session.announce_created(reply);
                     session.release_store();

@@ -479,7 +479,8 @@ pub fn spec() -> crate::provider::chat::ToolSpec {
             never assume one. Do not ask for secrets (passwords, tokens): secret input is \
             refused."
             .into(),
-        parameters: json!({
+        parameters: crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "questions": {
@@ -511,7 +512,8 @@ pub fn spec() -> crate::provider::chat::ToolSpec {
                 "mode": {"type": "string", "enum": ["ask", "offer"]}
             },
             "required": ["questions"]
-        }),
+        }"#,
+        ),
     }
 }
 
@@ -806,6 +808,17 @@ fn outcome_for_model(questions: &[Question], r: Resolution) -> ToolOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tool_spec_requires_the_questions() {
+        let s = spec();
+        assert_eq!(s.parameters["type"], "object");
+        assert_eq!(s.parameters["required"], json!(["questions"]));
+        assert_eq!(
+            s.parameters["properties"]["mode"]["enum"],
+            json!(["ask", "offer"])
+        );
+    }
 
     #[test]
     fn builds_requests_and_refuses_secrets() {

@@ -422,7 +422,7 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
         } else {
             let opened = match store.take() {
                 Some(s) => Ok(s),
-                None => wuu_store::Store::open_home(&shared.opts.home),
+                None => shared.open_store(),
             };
             match opened {
                 Ok(s) => {
@@ -492,7 +492,7 @@ impl Drop for PanicGuard<'_> {
             self.shared.registry.set_running(&self.running, false);
         }
         if !crate::util::is_ephemeral(id) {
-            match wuu_store::Store::open_home(&self.shared.opts.home) {
+            match self.shared.open_store() {
                 Ok(mut store) => {
                     match store.settle_abandoned(id, &self.shared.owner, PANIC_MESSAGE) {
                         Ok(r) if !r.is_empty() => log::warn!("settled after the panic: {r:?}"),

@@ -49,7 +49,7 @@ pub fn run_tool(shared: &Host, thread_id: &str, arguments: &str) -> ToolOutcome 
     let list = skills(shared);
     let (outcome, used) = skill::run(arguments, &list);
     if let Some(s) = used {
-        let counted = wuu_store::Store::open_home(&shared.opts.home).and_then(|mut st| {
+        let counted = shared.open_store().and_then(|mut st| {
             st.record_skill_use(&s.name, s.source, thread_id, crate::util::now_ms())
         });
         if let Err(e) = counted {

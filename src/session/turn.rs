@@ -132,6 +132,7 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
     if s.thread.preview.is_empty() && !input.prompt.trim().is_empty() {
         s.thread.preview = preview(&input.prompt, 120);
     }
+    let seen_at = s.thread.updated_at_ms;
     s.thread.updated_at_ms = now;
     let rows = AdmissionRows {
         turn: row.clone(),
@@ -145,6 +146,7 @@ pub fn admit(s: &mut Session, input: TurnInput, kind: &str) -> Result<(), Refusa
             body: serde_json::to_value(&user).unwrap_or_default(),
         },
         thread: s.thread.clone(),
+        seen_at,
     };
     if s.store.is_none() {
         if let Some(c) = &input.consume {
@@ -232,6 +234,8 @@ struct AdmissionRows {
     turn: TurnRow,
     item: ItemRow,
     thread: wuu_store::ThreadRow,
+    /// The conversation's `updated_at_ms` as this session last read it.
+    seen_at: i64,
 }
 
 /// The admission transaction: takes the conversation's lease, claims the continued
@@ -249,8 +253,16 @@ fn commit_admission(
     st.transaction(|tx| {
         let reload = match tx.acquire_lease(thread_id, owner)? {
             LeaseOutcome::Busy(o) => return Ok(Admission::Busy(o)),
-            // A dead owner's turn was settled as interrupted: history is reloaded.
-            LeaseOutcome::Acquired { settled, .. } => !settled.interrupted_turns.is_empty(),
+            // History is reloaded when a dead owner's turn was settled as interrupted,
+            // or when another host or process changed the conversation since this
+            // session last read it (its commit may land after the check before this
+            // request), so the model gets the whole history.
+            LeaseOutcome::Acquired { settled, .. } => {
+                !settled.interrupted_turns.is_empty()
+                    || tx
+                        .get_thread(thread_id)?
+                        .is_some_and(|t| t.updated_at_ms != rows.seen_at)
+            }
             LeaseOutcome::AlreadyHeld => false,
         };
         if let Some(source) = &input.continue_of {
@@ -283,20 +295,21 @@ fn commit_admission(
     })
 }
 
-/// Makes the admitted turn the active one: after a dead owner's turns were settled
-/// (`reload`) the stored history is read again (it holds the settled turns and the new
-/// one), else the turn is appended.
+/// Makes the admitted turn the active one: after a dead owner's turns were settled or
+/// another host changed the conversation (`reload`) the stored conversation and history
+/// are read again (they hold the other turns and the new one), else the turn is appended.
 fn install_turn(s: &mut Session, row: TurnRow, user: ThreadItem, reload: bool) {
     let reloaded = if reload {
         match crate::session::lifecycle::load(&s.shared, &s.id) {
-            Ok(Some((_, _, turns))) => Some(turns),
+            Ok(Some((_, thread, turns))) => Some((thread, turns)),
             _ => None,
         }
     } else {
         None
     };
     match reloaded {
-        Some(turns) if turns.last().is_some_and(|t| t.row.id == row.id) => {
+        Some((thread, turns)) if turns.last().is_some_and(|t| t.row.id == row.id) => {
+            s.thread = thread;
             s.turns = turns;
         }
         _ => s.turns.push(TurnState {
@@ -311,7 +324,8 @@ enum Admission {
     /// Another live process holds the conversation's lease (the turn was not stored).
     Busy(wuu_store::LeaseOwner),
     /// The turn and its user item are stored (`seq`: the item's); `reload`: a dead
-    /// owner's turns were settled by taking the lease, so history must be read again.
+    /// owner's turns were settled by taking the lease, or another host changed the
+    /// conversation, so history must be read again.
     Admitted { seq: u64, reload: bool },
 }
 

@@ -4,7 +4,7 @@ use super::{Fail, PermissionMode};
 use crate::provider::chat::ToolSpec;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// `bash` arguments.
 #[derive(Debug, Deserialize)]
@@ -207,7 +207,8 @@ fn bash_spec(mode: PermissionMode) -> ToolSpec {
                 PermissionMode::Unconfined => "",
             }
         ),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "command": {"type": "string", "description": "The command line, run by `bash -c`."},
@@ -218,7 +219,8 @@ fn bash_spec(mode: PermissionMode) -> ToolSpec {
             },
             "required": ["command"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -230,7 +232,8 @@ fn read_file_spec() -> ToolSpec {
          at most `limit` lines (default 2000) starting at 1-based line `offset` \
          (default 1). Very long lines are cut. Binary files are refused."
             .to_string(),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
@@ -239,7 +242,8 @@ fn read_file_spec() -> ToolSpec {
             },
             "required": ["path"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -252,7 +256,8 @@ fn write_file_spec(mode: PermissionMode) -> ToolSpec {
             "Write a file with the given content, replacing it if it exists. Parent \
              directories are created.",
         ),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
@@ -260,7 +265,8 @@ fn write_file_spec(mode: PermissionMode) -> ToolSpec {
             },
             "required": ["path", "content"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -274,7 +280,8 @@ fn edit_file_spec(mode: PermissionMode) -> ToolSpec {
              (including whitespace) and be unique in the file unless `replace_all` is \
              true; include enough surrounding context to make it unique.",
         ),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "File path, relative to the current directory or absolute."},
@@ -284,7 +291,8 @@ fn edit_file_spec(mode: PermissionMode) -> ToolSpec {
             },
             "required": ["path", "old_string", "new_string"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -311,14 +319,16 @@ fn apply_patch_spec(mode: PermissionMode) -> ToolSpec {
              around each change. The patch is all-or-nothing: if any hunk does not \
              apply, no file is changed.",
         ),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "patch": {"type": "string", "description": "The full patch text, from `*** Begin Patch` to `*** End Patch`."}
             },
             "required": ["patch"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -329,14 +339,16 @@ fn list_files_spec() -> ToolSpec {
         "List files and directories as an indented tree, respecting .gitignore. \
          Directories end with `/`."
             .to_string(),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "path": {"type": "string", "description": "Directory to list (default: current directory)."},
                 "depth": {"type": "integer", "minimum": 1, "description": "How many levels deep to list (default 2)."}
             },
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -347,7 +359,8 @@ fn grep_spec() -> ToolSpec {
         "Search file contents with a regular expression (Rust regex syntax), respecting \
          .gitignore and skipping binary files. Output lines are `path:line:text`."
             .to_string(),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "pattern": {"type": "string", "description": "Regular expression, e.g. `fn\\s+main` or `(?i)todo`."},
@@ -356,7 +369,8 @@ fn grep_spec() -> ToolSpec {
             },
             "required": ["pattern"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -368,14 +382,16 @@ fn glob_spec() -> ToolSpec {
          `**/*.rs` or `src/*.toml`, respecting .gitignore. `*` does not cross `/`; use \
          `**` for any depth. Most recently modified files first."
             .to_string(),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "pattern": {"type": "string", "description": "Glob pattern relative to the current directory."}
             },
             "required": ["pattern"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -390,7 +406,8 @@ fn process_spec() -> ToolSpec {
          `write` (send `input` to its stdin; include a trailing newline for a line), \
          `stop` (terminate it and everything it started)."
             .to_string(),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "action": {"type": "string", "enum": ["list", "read", "write", "stop"]},
@@ -402,7 +419,8 @@ fn process_spec() -> ToolSpec {
             },
             "required": ["action"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }
 
@@ -413,7 +431,8 @@ fn todo_write_spec() -> ToolSpec {
         "Replace the task list shown to the user. Send the full list every time; keep \
          at most one item `in_progress`."
             .to_string(),
-        json!({
+        crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "todos": {
@@ -431,6 +450,7 @@ fn todo_write_spec() -> ToolSpec {
             },
             "required": ["todos"],
             "additionalProperties": false
-        }),
+        }"#,
+        ),
     )
 }

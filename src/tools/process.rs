@@ -32,7 +32,7 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock};
-use wuu_store::{LeaseOwner, ProcessGroupRow, Store};
+use wuu_store::{LeaseOwner, Location, ProcessGroupRow, Store};
 
 /// The environment variable that marks a command's processes.
 pub const TOKEN_VAR: &str = "WUU_COMMAND_TOKEN";
@@ -43,6 +43,17 @@ struct Ledger {
 
 static OWNER: LazyLock<LeaseOwner> = LazyLock::new(LeaseOwner::current);
 static LEDGERS: LazyLock<Mutex<HashMap<PathBuf, Arc<Ledger>>>> = LazyLock::new(Default::default);
+/// The store of each wuu home whose host keeps its conversations elsewhere than
+/// `<home>/wuu.db` ([`use_store`]); the ledger lives with the conversations.
+static LOCATIONS: LazyLock<Mutex<HashMap<PathBuf, Location>>> = LazyLock::new(Default::default);
+
+/// Keeps the ledger of the host of `home` in the store at `location` (the host's
+/// choice at start; `<home>/wuu.db` when never called).
+pub fn use_store(home: &Path, location: &Location) {
+    LOCATIONS
+        .lock()
+        .insert(home.to_path_buf(), location.clone());
+}
 
 fn ledger(home: &Path) -> Arc<Ledger> {
     LEDGERS
@@ -60,7 +71,12 @@ fn with_store(home: &Path, f: impl FnOnce(&mut Store) -> wuu_store::Result<()>) 
     let l = ledger(home);
     let mut guard = l.store.lock();
     if guard.is_none() {
-        match Store::open_home(home) {
+        let location = LOCATIONS
+            .lock()
+            .get(home)
+            .cloned()
+            .unwrap_or_else(|| Location::home(home));
+        match Store::open_location(&location) {
             Ok(s) => *guard = Some(s),
             Err(e) => {
                 log::warn!("process ledger: cannot open the store: {e}");

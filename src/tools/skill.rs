@@ -429,14 +429,16 @@ pub fn spec(skills: &[Skill]) -> Option<ToolSpec> {
     Some(ToolSpec {
         name: NAME.into(),
         description: desc,
-        parameters: json!({
+        parameters: crate::util::static_json(
+            r#"{
             "type": "object",
             "properties": {
                 "name": {"type": "string", "description": "Skill name (a leading `/` is ignored)."},
                 "arguments": {"type": "string", "description": "Optional text substituted for ${ARGUMENTS} in the skill."}
             },
-            "required": ["name"],
-        }),
+            "required": ["name"]
+        }"#,
+        ),
     })
 }
 

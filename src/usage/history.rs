@@ -42,7 +42,7 @@ pub fn date_of(ms: i64, tz: &TimeZone) -> Option<String> {
         return None;
     }
     let ts = jiff::Timestamp::from_millisecond(ms).ok()?;
-    Some(ts.to_zoned(tz.clone()).date().to_string())
+    Some(ts.to_zoned_datetime(tz.clone()).date().to_string())
 }
 
 fn totals_of(r: &UsageScanRow) -> TokenTotals {

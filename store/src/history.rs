@@ -383,7 +383,10 @@ impl Tx<'_> {
 
     /// Reads one item. `Ok(None)` when it does not exist.
     pub fn get_item(&self, thread_id: &str, item_id: &str) -> Result<Option<ItemRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let Some(conn) = self.lite else {
+            return self.ops().get_item(thread_id, item_id);
+        };
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 AND id = ?2"
         ))?;
         let mut rows = stmt.query([thread_id, item_id])?;
@@ -396,9 +399,12 @@ impl Tx<'_> {
     /// See [`crate::Store::load_history`] (SQLite: cached statements, rows decoded in
     /// place).
     pub fn load_history(&self, thread_id: &str) -> Result<Vec<TurnWithItems>> {
+        let Some(conn) = self.lite else {
+            return self.ops().load_history(thread_id);
+        };
         let mut turns = Vec::new();
         {
-            let mut stmt = self.conn.prepare_cached(&format!(
+            let mut stmt = conn.prepare_cached(&format!(
                 "SELECT {TURN_COLS} FROM turns WHERE thread_id = ?1 ORDER BY ordinal"
             ))?;
             let mut rows = stmt.query([thread_id])?;
@@ -406,7 +412,7 @@ impl Tx<'_> {
                 turns.push(turn_from_row(row)?);
             }
         }
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {ITEM_COLS} FROM items WHERE thread_id = ?1 ORDER BY seq"
         ))?;
         let mut rows = stmt.query([thread_id])?;

@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde_json::json;
 
@@ -23,6 +24,23 @@ pub const TOOL_OUTCOME_UNKNOWN: &str = "interrupted: the outcome is unknown";
 
 /// Run statuses that mean "not finished".
 const LIVE_RUN_STATUSES: &[&str] = &["accepted", "running"];
+
+/// The stale limit new connections start with (see [`set_default_stale_ms`]).
+static DEFAULT_STALE_MS: AtomicI64 = AtomicI64::new(crate::DEFAULT_LEASE_STALE_MS);
+
+/// Sets the stale limit (ms, at least 1) every connection opened afterwards in this
+/// process starts with ([`crate::Store::set_lease_stale_ms`] still changes one
+/// connection). A host sets it once at start from its configuration, so its sessions,
+/// its recovery and its takeover sweep judge owners alike.
+pub fn set_default_stale_ms(stale_ms: i64) {
+    DEFAULT_STALE_MS.store(stale_ms.max(1), Ordering::Relaxed);
+}
+
+/// The stale limit (ms) new connections start with: [`crate::DEFAULT_LEASE_STALE_MS`]
+/// unless [`set_default_stale_ms`] changed it.
+pub fn default_stale_ms() -> i64 {
+    DEFAULT_STALE_MS.load(Ordering::Relaxed)
+}
 
 /// Whether process `pid` of this host is alive. Linux: `/proc/<pid>` exists and is not a
 /// zombie. Where `/proc` is unavailable the answer is always `true` (liveness then rests
@@ -44,12 +62,19 @@ pub fn pid_alive(pid: u32) -> bool {
     }
 }
 
-/// This machine's host name (`/proc/sys/kernel/hostname`, `/etc/hostname`, `$HOSTNAME`,
-/// else `localhost`), trimmed.
+/// This machine's host name, trimmed: `$WUU_HOST_NAME` when set (containers that share
+/// a name, tests of hosts on "other machines"), else `/proc/sys/kernel/hostname`,
+/// `/etc/hostname`, `$HOSTNAME`, else `localhost`. Pids are only checked between owners
+/// of the same host name.
 pub fn host_name() -> String {
-    ["/proc/sys/kernel/hostname", "/etc/hostname"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
+    std::env::var("WUU_HOST_NAME")
+        .ok()
+        .into_iter()
+        .chain(
+            ["/proc/sys/kernel/hostname", "/etc/hostname"]
+                .iter()
+                .filter_map(|p| std::fs::read_to_string(p).ok()),
+        )
         .chain(std::env::var("HOSTNAME").ok())
         .map(|s| s.trim().to_string())
         .find(|s| !s.is_empty())
@@ -360,6 +385,23 @@ impl Ops<'_> {
         )))
     }
 
+    /// See [`crate::Store::dead_leases`].
+    pub(crate) fn dead_leases(&self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+        let now = now_ms();
+        let mut out = Vec::new();
+        for row in self.conn.rows(
+            "SELECT thread_id, pid, instance, host, heartbeat_at_ms FROM leases \
+             WHERE instance <> ?1 ORDER BY thread_id",
+            &values![&me.instance],
+        )? {
+            let (thread_id, owner, heartbeat) = lease_row(&row)?;
+            if owner_dead(&owner, heartbeat, me, now, self.lease_stale_ms) {
+                out.push((thread_id, owner, heartbeat));
+            }
+        }
+        Ok(out)
+    }
+
     /// See [`crate::Store::recover`].
     pub(crate) fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
         self.lock_leases()?;
@@ -374,14 +416,7 @@ impl Ops<'_> {
              ORDER BY thread_id",
             &[],
         )? {
-            let thread_id: String = get(&row, 0, "leases", "?")?;
-            let owner = LeaseOwner {
-                pid: get(&row, 1, "leases", &thread_id)?,
-                instance: get(&row, 2, "leases", &thread_id)?,
-                host: get(&row, 3, "leases", &thread_id)?,
-            };
-            let heartbeat: i64 = get(&row, 4, "leases", &thread_id)?;
-            leases.push((thread_id, owner, heartbeat));
+            leases.push(lease_row(&row)?);
         }
         let mut live_threads = HashSet::new();
         for (thread_id, owner, heartbeat) in leases {
@@ -458,6 +493,11 @@ impl Tx<'_> {
         self.ops().lease_of(thread_id)
     }
 
+    /// See [`crate::Store::dead_leases`].
+    pub fn dead_leases(&self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+        self.ops().dead_leases(me)
+    }
+
     /// See [`crate::Store::recover`].
     pub fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
         self.ops().recover(me, stale_ms)
@@ -475,4 +515,23 @@ fn run_owner_dead(
         Some(alive) => !alive,
         None => now.saturating_sub(updated_at_ms) > stale_ms,
     }
+}
+
+/// Whether `holder`, whose last heartbeat was at `heartbeat_ms`, is dead for `me` with
+/// stale limit `stale_ms` (the judgment [`crate::Store::acquire_lease`] makes).
+pub fn holder_dead(holder: &LeaseOwner, heartbeat_ms: i64, me: &LeaseOwner, stale_ms: i64) -> bool {
+    owner_dead(holder, heartbeat_ms, me, now_ms(), stale_ms)
+}
+
+/// One `leases` row as `SELECT thread_id, pid, instance, host, heartbeat_at_ms` reads it:
+/// the thread, its owner and the owner's last heartbeat (Unix ms). Errors: a damaged cell.
+fn lease_row(row: &crate::sql::ValueRow) -> Result<(String, LeaseOwner, i64)> {
+    let thread_id: String = get(row, 0, "leases", "?")?;
+    let owner = LeaseOwner {
+        pid: get(row, 1, "leases", &thread_id)?,
+        instance: get(row, 2, "leases", &thread_id)?,
+        host: get(row, 3, "leases", &thread_id)?,
+    };
+    let heartbeat: i64 = get(row, 4, "leases", &thread_id)?;
+    Ok((thread_id, owner, heartbeat))
 }

@@ -23,6 +23,7 @@ trait Backend: Send + Sized + 'static {
     fn release_lease(&mut self, thread_id: &str, owner: &LeaseOwner) -> Result<()>;
     fn heartbeat(&mut self, owner: &LeaseOwner) -> Result<()>;
     fn lease_of(&mut self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>>;
+    fn dead_leases(&mut self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>>;
     fn set_lease_stale_ms(&mut self, stale_ms: i64);
     fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport>;
     fn upsert_input(&mut self, i: &InputRow) -> Result<()>;
@@ -60,6 +61,9 @@ macro_rules! delegate {
         }
         fn set_lease_stale_ms(&mut self, stale_ms: i64) {
             self.store.set_lease_stale_ms(stale_ms)
+        }
+        fn dead_leases(&mut self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+            self.store.dead_leases(me)
         }
         fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
             self.store.recover(me, stale_ms)
@@ -543,4 +547,36 @@ fn recover_dead_work<B: Backend>(mut store: B) {
 
     // a second pass finds nothing more
     assert!(other.recover(&me, 60_000).unwrap().is_empty());
+}
+
+both!(
+    dead_leases_lists_only_dead_holders,
+    pg_dead_leases_lists_only_dead_holders,
+    dead_leases_listing
+);
+
+/// The takeover sweep's question: a lease whose holder's pid is gone here, or whose
+/// heartbeat is older than the stale limit, is listed; a live holder's and our own are
+/// not; nothing is changed by asking.
+fn dead_leases_listing<B: Backend>(mut store: B) {
+    store.set_lease_stale_ms(300);
+    for id in ["t-dead", "t-live", "t-mine", "t-remote"] {
+        store.insert_thread(&thread(id, "/w", 10)).unwrap();
+    }
+    let live = LiveChild::spawn();
+    let (dead, remote, me) = (dead_owner(), remote_owner(), LeaseOwner::current());
+    store.acquire_lease("t-dead", &dead).unwrap();
+    store.acquire_lease("t-live", &live.owner()).unwrap();
+    store.acquire_lease("t-mine", &me).unwrap();
+    store.acquire_lease("t-remote", &remote).unwrap();
+    let ids =
+        |v: Vec<(String, LeaseOwner, i64)>| v.into_iter().map(|(t, ..)| t).collect::<Vec<_>>();
+    assert_eq!(ids(store.dead_leases(&me).unwrap()), vec!["t-dead"]);
+    std::thread::sleep(Duration::from_millis(400));
+    store.heartbeat(&me).unwrap();
+    let listed = store.dead_leases(&me).unwrap();
+    // the live child never heartbeats: after the stale limit it is dead too
+    assert_eq!(ids(listed.clone()), vec!["t-dead", "t-live", "t-remote"]);
+    assert_eq!(listed[2].1, remote);
+    assert_eq!(store.lease_of("t-dead").unwrap().unwrap().0, dead);
 }

@@ -23,6 +23,7 @@
 mod error;
 mod history;
 mod lease;
+mod location;
 mod organization;
 mod pages;
 #[cfg(feature = "postgres")]
@@ -31,6 +32,7 @@ mod processes;
 mod records;
 mod rows;
 mod schema;
+mod search;
 mod side;
 mod skills;
 mod sql;
@@ -40,7 +42,11 @@ mod usage;
 mod util;
 
 pub use error::{Result, StoreError};
-pub use lease::{host_name, pid_alive, INTERRUPTED_MESSAGE, TOOL_OUTCOME_UNKNOWN};
+pub use lease::{
+    default_stale_ms, host_name, pid_alive, set_default_stale_ms, INTERRUPTED_MESSAGE,
+    TOOL_OUTCOME_UNKNOWN,
+};
+pub use location::{is_postgres_url, redact_url, Location};
 pub use organization::FolderRow;
 pub use pages::{ItemHead, SMALL_BODY_BYTES};
 pub use processes::ProcessGroupRow;
@@ -51,7 +57,7 @@ pub use rows::{
 };
 pub use side::{SideMessageRow, SideThreadRow};
 pub use skills::SkillUseCount;
-pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS};
+pub use store::{Store, Tx, DB_FILE, DEFAULT_BUSY_TIMEOUT, DEFAULT_LEASE_STALE_MS, NO_POSTGRES};
 pub use threads::SNIPPET_CHARS;
 pub use usage::{EngineClaim, LatestTurn, UsageScanRow, UsageSnapshot};
 pub use util::{set_text_filter, TextFilter};

@@ -245,8 +245,10 @@ impl Ops<'_> {
 impl Tx<'_> {
     /// Position (`ordinal`, 1-based insertion order) of a turn; `None` when missing.
     pub fn turn_ordinal(&self, thread_id: &str, turn_id: &str) -> Result<Option<i64>> {
-        Ok(self
-            .conn
+        let Some(conn) = self.lite else {
+            return self.ops().turn_ordinal(thread_id, turn_id);
+        };
+        Ok(conn
             .query_row(
                 "SELECT ordinal FROM turns WHERE thread_id = ?1 AND id = ?2",
                 [thread_id, turn_id],
@@ -262,7 +264,10 @@ impl Tx<'_> {
         thread_id: &str,
         before: Option<i64>,
     ) -> Result<Option<(i64, TurnRow)>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let Some(conn) = self.lite else {
+            return self.ops().turn_before(thread_id, before);
+        };
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {TURN_COLS}, ordinal FROM turns WHERE thread_id = ?1 AND ordinal < ?2 \
              ORDER BY ordinal DESC LIMIT 1"
         ))?;
@@ -279,7 +284,10 @@ impl Tx<'_> {
 
     /// Metadata of the items of one turn, in `seq` order, without their bodies.
     pub fn item_heads(&self, thread_id: &str, turn_id: &str) -> Result<Vec<ItemHead>> {
-        let mut stmt = self.conn.prepare_cached(
+        let Some(conn) = self.lite else {
+            return self.ops().item_heads(thread_id, turn_id);
+        };
+        let mut stmt = conn.prepare_cached(
             "SELECT id, item_type, status, seq, octet_length(body) AS n, \
              CASE WHEN octet_length(body) <= ?3 AND json_valid(body) THEN coalesce(json_extract(body, '$.terminal'), 0) ELSE 0 END, \
              CASE WHEN octet_length(body) <= ?3 AND json_valid(body) THEN json_extract(body, '$.name') END, \
@@ -319,10 +327,13 @@ impl Tx<'_> {
         chunk: usize,
         mut f: impl FnMut(&[u8]),
     ) -> Result<bool> {
+        let Some(conn) = self.lite else {
+            return self.ops().stream_item_body(thread_id, item_id, chunk, f);
+        };
         let Some(rowid) = self.item_rowid(thread_id, item_id)? else {
             return Ok(false);
         };
-        let mut blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        let mut blob = conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
         let mut buf = vec![0u8; chunk.max(1)];
         loop {
             let n = blob.read(&mut buf).map_err(|e| {
@@ -344,10 +355,13 @@ impl Tx<'_> {
         offset: u64,
         len: usize,
     ) -> Result<Option<(Vec<u8>, u64)>> {
+        let Some(conn) = self.lite else {
+            return self.ops().item_body_range(thread_id, item_id, offset, len);
+        };
         let Some(rowid) = self.item_rowid(thread_id, item_id)? else {
             return Ok(None);
         };
-        let blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        let blob = conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
         let total = blob.len() as u64;
         if offset >= total {
             return Ok(Some((vec![], total)));
@@ -360,8 +374,10 @@ impl Tx<'_> {
 
     /// Turn and size of an item. `None` when missing.
     pub fn item_locator(&self, thread_id: &str, item_id: &str) -> Result<Option<(String, u64)>> {
-        let found: Option<(String, i64)> = self
-            .conn
+        let Some(conn) = self.lite else {
+            return self.ops().item_locator(thread_id, item_id);
+        };
+        let found: Option<(String, i64)> = conn
             .query_row(
                 "SELECT turn_id, rowid FROM items WHERE thread_id = ?1 AND id = ?2",
                 [thread_id, item_id],
@@ -372,13 +388,13 @@ impl Tx<'_> {
             return Ok(None);
         };
         // The blob handle knows the size from the record header: the body is not read.
-        let blob = self.conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
+        let blob = conn.blob_open(MAIN_DB, "items", "body", rowid, true)?;
         Ok(Some((turn, blob.len() as u64)))
     }
 
     fn item_rowid(&self, thread_id: &str, item_id: &str) -> Result<Option<i64>> {
-        Ok(self
-            .conn
+        let conn = self.lite_conn()?;
+        Ok(conn
             .query_row(
                 "SELECT rowid FROM items WHERE thread_id = ?1 AND id = ?2",
                 [thread_id, item_id],

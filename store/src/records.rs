@@ -67,7 +67,10 @@ impl Tx<'_> {
 
     /// See [`crate::Store::list_usage`].
     pub fn list_usage(&self, thread_id: Option<&str>) -> Result<Vec<UsageRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let Some(conn) = self.lite else {
+            return self.ops().list_usage(thread_id);
+        };
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {USAGE_COLS} FROM usage WHERE ?1 IS NULL OR thread_id = ?1 ORDER BY at_ms, id"
         ))?;
         let mut rows = stmt.query([thread_id])?;
@@ -85,7 +88,10 @@ impl Tx<'_> {
 
     /// See [`crate::Store::get_input`].
     pub fn get_input(&self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let Some(conn) = self.lite else {
+            return self.ops().get_input(thread_id, id);
+        };
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {INPUT_COLS} FROM inputs WHERE thread_id = ?1 AND id = ?2"
         ))?;
         let mut rows = stmt.query([thread_id, id])?;
@@ -112,7 +118,10 @@ impl Tx<'_> {
 
     /// See [`crate::Store::list_runs`].
     pub fn list_runs(&self, thread_id: &str) -> Result<Vec<RunRow>> {
-        let mut stmt = self.conn.prepare_cached(&format!(
+        let Some(conn) = self.lite else {
+            return self.ops().list_runs(thread_id);
+        };
+        let mut stmt = conn.prepare_cached(&format!(
             "SELECT {RUN_COLS} FROM runs WHERE thread_id = ?1 ORDER BY created_at_ms, rowid"
         ))?;
         let mut rows = stmt.query([thread_id])?;

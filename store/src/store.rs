@@ -1,5 +1,6 @@
-//! [`Store`]: one SQLite connection to `wuu.db`, and [`Tx`], the same row methods inside
-//! one transaction.
+//! [`Store`]: one connection to the wuu database (the SQLite file `wuu.db`, or with the
+//! `postgres` feature a PostgreSQL database, see [`crate::Location`]), and [`Tx`], the
+//! same row methods inside one transaction.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,10 @@ use rusqlite::Connection;
 use crate::error::{Result, StoreError};
 use crate::rows::*;
 use crate::schema;
+
+/// Why a build without the `postgres` feature refuses a PostgreSQL location.
+pub const NO_POSTGRES: &str =
+    "this wuu was built without PostgreSQL support (build it with `--features postgres`)";
 
 /// File name of the database inside the wuu home.
 pub const DB_FILE: &str = "wuu.db";
@@ -29,11 +34,30 @@ pub const DEFAULT_LEASE_STALE_MS: i64 = 30_000;
 /// (snapshot) transaction; writes take `&mut self` and run in one IMMEDIATE transaction
 /// each, waiting up to the busy timeout for the write lock ([`StoreError::Busy`] after
 /// that). Use [`Store::transaction`] to make several changes atomic.
+///
+/// Opened on a PostgreSQL [`Location`] (feature `postgres`), the same methods run on
+/// [`crate::pg::PgStore`]: every call is one READ COMMITTED transaction, a write is
+/// acknowledged only once committed, and each commit is announced to other hosts
+/// ([`Store::listen`], [`Store::changes`]).
 #[derive(Debug)]
 pub struct Store {
+    pub(crate) backend: Backend,
+    pub(crate) lease_stale_ms: i64,
+}
+
+/// The database behind a [`Store`].
+#[derive(Debug)]
+pub(crate) enum Backend {
+    Sqlite(Lite),
+    #[cfg(feature = "postgres")]
+    Postgres(std::cell::RefCell<crate::pg::PgStore>),
+}
+
+/// A [`Store`] on an SQLite file.
+#[derive(Debug)]
+pub(crate) struct Lite {
     pub(crate) conn: Connection,
     path: PathBuf,
-    lease_stale_ms: i64,
     /// This process's write gate of the file and its writer connection (see
     /// [`write_gate`]).
     gate: Gate,
@@ -91,16 +115,47 @@ fn write_gate(path: &Path) -> Gate {
 /// [`Store::transaction`]). Every method behaves as its `Store` namesake, except that
 /// nothing is committed until the closure returns `Ok`.
 pub struct Tx<'c> {
-    pub(crate) conn: &'c Connection,
+    /// The connection the shared row logic runs on.
+    conn: &'c dyn crate::sql::Conn,
+    /// The same connection when it is SQLite's (its hot paths read in place); `None` on
+    /// PostgreSQL.
+    pub(crate) lite: Option<&'c Connection>,
     pub(crate) lease_stale_ms: i64,
 }
 
-impl Tx<'_> {
+impl<'c> Tx<'c> {
+    fn sqlite(conn: &'c Connection, lease_stale_ms: i64) -> Tx<'c> {
+        Tx {
+            conn,
+            lite: Some(conn),
+            lease_stale_ms,
+        }
+    }
+
+    /// The SQLite connection, for code that runs on SQLite only (its callers send
+    /// PostgreSQL to [`Tx::ops`] first).
+    pub(crate) fn lite_conn(&self) -> Result<&'c Connection> {
+        self.lite
+            .ok_or_else(|| StoreError::Invalid("an SQLite-only path ran on PostgreSQL".into()))
+    }
+
     /// The backend-neutral row logic on this transaction's connection.
     pub(crate) fn ops(&self) -> crate::sql::Ops<'_> {
         crate::sql::Ops {
             conn: self.conn,
             lease_stale_ms: self.lease_stale_ms,
+        }
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl<'c> Tx<'c> {
+    /// A transaction over the shared row logic of a PostgreSQL connection.
+    pub(crate) fn over(ops: &crate::sql::Ops<'c>) -> Tx<'c> {
+        Tx {
+            conn: ops.conn,
+            lite: None,
+            lease_stale_ms: ops.lease_stale_ms,
         }
     }
 }
@@ -148,6 +203,51 @@ impl Drop for Open<'_> {
     }
 }
 
+impl Lite {
+    /// See [`Store::transaction`].
+    fn transaction<T>(
+        &mut self,
+        lease_stale_ms: i64,
+        f: impl FnOnce(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let started = std::time::Instant::now();
+        let Some(mut writer) = self.gate.try_lock_for(self.busy_timeout) else {
+            return Err(StoreError::Busy(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+                Some(format!(
+                    "another writer of this process held the write lock for {} s",
+                    self.busy_timeout.as_secs()
+                )),
+            )));
+        };
+        let waited = started.elapsed();
+        // Time spent at the gate is taken off SQLite's busy timeout (whole ms, so an
+        // uncontended gate leaves the setting alone).
+        let busy = if waited >= Duration::from_millis(1) {
+            self.busy_timeout.saturating_sub(waited)
+        } else {
+            self.busy_timeout
+        };
+        let writer = &mut *writer;
+        let conn = match &mut writer.conn {
+            Some(conn) => conn,
+            slot @ None => {
+                let conn = slot.insert(Store::connect(&self.path)?);
+                writer.busy = DEFAULT_BUSY_TIMEOUT;
+                conn
+            }
+        };
+        if writer.busy != busy {
+            conn.busy_timeout(busy)?;
+            writer.busy = busy;
+        }
+        let tx = Open::begin(conn, "BEGIN IMMEDIATE")?;
+        let value = f(&Tx::sqlite(conn, lease_stale_ms))?;
+        tx.commit()?;
+        Ok(value)
+    }
+}
+
 /// Prepared statements a connection keeps (see [`Store::open`]): enough for every
 /// statement of a turn and a listing, ~2–4 KiB each.
 const STATEMENT_CACHE: usize = 64;
@@ -169,12 +269,23 @@ impl Store {
         }
         let conn = Self::connect(path)?;
         Ok(Store {
-            conn,
-            path: path.to_path_buf(),
-            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
-            gate: write_gate(path),
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            backend: Backend::Sqlite(Lite {
+                conn,
+                path: path.to_path_buf(),
+                gate: write_gate(path),
+                busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            }),
+            lease_stale_ms: crate::lease::default_stale_ms(),
         })
+    }
+
+    /// The SQLite side of this store; `None` on PostgreSQL.
+    pub(crate) fn lite(&self) -> Option<&Lite> {
+        match &self.backend {
+            Backend::Sqlite(l) => Some(l),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => None,
+        }
     }
 
     /// One configured connection to `path` (see [`Store::open`]), schema migrated.
@@ -288,16 +399,23 @@ impl Store {
         Ok(())
     }
 
-    /// Path of the database file, as given to [`Store::open`].
+    /// Path of the database file, as given to [`Store::open`]; empty on PostgreSQL.
     pub fn path(&self) -> &Path {
-        &self.path
+        match &self.backend {
+            Backend::Sqlite(l) => &l.path,
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Path::new(""),
+        }
     }
 
-    /// Schema version of the open database (`PRAGMA user_version`).
+    /// Schema version of the open database (`PRAGMA user_version`; on PostgreSQL
+    /// `wuu_schema.version`).
     pub fn schema_version(&self) -> Result<i64> {
-        Ok(self
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))?)
+        match &self.backend {
+            Backend::Sqlite(l) => Ok(l.conn.query_row("PRAGMA user_version", [], |r| r.get(0))?),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => pg.borrow().schema_version(),
+        }
     }
 
     /// `PRAGMA data_version`: changes whenever another connection (of this or another
@@ -305,17 +423,29 @@ impl Store {
     /// the process's writer connection ([`write_gate`]), so this `Store`'s own writes
     /// change it too.
     /// Cheap (no disk read): used to validate caches.
+    ///
+    /// On PostgreSQL: a process-wide count of the commits this process made and of the
+    /// other hosts' commits a [`Store::changes`] call has seen, so it changes within the
+    /// polling interval of the process's listener.
     pub fn data_version(&self) -> Result<i64> {
-        Ok(self
-            .conn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))?)
+        match &self.backend {
+            Backend::Sqlite(l) => Ok(l.conn.query_row("PRAGMA data_version", [], |r| r.get(0))?),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => Ok(crate::pg::change_count()),
+        }
     }
 
     /// Changes how long this connection waits for another connection's lock before
-    /// failing with [`StoreError::Busy`] (default 10 s).
+    /// failing with [`StoreError::Busy`] (default 10 s). No effect on PostgreSQL.
     pub fn set_busy_timeout(&mut self, timeout: Duration) -> Result<()> {
-        self.conn.busy_timeout(timeout)?;
-        self.busy_timeout = timeout;
+        match &mut self.backend {
+            Backend::Sqlite(l) => {
+                l.conn.busy_timeout(timeout)?;
+                l.busy_timeout = timeout;
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => {}
+        }
         Ok(())
     }
 
@@ -323,6 +453,10 @@ impl Store {
     /// owner as dead (default [`DEFAULT_LEASE_STALE_MS`]).
     pub fn set_lease_stale_ms(&mut self, stale_ms: i64) {
         self.lease_stale_ms = stale_ms;
+        #[cfg(feature = "postgres")]
+        if let Backend::Postgres(pg) = &mut self.backend {
+            pg.get_mut().set_lease_stale_ms(stale_ms);
+        }
     }
 
     /// Runs `f` inside one IMMEDIATE transaction (the write lock is taken up front, so
@@ -341,56 +475,48 @@ impl Store {
     /// obtained within the busy timeout (at the gate or at SQLite's lock); SQLite
     /// errors from commit.
     pub fn transaction<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        self.write(Some(""), f)
+    }
+
+    /// [`Store::transaction`], announcing `notify` (a conversation id, `""` for any
+    /// change, `None` for none) to other hosts with a PostgreSQL commit.
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) fn write<T>(
+        &mut self,
+        notify: Option<&str>,
+        f: impl FnOnce(&Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
         let lease_stale_ms = self.lease_stale_ms;
-        let started = std::time::Instant::now();
-        let Some(mut writer) = self.gate.try_lock_for(self.busy_timeout) else {
-            return Err(StoreError::Busy(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
-                Some(format!(
-                    "another writer of this process held the write lock for {} s",
-                    self.busy_timeout.as_secs()
-                )),
-            )));
-        };
-        let waited = started.elapsed();
-        // Time spent at the gate is taken off SQLite's busy timeout (whole ms, so an
-        // uncontended gate leaves the setting alone).
-        let busy = if waited >= Duration::from_millis(1) {
-            self.busy_timeout.saturating_sub(waited)
-        } else {
-            self.busy_timeout
-        };
-        let writer = &mut *writer;
-        let conn = match &mut writer.conn {
-            Some(conn) => conn,
-            slot @ None => {
-                let conn = slot.insert(Self::connect(&self.path)?);
-                writer.busy = DEFAULT_BUSY_TIMEOUT;
-                conn
+        match &mut self.backend {
+            Backend::Sqlite(lite) => lite.transaction(lease_stale_ms, f),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let value = pg.get_mut().transaction(notify, |ops| f(&Tx::over(ops)))?;
+                if notify.is_some() {
+                    crate::pg::note_change();
+                }
+                Ok(value)
             }
-        };
-        if writer.busy != busy {
-            conn.busy_timeout(busy)?;
-            writer.busy = busy;
         }
-        let tx = Open::begin(conn, "BEGIN IMMEDIATE")?;
-        let value = f(&Tx {
-            conn,
-            lease_stale_ms,
-        })?;
-        tx.commit()?;
-        Ok(value)
     }
 
     /// Runs read-only `f` in one deferred transaction (a consistent snapshot).
     pub(crate) fn read<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
-        let tx = Open::begin(&self.conn, "BEGIN")?;
-        let value = f(&Tx {
-            conn: &self.conn,
-            lease_stale_ms: self.lease_stale_ms,
-        })?;
-        tx.commit()?;
-        Ok(value)
+        match &self.backend {
+            Backend::Sqlite(l) => {
+                let tx = Open::begin(&l.conn, "BEGIN")?;
+                let value = f(&Tx::sqlite(&l.conn, self.lease_stale_ms))?;
+                tx.commit()?;
+                Ok(value)
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(pg) => {
+                let mut pg = pg.try_borrow_mut().map_err(|_| {
+                    StoreError::Invalid("a read inside a read of the same store".into())
+                })?;
+                pg.transaction(None, |ops| f(&Tx::over(ops)))
+            }
+        }
     }
 
     // ----- threads -------------------------------------------------------------------
@@ -398,14 +524,17 @@ impl Store {
     /// Inserts a new thread row. Errors: a constraint error ([`StoreError::Sqlite`]) when
     /// the id already exists.
     pub fn insert_thread(&mut self, t: &ThreadRow) -> Result<()> {
-        self.transaction(|tx| tx.insert_thread(t))
+        self.write(Some(&t.id), |tx| tx.insert_thread(t))
     }
 
     /// Whether a thread with this id exists (a primary-key lookup; the row is not
     /// decoded, so a damaged row exists too).
     pub fn thread_exists(&self, id: &str) -> Result<bool> {
+        let Some(lite) = self.lite() else {
+            return self.read(|tx| tx.ops().thread_exists(id));
+        };
         Ok(crate::util::query_row(
-            &self.conn,
+            &lite.conn,
             "SELECT EXISTS (SELECT 1 FROM threads WHERE id = ?1)",
             [id],
             |r| r.get(0),
@@ -425,13 +554,13 @@ impl Store {
     /// [`Store::set_archived`]) or `created_at_ms`, so a stale snapshot cannot undo them.
     /// Errors: [`StoreError::NotFound`] when the thread does not exist.
     pub fn update_thread(&mut self, t: &ThreadRow) -> Result<()> {
-        self.transaction(|tx| tx.update_thread(t))
+        self.write(Some(&t.id), |tx| tx.update_thread(t))
     }
 
     /// Records activity: `updated_at_ms = max(updated_at_ms, updated_at_ms_arg)` (never
     /// moves backwards). Errors: [`StoreError::NotFound`] when the thread does not exist.
     pub fn touch_thread(&mut self, id: &str, updated_at_ms: i64) -> Result<()> {
-        self.transaction(|tx| tx.touch_thread(id, updated_at_ms))
+        self.write(Some(id), |tx| tx.touch_thread(id, updated_at_ms))
     }
 
     /// Stores `title` (`None` clears it) with `revision`, but only if `revision >=` the
@@ -444,7 +573,7 @@ impl Store {
         title: Option<&str>,
         revision: u64,
     ) -> Result<Option<ThreadRow>> {
-        self.transaction(|tx| tx.set_title(id, title, revision))
+        self.write(Some(id), |tx| tx.set_title(id, title, revision))
     }
 
     /// Sets the archived flag; `reason` is stored when archiving and cleared when
@@ -455,7 +584,7 @@ impl Store {
         archived: bool,
         reason: Option<&str>,
     ) -> Result<Option<ThreadRow>> {
-        self.transaction(|tx| tx.set_archived(id, archived, reason))
+        self.write(Some(id), |tx| tx.set_archived(id, archived, reason))
     }
 
     /// Permanently deletes a thread with its turns, items, usage, inputs, runs, continue
@@ -464,7 +593,7 @@ impl Store {
     /// the transaction began is kept: [`DeleteOutcome::NotArchived`]). Whether the thread
     /// is running is the caller's check.
     pub fn delete_thread(&mut self, id: &str, only_if_archived: bool) -> Result<DeleteOutcome> {
-        self.transaction(|tx| tx.delete_thread(id, only_if_archived))
+        self.write(Some(id), |tx| tx.delete_thread(id, only_if_archived))
     }
 
     /// Threads matching `filter`, newest activity first (`updated_at_ms` desc, then id).
@@ -520,13 +649,13 @@ impl Store {
     /// `ordinal`). Errors: [`StoreError::NotFound`] when the thread does not exist; a
     /// constraint error when the turn id already exists in the thread.
     pub fn insert_turn(&mut self, t: &TurnRow) -> Result<()> {
-        self.transaction(|tx| tx.insert_turn(t))
+        self.write(Some(&t.thread_id), |tx| tx.insert_turn(t))
     }
 
     /// Overwrites every column of the turn `(t.thread_id, t.id)` (its position is kept).
     /// Errors: [`StoreError::NotFound`] when it does not exist.
     pub fn update_turn(&mut self, t: &TurnRow) -> Result<()> {
-        self.transaction(|tx| tx.update_turn(t))
+        self.write(Some(&t.thread_id), |tx| tx.update_turn(t))
     }
 
     /// Reads one turn; `Ok(None)` when it does not exist.
@@ -540,12 +669,12 @@ impl Store {
     /// `item.seq` is ignored. Errors: [`StoreError::NotFound`] when the turn (or thread)
     /// does not exist.
     pub fn upsert_item(&mut self, item: &ItemRow) -> Result<u64> {
-        self.transaction(|tx| tx.upsert_item(item))
+        self.write(Some(&item.thread_id), |tx| tx.upsert_item(item))
     }
 
     /// Deletes an item; deleting a missing item is not an error.
     pub fn delete_item(&mut self, thread_id: &str, item_id: &str) -> Result<()> {
-        self.transaction(|tx| tx.delete_item(thread_id, item_id))
+        self.write(Some(thread_id), |tx| tx.delete_item(thread_id, item_id))
     }
 
     /// Reads one item; `Ok(None)` when it does not exist.
@@ -578,14 +707,16 @@ impl Store {
         cut_turn: Option<&str>,
         cut_item: Option<&str>,
     ) -> Result<()> {
-        self.transaction(|tx| tx.copy_history(src, dst, cut_turn, cut_item))
+        self.write(Some(dst), |tx| {
+            tx.copy_history(src, dst, cut_turn, cut_item)
+        })
     }
 
     // ----- usage -----------------------------------------------------------------------
 
     /// Appends a usage record. Errors: a foreign-key error when the thread does not exist.
     pub fn insert_usage(&mut self, u: &UsageRow) -> Result<()> {
-        self.transaction(|tx| tx.insert_usage(u))
+        self.write(Some(&u.thread_id), |tx| tx.insert_usage(u))
     }
 
     /// Usage records of one thread (or of all threads with `None`), oldest first.
@@ -601,7 +732,7 @@ impl Store {
     /// `queue`/`steer` or a state other than `pending`/`held`/`consumed`/`cancelled`; a
     /// foreign-key error when the thread does not exist.
     pub fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
-        self.transaction(|tx| tx.upsert_input(i))
+        self.write(Some(&i.thread_id), |tx| tx.upsert_input(i))
     }
 
     /// Reads one input (in any state); `Ok(None)` when the id was never seen.
@@ -621,7 +752,7 @@ impl Store {
     /// are overwritten; thread_id and created_at_ms of an existing run are kept.
     /// Errors: a foreign-key error when the thread does not exist.
     pub fn upsert_run(&mut self, r: &RunRow) -> Result<()> {
-        self.transaction(|tx| tx.upsert_run(r))
+        self.write(Some(&r.thread_id), |tx| tx.upsert_run(r))
     }
 
     /// Reads a run; `Ok(None)` when it does not exist.
@@ -640,7 +771,9 @@ impl Store {
     /// Returns `true` the first time, `false` forever after (across restarts and
     /// processes). Errors: a foreign-key error when the thread does not exist.
     pub fn claim_continue_source(&mut self, thread_id: &str, source_turn_id: &str) -> Result<bool> {
-        self.transaction(|tx| tx.claim_continue_source(thread_id, source_turn_id))
+        self.write(Some(thread_id), |tx| {
+            tx.claim_continue_source(thread_id, source_turn_id)
+        })
     }
 
     // ----- leases and recovery ---------------------------------------------------------
@@ -659,19 +792,37 @@ impl Store {
     /// unfinished runs whose owner is not alive are settled as interrupted (nobody live
     /// can be running them); they are listed in `settled`.
     pub fn acquire_lease(&mut self, thread_id: &str, owner: &LeaseOwner) -> Result<LeaseOutcome> {
-        self.transaction(|tx| tx.acquire_lease(thread_id, owner))
+        self.write(Some(thread_id), |tx| tx.acquire_lease(thread_id, owner))
     }
 
     /// Releases the lease if `owner`'s instance holds it; otherwise does nothing.
     pub fn release_lease(&mut self, thread_id: &str, owner: &LeaseOwner) -> Result<()> {
-        self.transaction(|tx| tx.release_lease(thread_id, owner))
+        self.write(Some(thread_id), |tx| tx.release_lease(thread_id, owner))
     }
 
     /// Sets `heartbeat_at_ms = now` on every lease of `owner`'s instance and registers
     /// the instance as alive. Call it periodically (well within the stale limit) and
     /// once at startup, before creating runs.
     pub fn heartbeat(&mut self, owner: &LeaseOwner) -> Result<()> {
-        self.transaction(|tx| tx.heartbeat(owner))
+        self.write(None, |tx| tx.heartbeat(owner))
+    }
+
+    /// The leases whose holder is dead for `me` (heartbeat older than the stale limit, or
+    /// a pid gone on this host), as `(thread_id, holder, last heartbeat in Unix ms)`,
+    /// ordered by thread id. Read-only: taking one over is [`Store::acquire_lease`].
+    pub fn dead_leases(&self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+        self.read(|tx| tx.dead_leases(me))
+    }
+
+    /// Whether `holder`, last seen alive at `heartbeat_ms` (Unix ms), is dead for `me`
+    /// under this connection's stale limit (as [`Store::acquire_lease`] judges).
+    pub fn holder_dead(&self, holder: &LeaseOwner, heartbeat_ms: i64, me: &LeaseOwner) -> bool {
+        crate::lease::holder_dead(holder, heartbeat_ms, me, self.lease_stale_ms)
+    }
+
+    /// The stale limit (ms) of this connection.
+    pub fn lease_stale_ms(&self) -> i64 {
+        self.lease_stale_ms
     }
 
     /// The holder of a thread's lease and its last heartbeat (Unix ms), if any.
@@ -690,7 +841,9 @@ impl Store {
         me: &LeaseOwner,
         message: &str,
     ) -> Result<RecoveryReport> {
-        self.transaction(|tx| tx.settle_abandoned(thread_id, me, message))
+        self.write(Some(thread_id), |tx| {
+            tx.settle_abandoned(thread_id, me, message)
+        })
     }
 
     /// Crash recovery, in one transaction. Run it at startup (and whenever useful).

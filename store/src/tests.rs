@@ -653,6 +653,8 @@ fn cached_statements_are_not_compiled_again_on_every_call() {
         a.touch_thread("t1", 10 + i).unwrap();
     }
     let reprepared = b
+        .lite()
+        .unwrap()
         .conn
         .prepare_cached(&sql)
         .unwrap()

@@ -151,6 +151,9 @@ impl Tx<'_> {
         filter: &ThreadFilter,
         mut visit: impl FnMut(&ThreadView<'_>) -> Result<()>,
     ) -> Result<usize> {
+        let Some(conn) = self.lite else {
+            return self.ops().visit_threads(filter, visit);
+        };
         let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
         let mut visited = 0;
         if limit == 0 {
@@ -160,7 +163,7 @@ impl Tx<'_> {
             (Some(_), Some(_)) => workspace_listing_sql(),
             _ => listing_sql(),
         };
-        let mut stmt = self.conn.prepare_cached(&sql)?;
+        let mut stmt = conn.prepare_cached(&sql)?;
         let mut rows = stmt.query(params![filter.cwd.as_deref(), filter.archived])?;
         let mut extra = serde_json::Value::Null;
         while let Some(row) = rows.next()? {
@@ -235,7 +238,8 @@ impl Tx<'_> {
         archived: Option<bool>,
         mut visit: impl FnMut(ThreadRow) -> Result<bool>,
     ) -> Result<()> {
-        let mut stmt = self.conn.prepare_cached(&listing_sql())?;
+        let conn = self.lite_conn()?;
+        let mut stmt = conn.prepare_cached(&listing_sql())?;
         let mut rows = stmt.query(params![cwd, archived])?;
         while let Some(row) = rows.next()? {
             match thread_from_row(row) {
@@ -252,6 +256,9 @@ impl Tx<'_> {
 
     /// See [`crate::Store::list_threads`].
     pub fn list_threads(&self, filter: &ThreadFilter) -> Result<Vec<ThreadRow>> {
+        if self.lite.is_none() {
+            return self.ops().list_threads(filter);
+        }
         let limit = filter.limit.map_or(usize::MAX, |l| l as usize);
         let mut out = Vec::new();
         if limit == 0 {
@@ -266,6 +273,9 @@ impl Tx<'_> {
 
     /// See [`crate::Store::latest_thread`].
     pub fn latest_thread(&self, cwd: &str) -> Result<Option<ThreadRow>> {
+        if self.lite.is_none() {
+            return self.ops().latest_thread(cwd);
+        }
         let mut found = None;
         self.each_thread(Some(cwd), Some(false), |t| {
             found = Some(t);
@@ -276,6 +286,9 @@ impl Tx<'_> {
 
     /// See [`crate::Store::search_threads`].
     pub fn search_threads(&self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
+        let Some(conn) = self.lite else {
+            return self.ops().search_threads(query, limit);
+        };
         let limit = limit as usize;
         let mut hits = Vec::new();
         if limit == 0 {
@@ -307,7 +320,7 @@ impl Tx<'_> {
         // query, and every conversation's messages are read.
         let mut visited = 0usize;
         let mut candidates: Option<Option<std::collections::HashSet<String>>> = None;
-        let mut items = self.conn.prepare_cached(
+        let mut items = conn.prepare_cached(
             "SELECT id, seq, text FROM ( \
                  SELECT id, seq, CASE WHEN json_valid(body) \
                      AND json_type(body, '$.text') = 'text' \
@@ -318,13 +331,7 @@ impl Tx<'_> {
              ORDER BY seq DESC",
         )?;
         self.each_thread(None, None, |t| {
-            let title_hit = [t.title.as_deref(), Some(t.preview.as_str())]
-                .into_iter()
-                .flatten()
-                .find_map(|text| {
-                    find_ci(text, &needle).map(|(s, e)| snippet(text, s, e, SNIPPET_CHARS))
-                });
-            if let Some(snippet) = title_hit {
+            if let Some(snippet) = title_hit(&t, &needle) {
                 hits.push(SearchHit {
                     thread: t,
                     snippet,
@@ -385,6 +392,7 @@ impl Tx<'_> {
         &self,
         needle_lower: &str,
     ) -> Result<Option<std::collections::HashSet<String>>> {
+        let conn = self.lite_conn()?;
         let indexable = needle_lower.chars().count() >= 3
             && needle_lower.chars().all(|c| {
                 !c.is_control() && (c.is_ascii() || (!c.is_lowercase() && !c.is_uppercase()))
@@ -394,7 +402,7 @@ impl Tx<'_> {
         }
         // One FTS5 phrase: the whole query as a substring, quotes doubled.
         let phrase = format!("\"{}\"", needle_lower.replace('"', "\"\""));
-        let mut stmt = self.conn.prepare_cached(
+        let mut stmt = conn.prepare_cached(
             "SELECT DISTINCT items.thread_id FROM item_text \
              JOIN items ON items.rowid = item_text.rowid \
              WHERE item_text MATCH ?1",
@@ -622,4 +630,15 @@ impl Ops<'_> {
         }
         Ok(out)
     }
+}
+
+/// The snippet of a search hit in a conversation's title or preview (`needle_lower`:
+/// the query, lowercased), title first; `None` when neither contains it.
+pub(crate) fn title_hit(t: &ThreadRow, needle_lower: &str) -> Option<String> {
+    [t.title.as_deref(), Some(t.preview.as_str())]
+        .into_iter()
+        .flatten()
+        .find_map(|text| {
+            find_ci(text, needle_lower).map(|(s, e)| snippet(text, s, e, SNIPPET_CHARS))
+        })
 }

@@ -329,7 +329,10 @@ fn latest_from_row(row: &(impl Cells + ?Sized)) -> Result<LatestTurn> {
 impl Tx<'_> {
     /// See [`Store::usage_scan`].
     pub fn usage_scan(&self) -> Result<Vec<UsageScanRow>> {
-        let mut stmt = self.conn.prepare_cached(
+        let Some(conn) = self.lite else {
+            return self.ops().usage_scan();
+        };
+        let mut stmt = conn.prepare_cached(
             "SELECT u.thread_id, t.engine_id, u.turn_id, u.provider, u.model, u.at_ms, \
              u.input_tokens, u.output_tokens, u.cache_read_tokens, u.cache_creation_tokens, \
              CASE WHEN json_valid(t.extra) \
@@ -346,7 +349,10 @@ impl Tx<'_> {
 
     /// See [`Store::engine_claims`].
     pub fn engine_claims(&self) -> Result<Vec<EngineClaim>> {
-        let mut stmt = self.conn.prepare_cached(
+        let Some(conn) = self.lite else {
+            return self.ops().engine_claims();
+        };
+        let mut stmt = conn.prepare_cached(
             "SELECT id, engine_id, CASE WHEN json_valid(extra) \
              THEN json_extract(extra, '$.engine_ref') END \
              FROM threads WHERE engine_id NOT IN ('', 'wuu')",
@@ -369,9 +375,12 @@ impl Tx<'_> {
 
     /// See [`Store::latest_turns`].
     pub fn latest_turns(&self) -> Result<Vec<LatestTurn>> {
+        let Some(conn) = self.lite else {
+            return self.ops().latest_turns();
+        };
         // SQLite: with one MAX() aggregate, the bare columns come from the row holding
         // the maximum.
-        let mut stmt = self.conn.prepare_cached(
+        let mut stmt = conn.prepare_cached(
             "SELECT t.engine_id, tr.provider, tr.thread_id, tr.id, tr.status, tr.error, \
              tr.model, MAX(tr.started_at_ms), tr.completed_at_ms \
              FROM turns tr JOIN threads t ON t.id = tr.thread_id \
@@ -401,7 +410,7 @@ impl Tx<'_> {
             });
         }
         drop(rows);
-        let mut sums = self.conn.prepare_cached(
+        let mut sums = conn.prepare_cached(
             "SELECT COALESCE(SUM(input_tokens + output_tokens + cache_read_tokens + \
              cache_creation_tokens > 0), 0), COALESCE(SUM(input_tokens), 0), \
              COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), \
@@ -431,7 +440,10 @@ impl Tx<'_> {
 
     /// See [`Store::skill_loads`].
     pub fn skill_loads(&self) -> Result<Vec<(String, u64)>> {
-        let mut stmt = self.conn.prepare_cached(SKILL_LOADS_SQL)?;
+        let Some(conn) = self.lite else {
+            return self.ops().skill_loads();
+        };
+        let mut stmt = conn.prepare_cached(SKILL_LOADS_SQL)?;
         let mut rows = stmt.query([])?;
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {

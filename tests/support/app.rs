@@ -136,23 +136,34 @@ impl App {
     pub fn start_with_env(config: Option<Value>, env: &[(&str, &str)]) -> App {
         let (home, ws) = fresh_dirs(config.as_ref());
         let (h, w) = (home.path().to_path_buf(), ws.path().canonicalize().unwrap());
-        let mut app = App::spawn_full(&h, &w, &[], env);
+        let mut app = App::spawn_full(&h, &w, &[], env, None);
         app._dirs = Some((home, ws));
         app
     }
 
     /// Starts a server over an existing home and workspace.
     pub fn spawn_in(home: &Path, workdir: &Path, extra_args: &[&str]) -> App {
-        App::spawn_full(home, workdir, extra_args, &[])
+        App::spawn_full(home, workdir, extra_args, &[], None)
     }
 
     /// Starts a server over an existing home and workspace with extra environment
     /// variables (e.g. `WUU_FAULTS`).
     pub fn spawn_in_env(home: &Path, workdir: &Path, env: &[(&str, &str)]) -> App {
-        App::spawn_full(home, workdir, &[], env)
+        App::spawn_full(home, workdir, &[], env, None)
     }
 
-    fn spawn_full(home: &Path, workdir: &Path, extra_args: &[&str], env: &[(&str, &str)]) -> App {
+    /// [`App::spawn_in_env`] with the server's stderr written to the file `log`.
+    pub fn spawn_logged(home: &Path, workdir: &Path, env: &[(&str, &str)], log: &Path) -> App {
+        App::spawn_full(home, workdir, &[], env, Some(log))
+    }
+
+    fn spawn_full(
+        home: &Path,
+        workdir: &Path,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> App {
         let mut cmd = Command::new(wuu_bin());
         cmd.envs(env.iter().copied());
         cmd.arg("app-server")
@@ -163,7 +174,10 @@ impl App {
             .env_remove("RUST_LOG")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(match log {
+                Some(p) => Stdio::from(std::fs::File::create(p).expect("stderr log")),
+                None => Stdio::inherit(),
+            });
         let mut child = cmd.spawn().expect("spawn wuu");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = channel();
@@ -221,7 +235,7 @@ impl App {
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let dirs = self._dirs.take();
-        let mut fresh = App::spawn_full(&self.home, &self.workdir, &args, &env);
+        let mut fresh = App::spawn_full(&self.home, &self.workdir, &args, &env, None);
         fresh._dirs = dirs;
         *self = fresh;
     }

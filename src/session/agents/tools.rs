@@ -34,7 +34,7 @@ pub fn specs(role: &Role) -> Vec<ToolSpec> {
         Role::Worker { .. } => vec![ToolSpec {
             name: REPORT.into(),
             description: "Hand in your work as a worker agent: the outcome and a summary (plus optional lists). Call it once when you are done, then give your final answer.".into(),
-            parameters: json!({
+            parameters: crate::util::static_json(r#"{
                 "type": "object",
                 "properties": {
                     "outcome": {"type": "string", "enum": ["completed", "stuck", "error", "cancelled"]},
@@ -47,13 +47,13 @@ pub fn specs(role: &Role) -> Vec<ToolSpec> {
                     "artifacts": {"type": "array", "items": {"type": "string"}}
                 },
                 "required": ["outcome", "summary"]
-            }),
+            }"#),
         }],
         Role::Root => vec![
             ToolSpec {
                 name: SPAWN.into(),
                 description: "Delegate a task to a worker agent that runs in its own conversation. context \"fresh\" (default) starts it with only your prompt (make it self-contained); \"fork\" copies this conversation's history first (forks always run in the background). By default the call waits for the worker's result; run_in_background: true returns at once and the result arrives later as a <subagent_notification> message. isolation \"worktree\" runs the worker in a new git worktree.".into(),
-                parameters: json!({
+                parameters: crate::util::static_json(r#"{
                     "type": "object",
                     "properties": {
                         "description": {"type": "string", "description": "3-5 word summary shown to the user."},
@@ -66,12 +66,12 @@ pub fn specs(role: &Role) -> Vec<ToolSpec> {
                         "isolation": {"type": "string", "enum": ["worktree"]}
                     },
                     "required": ["description", "prompt"]
-                }),
+                }"#),
             },
             ToolSpec {
                 name: SEND.into(),
                 description: "Send a message to a worker (by agent id, path or task name). A running worker reads it before its next step; a finished one is revived with it.".into(),
-                parameters: json!({
+                parameters: crate::util::static_json(r#"{
                     "type": "object",
                     "properties": {
                         "target": {"type": "string"},
@@ -79,7 +79,7 @@ pub fn specs(role: &Role) -> Vec<ToolSpec> {
                         "trigger_turn": {"type": "boolean", "description": "Hand the worker a new task; the answer is the worker's snapshot."}
                     },
                     "required": ["target", "message"]
-                }),
+                }"#),
             },
             ToolSpec {
                 name: CLOSE.into(),
@@ -604,5 +604,39 @@ fn report(shared: &Arc<Host>, worker_id: &str, args: &Value) -> ToolOutcome {
     {
         Some(_) => ok(json!({"action": REPORT, "status": "recorded"})),
         None => ToolOutcome::error("agent_report: this conversation is not a live worker"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spec_has_an_object_schema_with_its_required_fields() {
+        let worker = Role::Worker {
+            root_id: "thr_root".into(),
+        };
+        let all: Vec<ToolSpec> = specs(&Role::Root)
+            .into_iter()
+            .chain(specs(&worker))
+            .collect();
+        assert_eq!(all.len(), specs(&Role::Root).len() + 1);
+        for s in &all {
+            assert_eq!(s.parameters["type"], "object", "{}", s.name);
+            let required = s.parameters["required"].as_array().expect("required");
+            for r in required {
+                let field = r.as_str().expect("a field name");
+                assert!(
+                    s.parameters["properties"].get(field).is_some(),
+                    "{}: {field}",
+                    s.name
+                );
+            }
+        }
+        let spawn = all.iter().find(|s| s.name == SPAWN).expect("spawn spec");
+        assert_eq!(
+            spawn.parameters["required"],
+            json!(["description", "prompt"])
+        );
     }
 }

@@ -28,7 +28,6 @@ use crate::rows::{
     ThreadFilter, ThreadRow, TurnRow,
 };
 use crate::sql::{dollar_placeholders, Conn, Dialect, Ops, Value, ValueRow};
-use crate::DEFAULT_LEASE_STALE_MS;
 
 /// The notification channel a [`PgStore`] announces committed changes on; the payload
 /// is the id of the thread that changed (`""` when not one thread).
@@ -38,46 +37,20 @@ pub const CHANNEL: &str = "wuu_changes";
 /// fails with [`StoreError::Unavailable`].
 pub const RECONNECT_WINDOW: Duration = Duration::from_secs(5);
 
-/// Whether `url` names a PostgreSQL database (`postgresql://` or `postgres://`).
-pub fn is_postgres_url(url: &str) -> bool {
-    url.starts_with("postgresql://") || url.starts_with("postgres://")
+pub use crate::location::{is_postgres_url, redact_url};
+
+/// Commits this process made and changes its listeners saw (see
+/// [`crate::Store::data_version`]).
+static CHANGES: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// The process-wide change count ([`crate::Store::data_version`] on PostgreSQL).
+pub(crate) fn change_count() -> i64 {
+    CHANGES.load(std::sync::atomic::Ordering::SeqCst)
 }
 
-/// `url` without its password (`postgresql://user:secret@host/db` →
-/// `postgresql://user@host/db`, a `password=` query parameter dropped), for logs and
-/// answers.
-pub fn redact_url(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((user, host)) => {
-            let user = user.split_once(':').map_or(user, |(u, _)| u);
-            format!("{user}@{host}")
-        }
-        None => authority.to_string(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let kept: Vec<&str> = query
-                .split('&')
-                .filter(|kv| !kv.to_ascii_lowercase().starts_with("password="))
-                .collect();
-            if kept.is_empty() {
-                path.to_string()
-            } else {
-                format!("{path}?{}", kept.join("&"))
-            }
-        }
-        None => tail.to_string(),
-    };
-    if scheme.is_empty() {
-        format!("{authority}{tail}")
-    } else {
-        format!("{scheme}://{authority}{tail}")
-    }
+/// Counts one change (a commit of this process, or other hosts' changes seen).
+pub(crate) fn note_change() {
+    CHANGES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// One libpq connection speaking the shared SQL ([`Conn`]).
@@ -261,7 +234,7 @@ impl PgStore {
         let conn = PgConn::connect(url)?;
         let store = PgStore {
             conn,
-            lease_stale_ms: DEFAULT_LEASE_STALE_MS,
+            lease_stale_ms: crate::lease::default_stale_ms(),
             in_tx: false,
         };
         store.migrate()?;
@@ -326,7 +299,7 @@ impl PgStore {
     }
 
     /// Changes the heartbeat age (ms) after which a lease owner counts as dead (default
-    /// [`DEFAULT_LEASE_STALE_MS`]). Hosts sharing a database should agree on it.
+    /// [`crate::DEFAULT_LEASE_STALE_MS`]). Hosts sharing a database should agree on it.
     pub fn set_lease_stale_ms(&mut self, stale_ms: i64) {
         self.lease_stale_ms = stale_ms;
     }
@@ -361,7 +334,7 @@ impl PgStore {
     /// Runs `f` in one transaction: commits when it returns `Ok` (and only then is the
     /// write acknowledged), rolls back otherwise. `notify`: the thread id to announce on
     /// [`CHANNEL`] with the commit, if any.
-    fn transaction<T>(
+    pub(crate) fn transaction<T>(
         &mut self,
         notify: Option<&str>,
         f: impl FnOnce(&Ops<'_>) -> Result<T>,
@@ -503,6 +476,16 @@ impl PgStore {
     /// See [`crate::Store::heartbeat`].
     pub fn heartbeat(&mut self, owner: &LeaseOwner) -> Result<()> {
         self.transaction(None, |ops| ops.heartbeat(owner))
+    }
+
+    /// See [`crate::Store::dead_leases`].
+    pub fn dead_leases(&mut self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
+        self.transaction(None, |ops| ops.dead_leases(me))
+    }
+
+    /// See [`crate::Store::holder_dead`].
+    pub fn holder_dead(&self, holder: &LeaseOwner, heartbeat_ms: i64, me: &LeaseOwner) -> bool {
+        crate::lease::holder_dead(holder, heartbeat_ms, me, self.lease_stale_ms)
     }
 
     /// See [`crate::Store::lease_of`].
@@ -738,6 +721,102 @@ mod tests {
         assert!(store.get_thread("before").unwrap().is_some());
         assert!(store.get_thread("lost").unwrap().is_none());
         assert!(store.get_thread("after").unwrap().is_some());
+    }
+
+    #[test]
+    fn a_store_opened_on_postgres_lists_searches_and_counts_changes() {
+        let Some(first) = crate::lease_tests::pg_backend::pg() else {
+            return;
+        };
+        let location = crate::Location::Postgres(first.url.clone());
+        let mut a = crate::Store::open_location(&location).unwrap();
+        let mut b = crate::Store::open_location(&location).unwrap();
+        assert!(a.is_shared());
+        b.listen().unwrap();
+        let before = a.data_version().unwrap();
+        let mut t1 = thread("t1");
+        t1.title = Some("Renaming the Parser".into());
+        a.insert_thread(&t1).unwrap();
+        let mut t2 = thread("t2");
+        t2.updated_at_ms = 2_000;
+        a.insert_thread(&t2).unwrap();
+        a.insert_turn(&TurnRow::new("t2", "u1", "user", 2_000))
+            .unwrap();
+        let text = "Ünïcode and \"quotes\" then the NEEDLE here";
+        a.upsert_item(&ItemRow {
+            thread_id: "t2".into(),
+            turn_id: "u1".into(),
+            id: "m1".into(),
+            item_type: "user_message".into(),
+            status: Some("completed".into()),
+            seq: 0,
+            body: serde_json::json!({"id": "m1", "type": "user_message", "text": text}),
+        })
+        .unwrap();
+        assert!(a.data_version().unwrap() > before, "own commits count");
+        // another connection hears of them
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut heard = vec![];
+        while !heard.iter().any(|c| c == "t2") && Instant::now() < deadline {
+            heard.extend(b.changes().unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(heard.iter().any(|c| c == "t1"), "{heard:?}");
+        assert!(heard.iter().any(|c| c == "t2"), "{heard:?}");
+
+        // search: title, message (narrowed and not), nothing, blank
+        let hit = b.search_threads("parser", 10).unwrap();
+        assert_eq!(hit.len(), 1);
+        assert_eq!(hit[0].thread.id, "t1");
+        assert_eq!(hit[0].item_id, None);
+        let hit = b.search_threads("needle", 10).unwrap();
+        assert_eq!(hit.len(), 1);
+        assert_eq!(hit[0].thread.id, "t2");
+        assert_eq!(hit[0].item_id.as_deref(), Some("m1"));
+        assert_eq!(hit[0].item_seq, Some(1));
+        assert!(hit[0].snippet.contains("NEEDLE"), "{}", hit[0].snippet);
+        let hit = b.search_threads("ünïcode", 10).unwrap();
+        assert_eq!(hit.len(), 1, "a non-ASCII query reads every conversation");
+        let hit = b.search_threads("\"quotes\"", 10).unwrap();
+        assert_eq!(hit.len(), 1, "a quoted query reads every conversation");
+        assert!(b.search_threads("absent", 10).unwrap().is_empty());
+        let newest: Vec<_> = b
+            .search_threads(" ", 10)
+            .unwrap()
+            .into_iter()
+            .map(|h| h.thread.id)
+            .collect();
+        assert_eq!(newest, ["t2", "t1"]);
+        assert_eq!(b.search_threads("needle", 0).unwrap().len(), 0);
+
+        // the listing visitor: same rows and order as list_threads
+        let filter = ThreadFilter {
+            cwd: Some("/w".into()),
+            archived: Some(false),
+            limit: None,
+        };
+        let mut seen = vec![];
+        let n = b
+            .visit_threads(&filter, |v| {
+                seen.push(v.id.to_string());
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(seen, ["t2", "t1"]);
+
+        // a transaction through Tx commits together
+        b.transaction(|tx| {
+            tx.touch_thread("t1", 9_000)?;
+            tx.set_archived("t2", true, None).map(|_| ())
+        })
+        .unwrap();
+        let listed = a.list_threads(&filter).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].updated_at_ms, 9_000);
+        assert!(a.thread_exists("t2").unwrap());
+        assert!(!a.thread_exists("nope").unwrap());
+        assert_eq!(a.load_history("t2").unwrap()[0].items.len(), 1);
     }
 
     #[test]

@@ -1,9 +1,10 @@
-//! Thread updates on PostgreSQL: the [`PgStore`] counterparts of the [`crate::Store`]
-//! thread methods beyond those in `mod.rs`. README "Several hosts, one database".
+//! Thread updates, the listing visitor and search on PostgreSQL: the [`PgStore`]
+//! counterparts of the [`crate::Store`] thread methods beyond those in `mod.rs`
+//! (search and the visitor are `crate::search`). README "Several hosts, one database".
 
 use super::PgStore;
 use crate::error::Result;
-use crate::rows::ThreadRow;
+use crate::rows::{SearchHit, ThreadFilter, ThreadRow, ThreadView};
 
 impl PgStore {
     /// See [`crate::Store::thread_exists`].
@@ -51,5 +52,19 @@ impl PgStore {
     /// See [`crate::Store::latest_thread`].
     pub fn latest_thread(&mut self, cwd: &str) -> Result<Option<ThreadRow>> {
         self.transaction(None, |ops| ops.latest_thread(cwd))
+    }
+
+    /// See [`crate::Store::search_threads`].
+    pub fn search_threads(&mut self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
+        self.transaction(None, |ops| ops.search_threads(query, limit))
+    }
+
+    /// See [`crate::Store::visit_threads`].
+    pub fn visit_threads(
+        &mut self,
+        filter: &ThreadFilter,
+        visit: impl FnMut(&ThreadView<'_>) -> Result<()>,
+    ) -> Result<usize> {
+        self.transaction(None, |ops| ops.visit_threads(filter, visit))
     }
 }
