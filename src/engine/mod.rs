@@ -566,40 +566,57 @@ impl Outcome {
     }
 }
 
-/// The provider stream an engine reads inline, as the host can cut it.
+/// The provider stream an engine reads inline, as the host can cut it, and the wake
+/// of the thread that reads it.
 ///
-/// The engine opens it while a provider request runs; the host, after sending a
-/// [`Control`] (or queueing the request that leads to one, when the engine runs on the
-/// host's own thread), calls [`LiveStream::cut`], which cancels the request (shutting
-/// its socket down, so a read blocked on a silent provider returns) when that control
-/// ends the stream. The engine then finds the control in its channel (a host on its
-/// thread serves its mailbox first). Cloning shares the slot.
+/// The engine opens it while a provider request runs. A host on another thread, after
+/// sending a [`Control`], calls [`LiveStream::cut`], which cancels the request
+/// (shutting its socket down, so a read blocked on a silent provider returns) when that
+/// control ends the stream; the engine then finds the control in its channel. A host
+/// on the engine's own thread is woken instead: whoever queues a request for it calls
+/// [`LiveStream::post`], which ends the read the thread is parked in (without damaging
+/// the stream, [`crate::provider::wake`]), so the host serves the request and the
+/// engine reads on, or stops when the control it got ends the stream. Cloning shares
+/// the slot and the wake.
 #[derive(Clone, Debug, Default)]
 pub struct LiveStream {
     slot: std::sync::Arc<parking_lot::Mutex<Option<(CancelToken, bool)>>>,
-    /// The engine runs on its host's thread: a request's sender cuts the stream
-    /// ([`LiveStream::cut_from_outside`]), since the host cannot while a read blocks.
-    outside: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The engine runs on its host's thread ([`LiveStream::post`]).
+    here: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: std::sync::Arc<crate::provider::Wake>,
 }
 
 impl LiveStream {
-    /// Whether senders of requests cut the stream themselves (the engine runs on its
-    /// host's thread) — see [`LiveStream::cut_from_outside`].
-    pub fn set_cut_from_outside(&self, on: bool) {
-        self.outside.store(on, std::sync::atomic::Ordering::SeqCst);
+    /// Whether the engine runs on its host's thread — see [`LiveStream::post`].
+    pub fn set_on_host_thread(&self, on: bool) {
+        self.here.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
-    /// [`LiveStream::cut`] by the sender of a request that leads to `control`, when
-    /// the engine runs on its host's thread; a no-op otherwise (the host cuts).
-    pub fn cut_from_outside(&self, control: &Control) {
-        if self.outside.load(std::sync::atomic::Ordering::SeqCst) {
-            self.cut(control);
+    /// The wake of the thread that reads the stream.
+    pub fn wake(&self) -> &crate::provider::Wake {
+        &self.wake
+    }
+
+    /// Called by whoever queued a request for the host, which leads to `control` (if
+    /// any) for a running turn: wakes the host's thread from a read of a streaming
+    /// body. A read that cannot be woken (the request still waits for its response
+    /// head) is cut instead when the engine runs on the host's thread and `control`
+    /// ends it, since the host cannot serve before it returns.
+    pub fn post(&self, control: Option<&Control>) {
+        self.wake.signal();
+        if let Some(c) = control {
+            if self.here.load(std::sync::atomic::Ordering::SeqCst) && !self.wake.listening() {
+                self.cut(c);
+            }
         }
     }
 
     /// Registers the request in flight; `cut_on_steer` = a steer ends it too (not only
     /// an interrupt).
     pub fn open(&self, token: &CancelToken, cut_on_steer: bool) {
+        if self.here.load(std::sync::atomic::Ordering::SeqCst) {
+            token.set_wake(self.wake.clone());
+        }
         *self.slot.lock() = Some((token.clone(), cut_on_steer));
     }
 

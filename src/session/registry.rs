@@ -74,14 +74,15 @@ pub struct SessionEntry {
     pub tx: Sender<Mail>,
     /// True while a turn executes (for listings' `status`).
     pub running: Arc<AtomicBool>,
-    /// The provider stream the session's turn reads, if any: a request that must cut
-    /// a read blocked on a silent socket (interrupt, steer, shutdown) cuts it here,
-    /// after queueing the request, since the session thread itself is blocked.
+    /// The provider stream the session's turn reads, if any, and the session thread's
+    /// wake: whoever queues a message posts here ([`LiveStream::post`]), which ends a
+    /// read the session thread is parked in so it serves the message.
     pub live: LiveStream,
 }
 
 /// The control a message implies for a running turn's provider stream: an interrupt
-/// (turn or run interrupt, forced archive, shutdown) or a steer; `None` for the rest.
+/// (turn or run interrupt, forced archive, shutdown) or a steer; `None` for the rest
+/// (used to cut a read the session cannot be woken from, [`LiveStream::post`]).
 fn cut_of(msg: &SessionMsg) -> Option<Control> {
     use wuu_protocol::ClientRequest as R;
     match msg {
@@ -237,9 +238,7 @@ impl Registry {
                 match entry.tx.try_send(msg) {
                     Ok(()) => {
                         drop(map);
-                        if let Some(c) = cut {
-                            entry.live.cut_from_outside(&c);
-                        }
+                        entry.live.post(cut.as_ref());
                         if let Some(job) = revival {
                             self.queue_revival(job);
                         }
@@ -258,7 +257,7 @@ impl Registry {
                         }
                         other => {
                             msg = Box::new(other);
-                            entry.tx
+                            (entry.tx, entry.live)
                         }
                     },
                     Err(TrySendError::Disconnected(m)) => {
@@ -270,14 +269,11 @@ impl Registry {
                     }
                 }
             };
+            let (tx, live) = tx;
             let cut = cut_of(&msg);
             match tx.send(msg) {
                 Ok(()) => {
-                    if let Some(c) = cut {
-                        if let Some(e) = self.inner.lock().get(thread_id) {
-                            e.live.cut_from_outside(&c);
-                        }
-                    }
+                    live.post(cut.as_ref());
                     return;
                 }
                 Err(e) => msg = e.0,
@@ -366,7 +362,7 @@ impl Registry {
                 .send_timeout(Box::new(SessionMsg::Shutdown { done: done_tx }), left)
                 .is_ok()
             {
-                e.live.cut_from_outside(&Control::Interrupt);
+                e.live.post(Some(&Control::Interrupt));
                 waits.push((id, done_rx));
             }
         }

@@ -1,22 +1,19 @@
 //! The turn's run loop (spec `app-server.md` §4.9; `engines.md` §1.1).
 //!
-//! With `WUU_TURN_ON_SESSION_THREAD=1` the built-in engine runs the turn on this
-//! (session) thread: its events are projected in place ([`DirectHost`]), and the
-//! session mailbox is served between two reads of the provider stream, before each
-//! model step and every
-//! [`crate::engine::DIRECT_WAIT_SLICE`] while a tool runs. A read blocked on a silent
-//! stream cannot serve the mailbox: a request that must reach the turn (interrupt,
-//! steer, forced archive, shutdown) is cut through by whoever queues it, which shuts
-//! the socket down through the session's [`LiveStream`] (held by its registry entry);
-//! the read returns, the mailbox is served and the engine finds the control. Other
-//! requests (`thread/read` of this conversation, for one) wait for the next read of
-//! the stream, i.e. for the provider's next bytes or its idle timeout.
+//! The built-in engine runs the turn on this (session) thread: its events are
+//! projected in place ([`DirectHost`]), and the session mailbox is served between two
+//! reads of the provider stream, before each model step and every
+//! [`crate::engine::DIRECT_WAIT_SLICE`] while a tool runs. A read parked on a silent
+//! stream is woken by whoever queues a message for the session ([`LiveStream::post`],
+//! from the registry): it returns without damaging the stream, the mailbox is served
+//! (a control that ends the stream cuts it then) and the engine reads on. A run
+//! deadline wakes the read the same way. Only while a request waits for its response
+//! head (which ureq cannot resume) is a read cut from outside, by the sender of a
+//! message that ends the stream.
 //!
-//! Otherwise (by default, and for every external engine) the engine runs on the
-//! conversation's engine thread (long-lived, see
+//! An external engine runs on the conversation's engine thread (long-lived, see
 //! [`crate::session::engines::EngineThread`]) while this thread `select!`s over the
-//! engine's events, the mailbox and the run deadline. (A run deadline is checked
-//! between reads too, so on the session thread it also waits for the next bytes.)
+//! engine's events, the mailbox and the run deadline.
 
 use super::{Driver, Stop};
 use crate::engine::{
@@ -47,15 +44,6 @@ fn engine_failure() -> Outcome {
         category: Some("local".into()),
         ..Default::default()
     }))
-}
-
-/// Whether the built-in engine runs its turns on the session thread
-/// (`WUU_TURN_ON_SESSION_THREAD=1`, read once). Off by default: while a stream is
-/// silent, requests that need the session (`turn/queue`, `thread/read`, a refused
-/// steer) wait for the provider's next bytes, which the tests of those requests catch.
-fn on_session_thread() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("WUU_TURN_ON_SESSION_THREAD").is_ok_and(|v| v == "1"))
 }
 
 /// The driver as the host of an engine running on the session thread.
@@ -114,7 +102,7 @@ impl Driver<'_> {
         let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
         let live = self.s.live.clone();
         self.ctl = Some(ctl_tx.clone());
-        let outcome = if engine.id() == BUILTIN && on_session_thread() {
+        let outcome = if engine.id() == BUILTIN {
             self.run_here(engine, req, (ctl_tx, live), &ctl_rx, steering)
         } else {
             self.run_on_engine_thread(engine, req, (ctl_tx, live), ctl_rx, steering)
@@ -135,7 +123,8 @@ impl Driver<'_> {
         steering: Steering,
     ) -> Outcome {
         let live = ctl.1.clone();
-        live.set_cut_from_outside(true);
+        live.set_on_host_thread(true);
+        live.wake().set_deadline(self.opts.deadline_ms);
         let host = Here {
             mailbox: self.s.rx.clone(),
             driver: RefCell::new(self),
@@ -148,7 +137,8 @@ impl Driver<'_> {
             engine.run_turn(req, &sink, controls)
         }));
         drop(sink);
-        host.ctl.1.set_cut_from_outside(false);
+        host.ctl.1.set_on_host_thread(false);
+        host.ctl.1.wake().set_deadline(None);
         outcome.unwrap_or_else(|_| engine_failure())
     }
 
