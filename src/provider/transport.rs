@@ -284,8 +284,8 @@ mod tests {
         holding.store(false, Ordering::SeqCst);
         let end = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
         chunk(&mut s, &format!("{c2}{}{end}", chat_delta("D")));
-        s.write_all(b"0\r\n\r\n").unwrap();
-        s.flush().unwrap();
+        // The client may hang up as soon as it read `[DONE]`.
+        let _ = s.write_all(b"0\r\n\r\n");
     }
 
     #[test]
@@ -335,5 +335,129 @@ mod tests {
         // One flush before the read that waits, one per wake.
         assert!(sink.flushes_while_held >= 3, "{}", sink.flushes_while_held);
         assert!(!wake.listening());
+    }
+
+    /// The SSE data of a TLS stream that `openssl s_server` sends from its stdin: a
+    /// first piece ending inside an event, then (after the reader was woken three
+    /// times) the rest. Not run (said on stderr) when no `openssl` command is installed.
+    #[test]
+    fn a_wake_mid_tls_stream_loses_and_repeats_no_byte() {
+        use std::process::{Command, Stdio};
+        let dir = std::env::temp_dir().join(format!("wuu-wake-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-keyout",
+                "k.pem",
+                "-out",
+                "c.pem",
+            ])
+            .current_dir(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("no openssl command: the TLS case is not run");
+            return;
+        }
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = Command::new("openssl")
+            .args(["s_server", "-quiet", "-cert", "c.pem", "-key", "k.pem"])
+            .args(["-accept", &format!("127.0.0.1:{port}")])
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut feed = server.stdin.take().unwrap();
+        let c = chat_delta("C");
+        let (c1, c2) = c.split_at(25);
+        let first = format!("{}{}{c1}", chat_delta("A"), chat_delta("B"));
+        let rest = format!("{c2}{}", chat_delta("D"));
+        let chunk = |text: &str| format!("{:x}\r\n{text}\r\n", text.len());
+        write!(
+            feed,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{}",
+            chunk(&first)
+        )
+        .unwrap();
+        feed.flush().unwrap();
+        let config = ureq::Agent::config_builder()
+            .tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .disable_verification(true)
+                    .build(),
+            )
+            .timeout_per_read(Some(Duration::from_secs(20)))
+            .proxy(None)
+            .build();
+        let wake = Arc::new(Wake::new());
+        let agent = ureq::Agent::with_parts(
+            config,
+            connector(Some(wake.clone())),
+            ureq::unversioned::resolver::DefaultResolver::default(),
+        );
+        let url = format!("https://127.0.0.1:{port}/v1/chat/completions");
+        let end = Instant::now() + Duration::from_secs(10);
+        let resp = loop {
+            match agent.post(&url).send(&b"{}"[..]) {
+                Ok(r) => break r,
+                Err(e) if Instant::now() < end => {
+                    log::debug!("s_server not up yet: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let _listening = wake.listen();
+        let mut sse = crate::provider::sse::SseReader::new(io::BufReader::new(
+            resp.into_body().into_reader(),
+        ));
+        let mut data = String::new();
+        let (mut wakes, mut signalled) = (0, 0);
+        loop {
+            match sse.next_event_ref() {
+                Ok(Some(ev)) => data.push_str(&ev.data),
+                Ok(None) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    wakes += 1;
+                    if wakes == 3 {
+                        // Woken three times while the server held: now the rest.
+                        write!(feed, "{}0\r\n\r\n", chunk(&rest)).unwrap();
+                        feed.flush().unwrap();
+                    }
+                }
+                Err(e) => panic!("{e}"),
+            }
+            if data.contains("\"B\"") && signalled < 3 && wakes == signalled {
+                signalled += 1;
+                let w = wake.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(100));
+                    w.signal();
+                });
+            }
+        }
+        let _ = server.kill();
+        let _ = server.wait();
+        let _ = std::fs::remove_dir_all(&dir);
+        let texts: Vec<&str> = ["A", "B", "C", "D"]
+            .iter()
+            .filter(|t| data.contains(&format!("\"content\":\"{t}\"")))
+            .copied()
+            .collect();
+        assert_eq!(texts, ["A", "B", "C", "D"], "{data}");
+        assert_eq!(data.matches("content").count(), 4, "{data}");
+        assert_eq!(wakes, 3);
     }
 }
