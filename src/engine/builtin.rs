@@ -614,20 +614,28 @@ impl Builtin {
         } else {
             tools::spawn(&call.name, &call.arguments, ctx)
         };
-        let mut cancelled = false;
-        let mut cancel_waited = Duration::ZERO;
+        let mut cancelled_at: Option<std::time::Instant> = None;
+        let never = crossbeam_channel::never();
+        let bell = sink.bell().unwrap_or(&never);
         let outcome: ToolOutcome = loop {
-            if self.interrupted && !cancelled {
+            if self.interrupted && cancelled_at.is_none() {
                 handle.cancel();
-                cancelled = true;
+                cancelled_at = Some(std::time::Instant::now());
             }
-            let wait = if cancelled {
-                CANCELLED_TOOL_GRACE.saturating_sub(cancel_waited)
-            } else {
-                Duration::from_secs(3600)
+            let wait = match cancelled_at {
+                Some(t) => CANCELLED_TOOL_GRACE.saturating_sub(t.elapsed()),
+                None => Duration::from_secs(3600),
             };
-            // A host on this thread serves its mailbox between slices of the wait.
-            let slice = sink.wait_slice(wait);
+            if cancelled_at.is_some() && wait.is_zero() {
+                break ToolOutcome {
+                    output: "interrupted: the tool did not stop in time".into(),
+                    is_error: true,
+                    ..Default::default()
+                };
+            }
+            // A host on this thread serves its mailbox when its bell rings and at its
+            // run deadline.
+            let wait = sink.wait_limit(wait);
             sink.serve();
             let ctl = self.controls(controls);
             select! {
@@ -647,18 +655,8 @@ impl Builtin {
                     },
                 },
                 recv(ctl) -> c => self.note(c),
-                default(slice) => {
-                    if cancelled {
-                        cancel_waited += slice;
-                    }
-                    if cancelled && cancel_waited >= CANCELLED_TOOL_GRACE {
-                        break ToolOutcome {
-                            output: "interrupted: the tool did not stop in time".into(),
-                            is_error: true,
-                            ..Default::default()
-                        };
-                    }
-                }
+                recv(bell) -> _ => {}
+                default(wait) => {}
             }
         };
         trace.write(json!({

@@ -574,20 +574,20 @@ impl Outcome {
 /// (shutting its socket down, so a read blocked on a silent provider returns) when that
 /// control ends the stream; the engine then finds the control in its channel. A host
 /// on the engine's own thread is woken instead: whoever queues a request for it calls
-/// [`LiveStream::post`], which ends the read the thread is parked in (without damaging
+/// [`LiveStream::posted`], which ends the read the thread is parked in (without damaging
 /// the stream, [`crate::provider::wake`]), so the host serves the request and the
 /// engine reads on, or stops when the control it got ends the stream. Cloning shares
 /// the slot and the wake.
 #[derive(Clone, Debug, Default)]
 pub struct LiveStream {
     slot: std::sync::Arc<parking_lot::Mutex<Option<(CancelToken, bool)>>>,
-    /// The engine runs on its host's thread ([`LiveStream::post`]).
+    /// The engine runs on its host's thread ([`LiveStream::posted`]).
     here: std::sync::Arc<std::sync::atomic::AtomicBool>,
     wake: std::sync::Arc<crate::provider::Wake>,
 }
 
 impl LiveStream {
-    /// Whether the engine runs on its host's thread — see [`LiveStream::post`].
+    /// Whether the engine runs on its host's thread — see [`LiveStream::posted`].
     pub fn set_on_host_thread(&self, on: bool) {
         self.here.store(on, std::sync::atomic::Ordering::SeqCst);
     }
@@ -597,16 +597,35 @@ impl LiveStream {
         &self.wake
     }
 
-    /// Called by whoever queued a request for the host, which leads to `control` (if
-    /// any) for a running turn: wakes the host's thread from a read of a streaming
-    /// body. A read that cannot be woken (the request still waits for its response
-    /// head) is cut instead when the engine runs on the host's thread and `control`
-    /// ends it, since the host cannot serve before it returns.
-    pub fn post(&self, control: Option<&Control>) {
+    /// Before queueing a request for the host that leads to `control` (if any) for a
+    /// running turn: the request in flight that [`LiveStream::posted`] cuts if it
+    /// cannot be woken from — only when the engine runs on the host's thread and
+    /// `control` ends that request.
+    pub fn cut_target(&self, control: Option<&Control>) -> Option<CancelToken> {
+        let c = control?;
+        if !self.here.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        let slot = self.slot.lock();
+        let (token, cut_on_steer) = slot.as_ref()?;
+        let ends = match c {
+            Control::Interrupt => true,
+            Control::Steer(_) => *cut_on_steer,
+            Control::Answer { .. } => false,
+        };
+        ends.then(|| token.clone())
+    }
+
+    /// After queueing a request for the host: wakes the host's thread from a read of
+    /// a streaming body. `target` ([`LiveStream::cut_target`], taken before queueing,
+    /// so never a request the host started after serving this one) is cut when no
+    /// read can be woken (its request still waits for its response head), since the
+    /// host cannot serve before that read returns.
+    pub fn posted(&self, target: Option<CancelToken>) {
         self.wake.signal();
-        if let Some(c) = control {
-            if self.here.load(std::sync::atomic::Ordering::SeqCst) && !self.wake.listening() {
-                self.cut(c);
+        if let Some(t) = target {
+            if !self.wake.listening() {
+                t.cancel();
             }
         }
     }
@@ -671,10 +690,6 @@ pub struct EventSink<'a> {
     target: Target<'a>,
     live: LiveStream,
 }
-
-/// How long an engine that runs on its host's thread waits at most (for a tool, a
-/// backoff) before it lets the host serve its mailbox ([`EventSink::wait_slice`]).
-pub const DIRECT_WAIT_SLICE: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl<'a> EventSink<'a> {
     /// A sink writing into `tx`.
@@ -755,13 +770,25 @@ impl<'a> EventSink<'a> {
         }
     }
 
-    /// The longest an engine may block in one wait: `wait` for a channel host;
-    /// at most [`DIRECT_WAIT_SLICE`] for a host on this thread, which must serve its
-    /// mailbox ([`EventSink::serve`]) between slices.
-    pub fn wait_slice(&self, wait: std::time::Duration) -> std::time::Duration {
+    /// The longest an engine may block in one wait: `wait` for a channel host; for a
+    /// host on this thread, at most until its run deadline, after which it must serve
+    /// its mailbox ([`EventSink::serve`]), as when [`EventSink::bell`] rings.
+    pub fn wait_limit(&self, wait: std::time::Duration) -> std::time::Duration {
         match &self.target {
             Target::Channel(_) => wait,
-            Target::Direct(_) => wait.min(DIRECT_WAIT_SLICE),
+            Target::Direct(_) => match self.live.wake().until_deadline() {
+                Some(d) => wait.min(d),
+                None => wait,
+            },
+        }
+    }
+
+    /// A channel that has a message when a host on this thread has mail to serve
+    /// ([`EventSink::serve`]); `None` for a channel host.
+    pub fn bell(&self) -> Option<&Receiver<()>> {
+        match &self.target {
+            Target::Channel(_) => None,
+            Target::Direct(_) => Some(self.live.wake().bell()),
         }
     }
 }

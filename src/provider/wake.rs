@@ -9,7 +9,8 @@
 //! Whoever posts to the mailbox calls [`Wake::signal`]: an atomic store, plus one
 //! `eventfd` write only while the reader is parked in such a read. The reader checks
 //! the signal after announcing it parks, so a post racing with the park is never
-//! missed. A run deadline ([`Wake::set_deadline`]) wakes the read too.
+//! missed. A run deadline ([`Wake::set_deadline`]) wakes the read too. A thread that
+//! waits on channels instead (for a tool) selects over [`Wake::bell`].
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -21,8 +22,13 @@ use rustix::event::{PollFd, PollFlags};
 
 /// The wake of one consumer thread (a session): long-lived, shared by the posters and
 /// the reader. The `eventfd` is created at the first park.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Wake {
+    /// Rung by every signal (one pending ring at most), for waits on channels.
+    bell: (
+        crossbeam_channel::Sender<()>,
+        crossbeam_channel::Receiver<()>,
+    ),
     fd: OnceLock<OwnedFd>,
     /// The reader is parked (or about to) in a read that a signal ends.
     parked: AtomicBool,
@@ -54,16 +60,48 @@ impl Drop for Listening<'_> {
     }
 }
 
+impl Default for Wake {
+    fn default() -> Self {
+        Wake {
+            bell: crossbeam_channel::bounded(1),
+            fd: OnceLock::new(),
+            parked: AtomicBool::new(false),
+            signalled: AtomicBool::new(false),
+            listening: AtomicBool::new(false),
+            deadline_ms: AtomicI64::new(0),
+        }
+    }
+}
+
 impl Wake {
     /// A wake with nothing signalled.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// A channel that has a message after a signal (a ring may be stale: a waiter
+    /// that wakes on it serves what there is, maybe nothing).
+    pub fn bell(&self) -> &crossbeam_channel::Receiver<()> {
+        &self.bell.1
+    }
+
+    /// How long until the deadline ([`Wake::set_deadline`]), if one is set and not
+    /// passed.
+    pub fn until_deadline(&self) -> Option<Duration> {
+        match self.deadline_ms.load(Ordering::SeqCst) {
+            0 => None,
+            d => {
+                let left = d - crate::util::now_ms();
+                (left > 0).then(|| Duration::from_millis(left as u64))
+            }
+        }
+    }
+
     /// Tells the reader something was posted: it returns from the read it is parked
     /// in (or from its next one). Costs one `eventfd` write only while it is parked.
     pub fn signal(&self) {
         self.signalled.store(true, Ordering::SeqCst);
+        let _ = self.bell.0.try_send(());
         if self.parked.load(Ordering::SeqCst) {
             if let Some(fd) = self.fd.get() {
                 // A full counter (never in practice) is already a pending wake.

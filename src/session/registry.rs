@@ -75,14 +75,14 @@ pub struct SessionEntry {
     /// True while a turn executes (for listings' `status`).
     pub running: Arc<AtomicBool>,
     /// The provider stream the session's turn reads, if any, and the session thread's
-    /// wake: whoever queues a message posts here ([`LiveStream::post`]), which ends a
+    /// wake: whoever queues a message tells it ([`LiveStream::posted`]), which ends a
     /// read the session thread is parked in so it serves the message.
     pub live: LiveStream,
 }
 
 /// The control a message implies for a running turn's provider stream: an interrupt
 /// (turn or run interrupt, forced archive, shutdown) or a steer; `None` for the rest
-/// (used to cut a read the session cannot be woken from, [`LiveStream::post`]).
+/// (used to cut a read the session cannot be woken from, [`LiveStream::posted`]).
 fn cut_of(msg: &SessionMsg) -> Option<Control> {
     use wuu_protocol::ClientRequest as R;
     match msg {
@@ -234,11 +234,11 @@ impl Registry {
                         e
                     }
                 };
-                let cut = cut_of(&msg);
+                let cut = entry.live.cut_target(cut_of(&msg).as_ref());
                 match entry.tx.try_send(msg) {
                     Ok(()) => {
                         drop(map);
-                        entry.live.post(cut.as_ref());
+                        entry.live.posted(cut);
                         if let Some(job) = revival {
                             self.queue_revival(job);
                         }
@@ -270,10 +270,10 @@ impl Registry {
                 }
             };
             let (tx, live) = tx;
-            let cut = cut_of(&msg);
+            let cut = live.cut_target(cut_of(&msg).as_ref());
             match tx.send(msg) {
                 Ok(()) => {
-                    live.post(cut.as_ref());
+                    live.posted(cut);
                     return;
                 }
                 Err(e) => msg = e.0,
@@ -358,11 +358,12 @@ impl Registry {
         for (id, e) in entries {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
             let left = deadline.saturating_duration_since(Instant::now());
+            let cut = e.live.cut_target(Some(&Control::Interrupt));
             if e.tx
                 .send_timeout(Box::new(SessionMsg::Shutdown { done: done_tx }), left)
                 .is_ok()
             {
-                e.live.post(Some(&Control::Interrupt));
+                e.live.posted(cut);
                 waits.push((id, done_rx));
             }
         }

@@ -2,9 +2,9 @@
 //!
 //! The built-in engine runs the turn on this (session) thread: its events are
 //! projected in place ([`DirectHost`]), and the session mailbox is served between two
-//! reads of the provider stream, before each model step and every
-//! [`crate::engine::DIRECT_WAIT_SLICE`] while a tool runs. A read parked on a silent
-//! stream is woken by whoever queues a message for the session ([`LiveStream::post`],
+//! reads of the provider stream, before each model step and, while a tool runs, when
+//! the session's wake rings ([`crate::engine::EventSink::bell`]). A read parked on a silent
+//! stream is woken by whoever queues a message for the session ([`LiveStream::posted`],
 //! from the registry): it returns without damaging the stream, the mailbox is served
 //! (a control that ends the stream cuts it then) and the engine reads on. A run
 //! deadline wakes the read the same way. Only while a request waits for its response
