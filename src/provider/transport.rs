@@ -170,11 +170,25 @@ impl Transport for WakeTransport {
         }
         let limit = timeout.not_zero().map(|d| *d);
         if let Some(wake) = self.wake.as_ref().filter(|w| w.listening()) {
-            match wake.park(Some(self.socket.0.as_fd()), limit)? {
-                Parked::Readable => {}
-                Parked::Woken => return Err(Error::Io(io::ErrorKind::WouldBlock.into())),
-                Parked::TimedOut => return Err(Error::Timeout(timeout.reason)),
-            }
+            // What is already there is read at once; otherwise wait for the socket
+            // and the wake together.
+            let input = self.buffers.input_append_buf();
+            let amount = loop {
+                let sock = self.socket.0.as_fd();
+                match rustix::net::recv(sock, &mut *input, rustix::net::RecvFlags::DONTWAIT) {
+                    Ok((n, _)) => break n,
+                    Err(rustix::io::Errno::INTR) => continue,
+                    Err(rustix::io::Errno::AGAIN) => {}
+                    Err(e) => return Err(Error::Io(e.into())),
+                }
+                match wake.park(Some(sock), limit)? {
+                    Parked::Readable => {}
+                    Parked::Woken => return Err(Error::Io(io::ErrorKind::WouldBlock.into())),
+                    Parked::TimedOut => return Err(Error::Timeout(timeout.reason)),
+                }
+            };
+            self.buffers.input_appended(amount);
+            return Ok(amount > 0);
         }
         let stream = &self.socket.0;
         update(&mut self.read_timeout, limit, |t| {

@@ -151,9 +151,6 @@ impl Wake {
         self.parked.store(true, Ordering::SeqCst);
         let outcome = self.poll(socket, efd.as_fd(), timeout, started);
         self.parked.store(false, Ordering::SeqCst);
-        // Reset the counter whatever woke the poll: the signal flag is the truth.
-        let mut buf = [0u8; 8];
-        let _ = rustix::io::read(efd, &mut buf);
         match outcome? {
             Parked::Woken => {
                 self.signalled.store(false, Ordering::SeqCst);
@@ -203,6 +200,11 @@ impl Wake {
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
+            }
+            if !fds[0].revents().is_empty() {
+                // Reset the counter: the signal flag says whether a post is pending.
+                let mut buf = [0u8; 8];
+                let _ = rustix::io::read(efd, &mut buf);
             }
             if n == 2 && !fds[1].revents().is_empty() {
                 return Ok(Parked::Readable);
