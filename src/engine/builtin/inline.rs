@@ -71,6 +71,9 @@ impl Builtin {
         };
         // A control sent before the stream was open found nothing to cut: look now.
         if step.poll() {
+            // The request may wait long for its response head: a host on this thread
+            // lets go of what it need not hold meanwhile (its store connection).
+            sink.idle();
             provider.stream_with_cancel(&req, &token, &mut step);
         }
         sink.live().close();
@@ -103,6 +106,7 @@ impl Builtin {
             end: None,
         };
         if summary.poll() {
+            sink.idle();
             provider.stream_with_cancel(&chat, &token, &mut summary);
         }
         sink.live().close();
