@@ -10,6 +10,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 use support::app::{config_for, App};
+use support::fake_provider::{Ending, FakeProvider, Script};
 
 /// Generous bound for "answered, not stalled".
 const PROMPT: Duration = Duration::from_secs(5);
@@ -366,4 +367,76 @@ fn an_opencode_message_file_over_the_limit_is_skipped_and_the_rest_counted() {
     let r = response_within(&mut app, &id, PROMPT).expect("settings/usage stalled");
     let o = breakdown(&r["result"], "opencode").expect("opencode entry");
     assert_eq!(o["outside"]["input_tokens"], 7, "{o}");
+}
+
+#[test]
+fn a_silent_stream_leaves_the_conversation_answering_and_loses_no_delta() {
+    let fake = FakeProvider::start();
+    let mut cfg = config_for(&fake.base_url());
+    cfg["agent"] = json!({"auto_title": false});
+    let mut app = App::start(Some(cfg));
+    let th = thread_id(&app.call("thread/start", json!({})));
+    // The provider sends the text, then holds the stream silent before its end.
+    let silence = Duration::from_secs(6);
+    fake.push(Script::text(&["alpha ", "beta ", "gamma"]).ending(Ending::Late(silence)));
+    fake.push(Script::text(&["Queued done."]));
+    let r = app.call("turn/start", json!({"thread_id": th, "prompt": "first"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    let mut text = String::new();
+    while text != "alpha beta gamma" {
+        let d = app.notification("item/agentMessage/delta");
+        text.push_str(d["params"]["delta"].as_str().unwrap());
+    }
+    let silent_from = Instant::now();
+    // Requests that need the conversation are answered while its stream is silent.
+    let id = app.send(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    let read = response_within(&mut app, &id, PROMPT).expect("thread/resume answered");
+    assert!(read.get("error").is_none(), "{read}");
+    let id = app.send(
+        "turn/queue",
+        json!({"thread_id": th, "prompt": "second", "client_id": "q-1"}),
+    );
+    let queued = response_within(&mut app, &id, PROMPT).expect("turn/queue answered");
+    assert_eq!(queued["result"]["queued"]["id"], "q-1", "{queued}");
+    // A steer the conversation refuses (not its turn) leaves the stream as it is.
+    let id = app.send(
+        "turn/steer",
+        json!({"thread_id": th, "prompt": "x", "expected_turn_id": "not-this-turn"}),
+    );
+    let refused = response_within(&mut app, &id, PROMPT).expect("turn/steer answered");
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert!(
+        silent_from.elapsed() < silence,
+        "answered only once the stream spoke again"
+    );
+    // The turn then ends as the provider ends it, with every delta once, from the
+    // one request (nothing cut it and asked again).
+    let t = turn.clone();
+    let end = app.wait_for("turn end", move |v| {
+        (v["method"] == "turn/completed" && v["params"]["turn"]["id"] == json!(t))
+            || (v["method"] == "turn/error" && v["params"]["turn_id"] == json!(t))
+    });
+    assert_eq!(end["method"], "turn/completed", "{end}");
+    assert!(
+        app.backlog
+            .iter()
+            .all(|v| v["method"] != "item/agentMessage/delta"
+                || v["params"]["turn_id"] != json!(turn)),
+        "a delta of the first turn came twice: {:?}",
+        app.backlog
+    );
+    let answer = end["params"]["turn"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "agent_message")
+        .map(|i| i["text"].clone());
+    assert_eq!(answer, Some(json!("alpha beta gamma")), "{end}");
+    // The queued input runs next, as the second (and last) request.
+    let queued_turn = app.wait_for("queued turn", |v| v["method"] == "turn/completed");
+    assert_ne!(queued_turn["params"]["turn"]["id"], json!(turn));
+    assert_eq!(fake.requests().len(), 2);
 }

@@ -30,6 +30,9 @@ use wuu_protocol::{Recovery, TurnError};
 
 mod inline;
 
+/// How long an interrupted tool may take to stop before the turn goes on without it.
+const CANCELLED_TOOL_GRACE: Duration = Duration::from_secs(10);
+
 /// The built-in engine bound to one conversation's provider.
 pub struct Builtin {
     provider: Arc<dyn Provider>,
@@ -134,8 +137,10 @@ impl Builtin {
         }
     }
 
-    /// Reads the controls that are already waiting.
-    fn drain(&mut self, controls: &Receiver<Control>) {
+    /// Reads the controls that are already waiting (a host on this thread serves its
+    /// mailbox first: the controls it yields are among them).
+    fn drain(&mut self, sink: &EventSink, controls: &Receiver<Control>) {
+        sink.serve();
         loop {
             match controls.try_recv() {
                 Ok(c) => self.note(Ok(c)),
@@ -255,7 +260,7 @@ impl Builtin {
         sink: &EventSink,
         controls: &Receiver<Control>,
     ) -> Result<StepStart, Outcome> {
-        self.drain(controls);
+        self.drain(sink, controls);
         if self.interrupted {
             return Err(Outcome::Interrupted);
         }
@@ -552,7 +557,7 @@ impl Builtin {
         controls: &Receiver<Control>,
         trace: &mut Trace,
     ) {
-        self.drain(controls);
+        self.drain(sink, controls);
         let not_run = |sink: &EventSink, why: &str| {
             sink.emit(EngineEvent::ToolEnd {
                 call_id: call.id.clone(),
@@ -609,17 +614,29 @@ impl Builtin {
         } else {
             tools::spawn(&call.name, &call.arguments, ctx)
         };
-        let mut cancelled = false;
+        let mut cancelled_at: Option<std::time::Instant> = None;
+        let never = crossbeam_channel::never();
+        let bell = sink.bell().unwrap_or(&never);
         let outcome: ToolOutcome = loop {
-            if self.interrupted && !cancelled {
+            if self.interrupted && cancelled_at.is_none() {
                 handle.cancel();
-                cancelled = true;
+                cancelled_at = Some(std::time::Instant::now());
             }
-            let wait = if cancelled {
-                Duration::from_secs(10)
-            } else {
-                Duration::from_secs(3600)
+            let wait = match cancelled_at {
+                Some(t) => CANCELLED_TOOL_GRACE.saturating_sub(t.elapsed()),
+                None => Duration::from_secs(3600),
             };
+            if cancelled_at.is_some() && wait.is_zero() {
+                break ToolOutcome {
+                    output: "interrupted: the tool did not stop in time".into(),
+                    is_error: true,
+                    ..Default::default()
+                };
+            }
+            // A host on this thread serves its mailbox when its bell rings and at its
+            // run deadline.
+            let wait = sink.wait_limit(wait);
+            sink.serve();
             let ctl = self.controls(controls);
             select! {
                 recv(handle.events) -> ev => match ev {
@@ -638,15 +655,8 @@ impl Builtin {
                     },
                 },
                 recv(ctl) -> c => self.note(c),
-                default(wait) => {
-                    if cancelled {
-                        break ToolOutcome {
-                            output: "interrupted: the tool did not stop in time".into(),
-                            is_error: true,
-                            ..Default::default()
-                        };
-                    }
-                }
+                recv(bell) -> _ => {}
+                default(wait) => {}
             }
         };
         trace.write(json!({

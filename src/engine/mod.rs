@@ -566,21 +566,76 @@ impl Outcome {
     }
 }
 
-/// The provider stream an engine reads inline on its own thread, as the host can cut it.
+/// The provider stream an engine reads inline, as the host can cut it, and the wake
+/// of the thread that reads it.
 ///
-/// The engine opens it while a provider request runs; the host, after sending a
-/// [`Control`], calls [`LiveStream::cut`], which cancels the request (shutting its
-/// socket down, so a read blocked on a silent provider returns) when that control ends
-/// the stream. The engine then finds the control in its channel. Cloning shares the slot.
+/// The engine opens it while a provider request runs. A host on another thread, after
+/// sending a [`Control`], calls [`LiveStream::cut`], which cancels the request
+/// (shutting its socket down, so a read blocked on a silent provider returns) when that
+/// control ends the stream; the engine then finds the control in its channel. A host
+/// on the engine's own thread is woken instead: whoever queues a request for it calls
+/// [`LiveStream::posted`], which ends the read the thread is parked in (without damaging
+/// the stream, [`crate::provider::wake`]), so the host serves the request and the
+/// engine reads on, or stops when the control it got ends the stream. Cloning shares
+/// the slot and the wake.
 #[derive(Clone, Debug, Default)]
 pub struct LiveStream {
     slot: std::sync::Arc<parking_lot::Mutex<Option<(CancelToken, bool)>>>,
+    /// The engine runs on its host's thread ([`LiveStream::posted`]).
+    here: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    wake: std::sync::Arc<crate::provider::Wake>,
 }
 
 impl LiveStream {
+    /// Whether the engine runs on its host's thread — see [`LiveStream::posted`].
+    pub fn set_on_host_thread(&self, on: bool) {
+        self.here.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The wake of the thread that reads the stream.
+    pub fn wake(&self) -> &crate::provider::Wake {
+        &self.wake
+    }
+
+    /// Before queueing a request for the host that leads to `control` (if any) for a
+    /// running turn: the request in flight that [`LiveStream::posted`] cuts if it
+    /// cannot be woken from — only when the engine runs on the host's thread and
+    /// `control` ends that request.
+    pub fn cut_target(&self, control: Option<&Control>) -> Option<CancelToken> {
+        let c = control?;
+        if !self.here.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        let slot = self.slot.lock();
+        let (token, cut_on_steer) = slot.as_ref()?;
+        let ends = match c {
+            Control::Interrupt => true,
+            Control::Steer(_) => *cut_on_steer,
+            Control::Answer { .. } => false,
+        };
+        ends.then(|| token.clone())
+    }
+
+    /// After queueing a request for the host: wakes the host's thread from a read of
+    /// a streaming body. `target` ([`LiveStream::cut_target`], taken before queueing,
+    /// so never a request the host started after serving this one) is cut when no
+    /// read can be woken (its request still waits for its response head), since the
+    /// host cannot serve before that read returns.
+    pub fn posted(&self, target: Option<CancelToken>) {
+        self.wake.signal();
+        if let Some(t) = target {
+            if !self.wake.listening() {
+                t.cancel();
+            }
+        }
+    }
+
     /// Registers the request in flight; `cut_on_steer` = a steer ends it too (not only
     /// an interrupt).
     pub fn open(&self, token: &CancelToken, cut_on_steer: bool) {
+        if self.here.load(std::sync::atomic::Ordering::SeqCst) {
+            token.set_wake(self.wake.clone());
+        }
         *self.slot.lock() = Some((token.clone(), cut_on_steer));
     }
 
@@ -606,25 +661,58 @@ impl LiveStream {
     }
 }
 
+/// A host that projects an engine's events in place, on the thread that runs the
+/// engine (the built-in engine runs on its conversation's session thread): no channel
+/// and no thread stand between the engine and the projection.
+pub trait DirectHost {
+    /// Projects `ev` now; a host call's reply is sent before this returns.
+    fn project(&self, ev: EngineEvent);
+    /// Serves what waits for the host (its mailbox) without blocking and sends the
+    /// engine the controls that follow from it. Called between two reads of a stream,
+    /// during waits and before the engine looks at its controls.
+    fn serve(&self);
+    /// The engine is about to wait (a socket read that may block): the host lets go
+    /// of what it need not hold meanwhile, then serves as [`DirectHost::serve`].
+    fn idle(&self) {
+        self.serve()
+    }
+}
+
+/// Where the engine's events go: a bounded channel to the host's thread, or a host
+/// on this thread that projects them in place.
+enum Target<'a> {
+    Channel(Sender<EngineEvent>),
+    Direct(&'a dyn DirectHost),
+}
+
 /// The engine's side of the event channel, with the stream the host may cut.
-pub struct EventSink {
-    tx: Sender<EngineEvent>,
+pub struct EventSink<'a> {
+    target: Target<'a>,
     live: LiveStream,
 }
 
-impl EventSink {
+impl<'a> EventSink<'a> {
     /// A sink writing into `tx`.
     pub fn new(tx: Sender<EngineEvent>) -> Self {
-        EventSink {
-            tx,
-            live: LiveStream::default(),
-        }
+        Self::with_live(tx, LiveStream::default())
     }
 
     /// A sink writing into `tx` whose inline provider streams the host cuts through
     /// `live`.
     pub fn with_live(tx: Sender<EngineEvent>, live: LiveStream) -> Self {
-        EventSink { tx, live }
+        EventSink {
+            target: Target::Channel(tx),
+            live,
+        }
+    }
+
+    /// A sink whose events `host` projects in place on this thread; its inline
+    /// provider streams are cut through `live` (by whoever holds a clone of it).
+    pub fn direct(host: &'a dyn DirectHost, live: LiveStream) -> Self {
+        EventSink {
+            target: Target::Direct(host),
+            live,
+        }
     }
 
     /// The slot of the provider stream in flight.
@@ -634,7 +722,13 @@ impl EventSink {
 
     /// Sends one event (blocks while the host is behind). `false` = the host is gone.
     pub fn emit(&self, ev: EngineEvent) -> bool {
-        self.tx.send(ev).is_ok()
+        match &self.target {
+            Target::Channel(tx) => tx.send(ev).is_ok(),
+            Target::Direct(host) => {
+                host.project(ev);
+                true
+            }
+        }
     }
 
     /// Sends `events` in order as one hand-off ([`EngineEvent::Batch`] when there are
@@ -653,7 +747,49 @@ impl EventSink {
         if !self.emit(make(tx)) {
             return None;
         }
-        rx.recv().ok()
+        match &self.target {
+            Target::Channel(_) => rx.recv().ok(),
+            // Answered during the projection, or never.
+            Target::Direct(_) => rx.try_recv().ok(),
+        }
+    }
+
+    /// Lets a host on this thread serve its mailbox (no-op for a channel host, which
+    /// runs on its own thread).
+    pub fn serve(&self) {
+        if let Target::Direct(host) = &self.target {
+            host.serve();
+        }
+    }
+
+    /// Before a wait that may block: a host on this thread lets go of what it need not
+    /// hold and serves its mailbox.
+    pub fn idle(&self) {
+        if let Target::Direct(host) = &self.target {
+            host.idle();
+        }
+    }
+
+    /// The longest an engine may block in one wait: `wait` for a channel host; for a
+    /// host on this thread, at most until its run deadline, after which it must serve
+    /// its mailbox ([`EventSink::serve`]), as when [`EventSink::bell`] rings.
+    pub fn wait_limit(&self, wait: std::time::Duration) -> std::time::Duration {
+        match &self.target {
+            Target::Channel(_) => wait,
+            Target::Direct(_) => match self.live.wake().until_deadline() {
+                Some(d) => wait.min(d),
+                None => wait,
+            },
+        }
+    }
+
+    /// A channel that has a message when a host on this thread has mail to serve
+    /// ([`EventSink::serve`]); `None` for a channel host.
+    pub fn bell(&self) -> Option<&Receiver<()>> {
+        match &self.target {
+            Target::Channel(_) => None,
+            Target::Direct(_) => Some(self.live.wake().bell()),
+        }
     }
 }
 

@@ -1,12 +1,15 @@
 //! Cancellation of one logical provider request (spec `providers.md` §6.6): a shared
 //! flag, a channel that wakes every waiter at once, and the HTTP agent of the attempt
-//! in flight, shut down so a read blocked on a silent socket returns.
+//! in flight, shut down so a read blocked on a silent socket returns; and the
+//! [`Wake`] of the thread that reads the stream, if it serves more than the stream.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, Sender};
+
+use super::wake::Wake;
 
 /// Cancellation of one logical request, shared between the consumer and the thread
 /// running it. Cloning shares the token.
@@ -23,6 +26,8 @@ struct CancelInner {
     wake_rx: Receiver<()>,
     /// The HTTP agent of the attempt in flight; shut down on cancel.
     agent: Mutex<Option<ureq::Agent>>,
+    /// The reading thread's wake: its streaming reads return when it is signalled.
+    wake: std::sync::OnceLock<Arc<Wake>>,
 }
 
 impl Default for CancelToken {
@@ -41,6 +46,7 @@ impl CancelToken {
                 wake_tx: Mutex::new(Some(tx)),
                 wake_rx: rx,
                 agent: Mutex::new(None),
+                wake: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -52,6 +58,10 @@ impl CancelToken {
         lock(&self.inner.wake_tx).take();
         if let Some(agent) = lock(&self.inner.agent).take() {
             agent.shutdown();
+        }
+        // A reading thread parked between attempts (a backoff) returns too.
+        if let Some(w) = self.inner.wake.get() {
+            w.signal();
         }
     }
 
@@ -72,6 +82,17 @@ impl CancelToken {
         }
         let _ = self.inner.wake_rx.recv_timeout(d);
         self.is_cancelled()
+    }
+
+    /// Makes the request's streaming reads return when `wake` is signalled (the reading
+    /// thread serves what woke it, then reads on). Set once; later calls are ignored.
+    pub fn set_wake(&self, wake: Arc<Wake>) {
+        let _ = self.inner.wake.set(wake);
+    }
+
+    /// The wake set by [`CancelToken::set_wake`].
+    pub fn wake(&self) -> Option<&Arc<Wake>> {
+        self.inner.wake.get()
     }
 
     /// Registers the agent of the attempt in flight (replacing the previous one). When

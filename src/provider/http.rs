@@ -7,6 +7,7 @@
 //! (`stream_idle_timeout_ms`, default [`DEFAULT_IDLE_TIMEOUT_MS`] = 90 s).
 
 use std::io::{BufReader, Read};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -14,7 +15,7 @@ use serde_json::Value;
 use super::chat::{ChatRequest, FailureKind, ProviderError};
 use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
 use super::wire::{drive_payloads, drive_sse, WireParser, WireProtocol};
-use super::{CancelToken, Provider, StreamSink};
+use super::{CancelToken, Provider, StreamSink, Wake};
 use crate::config::ProviderConfig;
 
 /// Default idle timeout of a stream (90 s): the longest silence accepted between two
@@ -152,7 +153,9 @@ impl HttpProvider {
         }
     }
 
-    fn agent(&self, streaming: bool) -> ureq::Agent {
+    /// An agent for one attempt; with `wake`, its streaming reads return when the
+    /// reading thread is woken ([`super::transport`]).
+    fn agent(&self, streaming: bool, wake: Option<Arc<Wake>>) -> ureq::Agent {
         let mut b = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(self.connect_timeout))
@@ -174,7 +177,14 @@ impl HttpProvider {
         if is_loopback(host_of(&self.base_url)) {
             b = b.proxy(None);
         }
-        ureq::Agent::new_with_config(b.build())
+        match wake {
+            None => ureq::Agent::new_with_config(b.build()),
+            Some(w) => ureq::Agent::with_parts(
+                b.build(),
+                super::transport::connector(Some(w)),
+                ureq::unversioned::resolver::DefaultResolver::default(),
+            ),
+        }
     }
 
     fn request_headers(&self) -> Vec<(String, String)> {
@@ -206,7 +216,7 @@ impl HttpProvider {
         cancel: &CancelToken,
         sink: &mut dyn StreamSink,
     ) -> AttemptOutcome {
-        let agent = self.agent(true);
+        let agent = self.agent(true, cancel.wake().cloned());
         if !cancel.set_agent(&agent) {
             return AttemptOutcome::Stopped;
         }
@@ -229,6 +239,9 @@ impl HttpProvider {
                 return AttemptOutcome::Failed(transport_error(e));
             }
         };
+        // The body's reads return when the reading thread is woken; the response head
+        // was read whole (ureq cannot resume it).
+        let _listening = cancel.wake().map(|w| w.listen());
         let (parts, body) = resp.into_parts();
         let content_type = header_value(&parts.headers, "content-type").unwrap_or_default();
         let outcome = handle_response(
@@ -295,7 +308,7 @@ impl Provider for HttpProvider {
     }
 
     fn list_models(&self) -> Result<Vec<String>, ProviderError> {
-        let agent = self.agent(false);
+        let agent = self.agent(false, None);
         let mut rb = agent.get(self.models_url());
         for (k, v) in self.request_headers() {
             rb = rb.header(k, v);
@@ -369,7 +382,7 @@ pub(crate) fn handle_response(
 ) -> AttemptOutcome {
     if !(200..300).contains(&status) {
         let mut text = Vec::new();
-        let read = body.take(MAX_ERROR_BODY).read_to_end(&mut text);
+        let read = read_resuming(body.take(MAX_ERROR_BODY), &mut text);
         if cancel.is_cancelled() {
             return AttemptOutcome::Stopped;
         }
@@ -384,7 +397,7 @@ pub(crate) fn handle_response(
     }
     if content_type.starts_with("application/json") {
         let mut text = Vec::new();
-        let _ = body.take(MAX_JSON_ANSWER).read_to_end(&mut text);
+        let _ = read_resuming(body.take(MAX_JSON_ANSWER), &mut text);
         let text = String::from_utf8_lossy(&text);
         let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         let (code, ty, msg) = retry::error_fields(&v);
@@ -412,6 +425,17 @@ pub(crate) fn handle_response(
         cancel,
         sink,
     )
+}
+
+/// `read_to_end` that reads on after a wake ([`std::io::ErrorKind::WouldBlock`], see
+/// [`super::wake`]): a whole body is wanted here, what woke the thread waits for it.
+fn read_resuming(mut body: impl Read, out: &mut Vec<u8>) -> std::io::Result<usize> {
+    loop {
+        match body.read_to_end(out) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            r => return r,
+        }
+    }
 }
 
 fn header_value(h: &ureq::http::HeaderMap, name: &str) -> Option<String> {

@@ -12,7 +12,8 @@
 //!
 //! Layout: [`chat`] holds the neutral vocabulary, [`wire`] the protocols' shared parsing
 //! machinery, `request` what their body builders share, [`stream`] the helper thread,
-//! and one module per protocol.
+//! [`wake`] and `transport` the reads a consumer's thread can be woken from, and one
+//! module per protocol.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,6 +34,8 @@ pub(crate) mod request;
 pub mod retry;
 pub mod sse;
 pub mod stream;
+pub(crate) mod transport;
+pub mod wake;
 pub mod wire;
 
 pub use cancel::CancelToken;
@@ -45,6 +48,7 @@ pub use chat::{
 pub use http::HttpProvider;
 pub use replay::ReplayProvider;
 pub use stream::{start_stream, StreamHandle};
+pub use wake::Wake;
 
 /// Where a provider puts the events of one request.
 ///

@@ -516,10 +516,39 @@ pub fn run_with_retries(
         }) {
             return;
         }
-        if !delay.is_zero() && cancel.sleep(delay) {
+        if !delay.is_zero() && backoff(cancel, delay, sink) {
             return;
         }
         n += 1;
+    }
+}
+
+/// Sleeps `delay` between attempts; true = stop (cancelled, or the sink refused). A
+/// reading thread with a wake ([`CancelToken::set_wake`]) serves what wakes it
+/// meanwhile, through the sink's flush.
+fn backoff(cancel: &CancelToken, delay: Duration, sink: &mut dyn StreamSink) -> bool {
+    let Some(wake) = cancel.wake() else {
+        return cancel.sleep(delay);
+    };
+    let end = Instant::now() + delay;
+    loop {
+        if cancel.is_cancelled() {
+            return true;
+        }
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match wake.park(None, Some(left)) {
+            Ok(super::wake::Parked::Woken) => {
+                if !sink.flush() {
+                    return true;
+                }
+            }
+            Ok(_) => {}
+            // No eventfd: sleep as without a wake.
+            Err(_) => return cancel.sleep(left),
+        }
     }
 }
 

@@ -83,7 +83,9 @@ impl<R: BufRead> SseReader<R> {
     }
 
     /// The next event; `Ok(None)` at end of input. I/O errors (including read timeouts)
-    /// are returned as they come; the reader should not be used after an error.
+    /// are returned as they come; the reader should not be used after an error, except
+    /// [`io::ErrorKind::WouldBlock`] (a woken read, `super::wake`), after which the
+    /// next call goes on where the stream was.
     pub fn next_event(&mut self) -> io::Result<Option<SseEvent>> {
         Ok(if self.advance(&mut || true)? {
             Some(std::mem::take(&mut self.out))

@@ -174,14 +174,16 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
                 }
                 Some(parser.on_eof(&mut out))
             }
+            // The reading thread was woken (`super::wake`): the read left the stream
+            // as it was; the sink's flush before the next read lets the thread serve
+            // what woke it.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => {
                 if cancel.is_cancelled() {
                     return AttemptOutcome::Stopped;
                 }
-                let stalled = matches!(
-                    e.kind(),
-                    std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
-                ) || e.to_string().to_ascii_lowercase().contains("timeout");
+                let stalled = e.kind() == std::io::ErrorKind::TimedOut
+                    || e.to_string().to_ascii_lowercase().contains("timeout");
                 Some(Err(AttemptError::incomplete(if stalled {
                     format!("stream stalled: no data within the idle timeout ({e})")
                 } else {

@@ -184,8 +184,9 @@ fn unavailable(id: &str, message: String) -> Box<dyn Engine> {
 /// A unit of work for the conversation's engine thread (one turn).
 pub type EngineJob = Box<dyn FnOnce() + Send>;
 
-/// The conversation's engine thread: started at its first turn and kept while the
-/// session thread lives, so a turn creates no thread. It runs one job (one turn) at a
+/// The conversation's engine thread for an external engine (the built-in one runs on
+/// the session thread): started at its first turn and kept while the session thread
+/// lives, so a turn creates no thread. It runs one job (one turn) at a
 /// time and ends when the session drops this handle.
 #[derive(Default)]
 pub struct EngineThread {

@@ -131,8 +131,12 @@ pub struct Session {
     pub steer_signal: bool,
     /// The external engine session kept between turns ([`engines::open`]).
     pub engine: Option<Box<dyn crate::engine::Engine>>,
-    /// The thread the conversation's turns run their engine on (long-lived).
+    /// The thread an external engine's turns run on (long-lived); the built-in engine
+    /// runs on this session's thread.
     pub engine_thread: engines::EngineThread,
+    /// The provider stream of the running turn, shared with the registry entry, which
+    /// cuts it for requests that must reach a turn blocked on a silent stream.
+    pub live: crate::engine::LiveStream,
     /// Set while a run waits for its workers' results: a result arriving at the idle
     /// conversation is stored as queued input and the run starts its turn (rather
     /// than the queue drain).
@@ -402,8 +406,12 @@ impl Session {
     }
 }
 
-fn entry_for(tx: Sender<Mail>, running: Arc<AtomicBool>) -> SessionEntry {
-    SessionEntry { tx, running }
+fn entry_for(
+    tx: Sender<Mail>,
+    running: Arc<AtomicBool>,
+    live: crate::engine::LiveStream,
+) -> SessionEntry {
+    SessionEntry { tx, running, live }
 }
 
 /// Spawns the session thread of an existing conversation (revival) over the mailbox
@@ -415,6 +423,7 @@ pub fn spawn_existing(
     thread_id: &str,
     rx: Receiver<Mail>,
     running: Arc<AtomicBool>,
+    live: crate::engine::LiveStream,
 ) -> Result<(), String> {
     let shared = shared.clone();
     let id = thread_id.to_owned();
@@ -442,6 +451,7 @@ pub fn spawn_existing(
                     steer_signal: false,
                     engine: None,
                     engine_thread: Default::default(),
+                    live,
                     hold_agent_turns: false,
                     row_fresh: true,
                     drain_due: false,
@@ -480,6 +490,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
         .spawn(move || {
             let (tx, rx) = crate::session::registry::mailbox();
             let running = Arc::new(AtomicBool::new(false));
+            let live = crate::engine::LiveStream::default();
             let created = match req {
                 ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
                 ClientRequest::ThreadFork(p) => lifecycle::fork(&shared, p),
@@ -492,7 +503,9 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                 Err((code, msg)) => reply.err(code, msg),
                 Ok((store, thread, turns)) => {
                     let id = thread.id.clone();
-                    shared.registry.insert(&id, entry_for(tx, running.clone()));
+                    shared
+                        .registry
+                        .insert(&id, entry_for(tx, running.clone(), live.clone()));
                     let _guard = crate::session::registry::PanicGuard {
                         shared: &shared,
                         id: &id,
@@ -513,6 +526,7 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                         steer_signal: false,
                         engine: None,
                         engine_thread: Default::default(),
+                        live,
                         hold_agent_turns: false,
                         row_fresh: false,
                         drain_due: false,

@@ -16,6 +16,7 @@
 //! comes back and is re-dispatched to a revived session.
 
 use super::Host;
+use crate::engine::{Control, LiveStream};
 use crate::session::{self, SessionMsg};
 use crossbeam_channel::Receiver;
 use crossbeam_channel::{Sender, TrySendError};
@@ -64,7 +65,7 @@ pub const TURN_TRIM_INTERVAL: Duration = Duration::from_millis(200);
 
 /// A conversation waiting for its existence check: its id, the mailbox's receiving end
 /// and its running flag.
-type Revival = (String, Receiver<Mail>, Arc<AtomicBool>);
+type Revival = (String, Receiver<Mail>, Arc<AtomicBool>, LiveStream);
 
 /// A live session as the registry sees it.
 #[derive(Clone)]
@@ -73,6 +74,29 @@ pub struct SessionEntry {
     pub tx: Sender<Mail>,
     /// True while a turn executes (for listings' `status`).
     pub running: Arc<AtomicBool>,
+    /// The provider stream the session's turn reads, if any, and the session thread's
+    /// wake: whoever queues a message tells it ([`LiveStream::posted`]), which ends a
+    /// read the session thread is parked in so it serves the message.
+    pub live: LiveStream,
+}
+
+/// The control a message implies for a running turn's provider stream: an interrupt
+/// (turn or run interrupt, forced archive, shutdown) or a steer; `None` for the rest
+/// (used to cut a read the session cannot be woken from, [`LiveStream::posted`]).
+fn cut_of(msg: &SessionMsg) -> Option<Control> {
+    use wuu_protocol::ClientRequest as R;
+    match msg {
+        SessionMsg::Request { req, .. } => match req {
+            R::TurnInterrupt(_) | R::RunInterrupt(_) => Some(Control::Interrupt),
+            R::ThreadArchive(p) if p.archived && p.force.unwrap_or(false) => {
+                Some(Control::Interrupt)
+            }
+            R::TurnSteer(_) => Some(Control::Steer(None)),
+            _ => None,
+        },
+        SessionMsg::Shutdown { .. } => Some(Control::Interrupt),
+        _ => None,
+    }
 }
 
 /// Live sessions by conversation id.
@@ -203,15 +227,18 @@ impl Registry {
                         let e = SessionEntry {
                             tx,
                             running: running.clone(),
+                            live: LiveStream::default(),
                         };
                         map.insert(thread_id.to_owned(), e.clone());
-                        revival = Some((thread_id.to_owned(), rx, running));
+                        revival = Some((thread_id.to_owned(), rx, running, e.live.clone()));
                         e
                     }
                 };
+                let cut = entry.live.cut_target(cut_of(&msg).as_ref());
                 match entry.tx.try_send(msg) {
                     Ok(()) => {
                         drop(map);
+                        entry.live.posted(cut);
                         if let Some(job) = revival {
                             self.queue_revival(job);
                         }
@@ -230,7 +257,7 @@ impl Registry {
                         }
                         other => {
                             msg = Box::new(other);
-                            entry.tx
+                            (entry.tx, entry.live)
                         }
                     },
                     Err(TrySendError::Disconnected(m)) => {
@@ -242,8 +269,13 @@ impl Registry {
                     }
                 }
             };
+            let (tx, live) = tx;
+            let cut = live.cut_target(cut_of(&msg).as_ref());
             match tx.send(msg) {
-                Ok(()) => return,
+                Ok(()) => {
+                    live.posted(cut);
+                    return;
+                }
                 Err(e) => msg = e.0,
             }
         }
@@ -254,7 +286,7 @@ impl Registry {
     fn queue_revival(&self, job: Revival) {
         match self.revive.try_send(job) {
             Ok(()) => {}
-            Err(TrySendError::Full((id, rx, _))) => {
+            Err(TrySendError::Full((id, rx, ..))) => {
                 self.remove_if(&id, || true);
                 drain_refusing(
                     &rx,
@@ -264,7 +296,7 @@ impl Registry {
                     ),
                 );
             }
-            Err(TrySendError::Disconnected((id, rx, _))) => {
+            Err(TrySendError::Disconnected((id, rx, ..))) => {
                 log::error!("the reviver is gone; refusing requests to {id:?}");
                 self.remove_if(&id, || true);
                 drain_refusing(
@@ -326,10 +358,12 @@ impl Registry {
         for (id, e) in entries {
             let (done_tx, done_rx) = crossbeam_channel::bounded(1);
             let left = deadline.saturating_duration_since(Instant::now());
+            let cut = e.live.cut_target(Some(&Control::Interrupt));
             if e.tx
                 .send_timeout(Box::new(SessionMsg::Shutdown { done: done_tx }), left)
                 .is_ok()
             {
+                e.live.posted(cut);
                 waits.push((id, done_rx));
             }
         }
@@ -370,7 +404,7 @@ pub fn refuse(msg: SessionMsg, code: ErrorCode, message: &str) {
 /// `internal_error` when the store cannot answer).
 fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
     let mut store: Option<wuu_store::Store> = None;
-    for (id, mailbox, running) in rx.iter() {
+    for (id, mailbox, running, live) in rx.iter() {
         let Some(shared) = shared.upgrade() else {
             drain_refusing(
                 &mailbox,
@@ -398,7 +432,9 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
         };
         match exists {
             Ok(true) => {
-                if let Err(e) = session::spawn_existing(&shared, &id, mailbox.clone(), running) {
+                if let Err(e) =
+                    session::spawn_existing(&shared, &id, mailbox.clone(), running, live)
+                {
                     log::error!("cannot spawn a session thread for {id:?}: {e}");
                     shared.registry.remove_if(&id, || true);
                     drain_refusing(

@@ -164,6 +164,10 @@ pub enum Ending {
     /// Like `Truncate`, but the server then sleeps this long with the connection open,
     /// then closes.
     Stall(Duration),
+    /// Like `Stall` (the last part unfinished, the connection silent this long), then
+    /// the rest of the stream and its normal terminal events (a provider that holds
+    /// mid-stream, then completes). Not for buffered scripts.
+    Late(Duration),
     /// After the parts, an in-stream error event of this kind (Responses `error` +
     /// `response.failed`, Chat error chunk with `finish_reason:"error"`, Anthropic
     /// `event: error`).
@@ -1596,7 +1600,7 @@ fn pump(shared: &Shared, n: usize, jobs: mpsc::Receiver<PumpJob>) {
 fn events_to_send(r: &Rendered, ending: &Ending) -> Vec<String> {
     match ending {
         Ending::Complete | Ending::Length => r.events.clone(),
-        Ending::Truncate | Ending::Stall(_) => r.events[..r.cut].to_vec(),
+        Ending::Truncate | Ending::Stall(_) | Ending::Late(_) => r.events[..r.cut].to_vec(),
         Ending::Error(_) => r.events[..r.cut]
             .iter()
             .chain(r.error.iter())
@@ -1820,6 +1824,7 @@ fn respond(
                 }
                 Ok(false)
             }
+            Ending::Late(_) => panic!("Ending::Late is not for buffered scripts"),
         };
     }
     match script {
@@ -1920,6 +1925,21 @@ fn respond(
                         thread::sleep(Duration::from_millis(10));
                     }
                     Ok(false)
+                }
+                Ending::Late(d) => {
+                    let end = Instant::now() + d;
+                    while Instant::now() < end && !shared.stop.load(Ordering::SeqCst) {
+                        thread::sleep(Duration::from_millis(10));
+                    }
+                    for e in &r.events[r.cut..] {
+                        w.write_all(e.as_bytes())?;
+                        w.flush()?;
+                    }
+                    if chunked {
+                        s.write_all(b"0\r\n\r\n")?;
+                        s.flush()?;
+                    }
+                    Ok(chunked)
                 }
             }
         }

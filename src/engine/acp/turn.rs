@@ -24,7 +24,7 @@ const TERMINAL_TICK: Duration = Duration::from_millis(100);
 /// The state of one turn's projection.
 struct Map<'a> {
     id: String,
-    sink: &'a EventSink,
+    sink: &'a EventSink<'a>,
     peer: Arc<Peer>,
     mode: PermissionMode,
     root: std::path::PathBuf,

@@ -1,9 +1,11 @@
-//! The built-in engine's provider requests, read inline on the engine's thread (spec
-//! `providers.md` §6.1, §6.6): the provider parses its stream straight into a sink here,
-//! which hands the deltas of one read to the host as one batch and looks at the
-//! controls between reads. A read blocked on a silent socket is cut by the host through
-//! the sink's [`crate::engine::LiveStream`] (it shuts the socket down after sending the
-//! control), so no helper thread stands between the socket and the engine.
+//! The built-in engine's provider requests, read inline on the thread that runs the
+//! engine (the conversation's session thread; spec `providers.md` §6.1, §6.6): the
+//! provider parses its stream straight into a sink here, which hands the deltas of one
+//! read to the host as one batch, lets a host on this thread serve its mailbox before
+//! each read that may wait, and looks at the controls between reads. A read blocked
+//! on a silent socket is cut through the sink's [`crate::engine::LiveStream`] (shut
+//! down by whoever sends the control that ends the stream), so no helper thread stands
+//! between the socket and the engine.
 
 use super::{add, provider_failure, Builtin, StepEnd, StepStream};
 use crate::engine::{Control, EngineEvent, EventSink, Outcome};
@@ -49,7 +51,7 @@ impl Builtin {
         controls: &Receiver<Control>,
     ) -> StepEnd {
         // Steer signals that arrived before this step were satisfied by BeginStep.
-        self.drain(controls);
+        self.drain(sink, controls);
         if self.interrupted {
             return Err(Outcome::Interrupted);
         }
@@ -69,6 +71,9 @@ impl Builtin {
         };
         // A control sent before the stream was open found nothing to cut: look now.
         if step.poll() {
+            // The request may wait long for its response head: a host on this thread
+            // lets go of what it need not hold meanwhile (its store connection).
+            sink.idle();
             provider.stream_with_cancel(&req, &token, &mut step);
         }
         sink.live().close();
@@ -83,7 +88,7 @@ impl Builtin {
         sink: &EventSink,
         controls: &Receiver<Control>,
     ) -> Result<String, Outcome> {
-        self.drain(controls);
+        self.drain(sink, controls);
         if self.interrupted {
             return Err(Outcome::Interrupted);
         }
@@ -101,6 +106,7 @@ impl Builtin {
             end: None,
         };
         if summary.poll() {
+            sink.idle();
             provider.stream_with_cancel(&chat, &token, &mut summary);
         }
         sink.live().close();
@@ -126,7 +132,7 @@ struct StepSink<'a> {
     engine: &'a mut Builtin,
     step: StepStream,
     provider_id: &'a str,
-    sink: &'a EventSink,
+    sink: &'a EventSink<'a>,
     controls: &'a Receiver<Control>,
     token: &'a CancelToken,
     /// Deltas of the read under way, not yet handed to the host.
@@ -150,6 +156,7 @@ impl StepSink<'_> {
         if self.end.is_some() {
             return false;
         }
+        self.sink.serve();
         match self.engine.poll_stream(self.controls, true) {
             None => return true,
             Some(Cut::Steer) => {
@@ -174,6 +181,12 @@ impl StepSink<'_> {
             if let Some(end) = self.end.take() {
                 return end;
             }
+        }
+        // Cut for a request the host then refused (a steer or an interrupt it did not
+        // take): the answer so far is kept and the next step starts, as after a steer.
+        if self.token.is_cancelled() && !self.engine.interrupted {
+            self.sink.emit(EngineEvent::StreamCut);
+            return Ok(None);
         }
         Err(Outcome::Failed(Box::new(provider_failure(
             self.provider_id,
@@ -234,6 +247,7 @@ impl StreamSink for StepSink<'_> {
 
     fn flush(&mut self) -> bool {
         self.send_deltas();
+        self.sink.idle();
         self.poll()
     }
 }
@@ -242,7 +256,7 @@ impl StreamSink for StepSink<'_> {
 struct SummarySink<'a> {
     engine: &'a mut Builtin,
     provider_id: &'a str,
-    sink: &'a EventSink,
+    sink: &'a EventSink<'a>,
     controls: &'a Receiver<Control>,
     token: &'a CancelToken,
     text: String,
@@ -255,6 +269,7 @@ impl SummarySink<'_> {
         if self.end.is_some() {
             return false;
         }
+        self.sink.serve();
         if self.engine.poll_stream(self.controls, false).is_none() {
             return true;
         }
@@ -306,6 +321,7 @@ impl StreamSink for SummarySink<'_> {
     }
 
     fn flush(&mut self) -> bool {
+        self.sink.idle();
         self.poll()
     }
 }

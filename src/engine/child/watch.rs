@@ -12,7 +12,7 @@ use std::time::Instant;
 /// The controls of one turn, and whether a watched wait was interrupted.
 pub struct Watch<'a> {
     controls: &'a Receiver<Control>,
-    sink: &'a EventSink,
+    sink: &'a EventSink<'a>,
     interrupted: Cell<bool>,
 }
 
@@ -30,7 +30,7 @@ pub enum Waited<T> {
 
 impl<'a> Watch<'a> {
     /// Watches `controls`; deferred steers are told to `sink`.
-    pub fn new(controls: &'a Receiver<Control>, sink: &'a EventSink) -> Self {
+    pub fn new(controls: &'a Receiver<Control>, sink: &'a EventSink<'a>) -> Self {
         Watch {
             controls,
             sink,

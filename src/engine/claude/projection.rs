@@ -30,7 +30,7 @@ pub(super) struct Call {
 
 /// The per-turn state of the line mapping.
 pub(super) struct TurnMap<'a> {
-    pub(super) sink: &'a EventSink,
+    pub(super) sink: &'a EventSink<'a>,
     pub(super) proc: &'a Process,
     /// Whether any line arrived.
     pub(super) heard: bool,
@@ -61,7 +61,7 @@ pub(super) struct TurnMap<'a> {
 }
 
 impl<'a> TurnMap<'a> {
-    pub(super) fn new(sink: &'a EventSink, proc: &'a Process, req: &TurnRequest) -> Self {
+    pub(super) fn new(sink: &'a EventSink<'a>, proc: &'a Process, req: &TurnRequest) -> Self {
         TurnMap {
             sink,
             proc,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// The per-turn state of the notification mapping.
 pub(super) struct TurnMap<'a> {
-    pub(super) sink: &'a EventSink,
+    pub(super) sink: &'a EventSink<'a>,
     pub(super) peer: Arc<Peer>,
     pub(super) thread_id: String,
     pub(super) turn_id: String,

@@ -36,7 +36,7 @@ struct Call {
 
 /// The per-turn state of the event mapping.
 pub(super) struct TurnMap<'a> {
-    sink: &'a EventSink,
+    sink: &'a EventSink<'a>,
     server: &'a Server,
     session: String,
     user_id: String,
@@ -70,7 +70,7 @@ pub(super) fn error_text(e: &Value) -> String {
 
 impl<'a> TurnMap<'a> {
     pub(super) fn new(
-        sink: &'a EventSink,
+        sink: &'a EventSink<'a>,
         server: &'a Server,
         session: &str,
         user_id: &str,

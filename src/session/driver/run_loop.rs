@@ -1,18 +1,30 @@
-//! The turn's run loop: the engine runs the turn on the conversation's engine thread
-//! (long-lived, see [`crate::session::engines::EngineThread`]) while this (session)
-//! thread `select!`s over the engine's events, the session mailbox and the run
-//! deadline, so an interrupt or a steer is answered at once and forwarded to the engine
-//! as a control (spec `app-server.md` §4.9; `engines.md` §1.1).
+//! The turn's run loop (spec `app-server.md` §4.9; `engines.md` §1.1).
+//!
+//! The built-in engine runs the turn on this (session) thread: its events are
+//! projected in place ([`DirectHost`]), and the session mailbox is served between two
+//! reads of the provider stream, before each model step and, while a tool runs, when
+//! the session's wake rings ([`crate::engine::EventSink::bell`]). A read parked on a silent
+//! stream is woken by whoever queues a message for the session ([`LiveStream::posted`],
+//! from the registry): it returns without damaging the stream, the mailbox is served
+//! (a control that ends the stream cuts it then) and the engine reads on. A run
+//! deadline wakes the read the same way. Only while a request waits for its response
+//! head (which ureq cannot resume) is a read cut from outside, by the sender of a
+//! message that ends the stream.
+//!
+//! An external engine runs on the conversation's engine thread (long-lived, see
+//! [`crate::session::engines::EngineThread`]) while this thread `select!`s over the
+//! engine's events, the mailbox and the run deadline.
 
 use super::{Driver, Stop};
 use crate::engine::{
-    Control, EngineEvent, EventSink, Limits, LiveStream, Outcome, Steering, TurnRequest, UserInput,
-    EVENT_CAPACITY,
+    Control, DirectHost, Engine, EngineEvent, EventSink, Limits, LiveStream, Outcome, Steering,
+    TurnRequest, UserInput, BUILTIN, EVENT_CAPACITY,
 };
 use crate::session::registry::Mail;
 use crate::util::now_ms;
 use crossbeam_channel::{select, Receiver, Sender};
 use serde_json::Value;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 use wuu_protocol::*;
 
@@ -34,25 +46,119 @@ fn engine_failure() -> Outcome {
     }))
 }
 
+/// The driver as the host of an engine running on the session thread.
+struct Here<'d, 'a> {
+    driver: RefCell<&'d mut Driver<'a>>,
+    mailbox: Receiver<Mail>,
+    ctl: (Sender<Control>, LiveStream),
+    steering: Steering,
+    stop_sent: Cell<bool>,
+}
+
+impl Here<'_, '_> {
+    fn after(&self, d: &mut Driver<'_>) {
+        d.check_deadline();
+        let mut stop_sent = self.stop_sent.get();
+        d.forward_controls(&self.ctl, self.steering, &mut stop_sent);
+        self.stop_sent.set(stop_sent);
+    }
+}
+
+impl DirectHost for Here<'_, '_> {
+    fn project(&self, ev: EngineEvent) {
+        let mut d = self.driver.borrow_mut();
+        d.project_event(ev);
+        self.after(&mut d);
+    }
+
+    fn serve(&self) {
+        let mut d = self.driver.borrow_mut();
+        while let Ok(m) = self.mailbox.try_recv() {
+            d.take_store();
+            d.on_mailbox(*m);
+        }
+        self.after(&mut d);
+    }
+
+    fn idle(&self) {
+        // A streaming turn needs no store connection: it goes back to the pool while
+        // the engine waits, so busy sessions share a few warm ones.
+        self.driver.borrow_mut().s.release_store();
+    }
+}
+
 impl Driver<'_> {
-    /// Runs the conversation's engine on its engine thread and projects its events
-    /// here, serving the mailbox meanwhile, until the engine drops its event channel.
-    /// Returns the engine's outcome; an engine thread that cannot start or panics is a
-    /// failure.
+    /// Runs the conversation's engine (the built-in one here, an external one on its
+    /// engine thread) and projects its events until it ends, serving the mailbox
+    /// meanwhile. Returns the engine's outcome; an engine that panics, or whose thread
+    /// cannot start, is a failure.
     pub(super) fn run_engine(&mut self) -> Outcome {
-        let mut engine = crate::session::engines::open(self.s);
+        let engine = crate::session::engines::open(self.s);
         let steering = engine.steering();
         let req = self.request();
-        let (ev_tx, ev_rx) = crossbeam_channel::bounded(EVENT_CAPACITY);
         // Controls are rare (at most one per request this session serves, and the
         // mailbox is bounded); unbounded so the host never blocks on an engine that
         // itself waits for the host.
         let (ctl_tx, ctl_rx) = crossbeam_channel::unbounded();
+        let live = self.s.live.clone();
+        self.ctl = Some(ctl_tx.clone());
+        let outcome = if engine.id() == BUILTIN {
+            self.run_here(engine, req, (ctl_tx, live), &ctl_rx, steering)
+        } else {
+            self.run_on_engine_thread(engine, req, (ctl_tx, live), ctl_rx, steering)
+        };
+        self.ctl = None;
+        self.take_store();
+        self.revoke_questions();
+        outcome
+    }
+
+    /// Runs the built-in engine on this thread, its events projected in place.
+    fn run_here(
+        &mut self,
+        mut engine: Box<dyn Engine>,
+        req: TurnRequest,
+        ctl: (Sender<Control>, LiveStream),
+        controls: &Receiver<Control>,
+        steering: Steering,
+    ) -> Outcome {
+        let live = ctl.1.clone();
+        live.set_on_host_thread(true);
+        live.wake().set_deadline(self.opts.deadline_ms);
+        let host = Here {
+            mailbox: self.s.rx.clone(),
+            driver: RefCell::new(self),
+            ctl,
+            steering,
+            stop_sent: Cell::new(false),
+        };
+        let sink = EventSink::direct(&host, live);
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            engine.run_turn(req, &sink, controls)
+        }));
+        drop(sink);
+        host.ctl.1.set_on_host_thread(false);
+        host.ctl.1.wake().set_deadline(None);
+        outcome.unwrap_or_else(|_| engine_failure())
+    }
+
+    /// Runs an external engine on the conversation's engine thread and projects its
+    /// events here, serving the mailbox meanwhile, until the engine drops its event
+    /// channel.
+    fn run_on_engine_thread(
+        &mut self,
+        mut engine: Box<dyn Engine>,
+        req: TurnRequest,
+        ctl: (Sender<Control>, LiveStream),
+        ctl_rx: Receiver<Control>,
+        steering: Steering,
+    ) -> Outcome {
+        let (ev_tx, ev_rx) = crossbeam_channel::bounded(EVENT_CAPACITY);
         let (done_tx, done_rx) = crossbeam_channel::bounded(1);
         let mailbox = self.s.rx.clone();
-        let live = LiveStream::default();
-        let sink = EventSink::with_live(ev_tx, live.clone());
+        let live = ctl.1.clone();
         let job = Box::new(move || {
+            let sink = EventSink::with_live(ev_tx, live);
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 engine.run_turn(req, &sink, &ctl_rx)
             }));
@@ -65,22 +171,17 @@ impl Driver<'_> {
             log::error!("cannot start the engine thread of {thread_id}: {e}");
             return engine_failure();
         }
-        self.ctl = Some(ctl_tx.clone());
-        self.select_loop(&ev_rx, &mailbox, &(ctl_tx, live), steering);
-        self.ctl = None;
-        self.take_store();
-        let outcome = match done_rx.recv() {
+        self.select_loop(&ev_rx, &mailbox, &ctl, steering);
+        match done_rx.recv() {
             Ok((engine, Ok(outcome))) => {
                 // An external engine session (and its native host) outlives the turn.
-                if engine.id() != crate::engine::BUILTIN {
+                if engine.id() != BUILTIN {
                     self.s.engine = Some(engine);
                 }
                 outcome
             }
             Ok((_, Err(_))) | Err(_) => engine_failure(),
-        };
-        self.revoke_questions();
-        outcome
+        }
     }
 
     /// Waits for the engine, a client or the deadline, one wake-up at a time, and
