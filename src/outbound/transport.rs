@@ -18,8 +18,9 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Frames the outbox holds at most before producers wait (backpressure): room for 256
 /// lanes of [`LANE_FRAMES`] each; past that the bound itself, not the lanes, decides who
-/// goes next. (Delta frames are ~200 bytes: a full outbox is ~3 MiB.)
-pub const OUTBOX_FRAMES: usize = 16384;
+/// goes next. (Delta frames are ~200 bytes: a full outbox is ~13 MiB, reached only while
+/// the client does not read.)
+pub const OUTBOX_FRAMES: usize = 65536;
 
 /// Slots of the outbox queue. A slot holds one frame, or one [`Lines`] hand-off of up to
 /// [`LANE_CHUNK_LINES`] frames, so a full queue holds at most [`OUTBOX_FRAMES`] frames.
@@ -27,7 +28,7 @@ pub const OUTBOX_CAPACITY: usize = OUTBOX_FRAMES / LANE_CHUNK_LINES;
 
 /// How many of one [`Lane`]'s frames may wait in the outbox while other producers'
 /// frames wait there too. A lane past it waits until half of its frames were written.
-pub const LANE_FRAMES: usize = 64;
+pub const LANE_FRAMES: usize = 256;
 
 /// One producer's fair share of the outbox, so that many conversations streaming at
 /// once share it fairly. Sent through [`Outbox::send_lane`], at most [`LANE_FRAMES`] of a lane's frames
@@ -729,7 +730,10 @@ mod tests {
         // One conversation streaming by itself fills the outbox as before.
         let (outbox, gate, out) = gated_writer();
         let lane = Lane::default();
-        for i in 0..LANE_FRAMES * 4 {
+        // Well past the lane's share, within the outbox's slots (one frame a slot).
+        let n = LANE_FRAMES * 3 / 2;
+        assert!(n < OUTBOX_CAPACITY);
+        for i in 0..n {
             outbox
                 .send_lane(
                     &lane,
@@ -739,11 +743,8 @@ mod tests {
                 .expect("a lane alone never waits");
         }
         drop(gate);
-        let got: Vec<Vec<u8>> = out.iter().take(LANE_FRAMES * 4).collect();
-        assert_eq!(
-            got.last(),
-            Some(&format!("a{}", LANE_FRAMES * 4 - 1).into_bytes())
-        );
+        let got: Vec<Vec<u8>> = out.iter().take(n).collect();
+        assert_eq!(got.last(), Some(&format!("a{}", n - 1).into_bytes()));
     }
 
     #[test]

@@ -13,11 +13,14 @@ use super::{CancelToken, Provider, StreamSink};
 
 /// Most events in one batch of a [`StreamHandle`]. A provider thread with much of an
 /// answer in its socket buffer (a fast server, a replayed stream) hands on at most this
-/// many deltas at once.
-pub const STREAM_BATCH_EVENTS: usize = 32;
+/// many deltas at once. One read of a busy stream carries about a hundred deltas: a
+/// batch that holds them all costs one hand-off per read instead of several (each a
+/// possible wake-up of the consumer), which is most of the cost per delta when many
+/// conversations stream at once.
+pub const STREAM_BATCH_EVENTS: usize = 256;
 
 /// Capacity of the [`StreamHandle`] batch channel, in batches: with
-/// [`STREAM_BATCH_EVENTS`] at most 128 events wait for the consumer. Small enough that a
+/// [`STREAM_BATCH_EVENTS`] at most 1,024 events wait for the consumer. Small enough that a
 /// provider thread with a whole answer in its socket parses a slice of it and yields,
 /// instead of the entire answer in one go while many other conversations wait for a
 /// CPU to start theirs (with a much larger channel the first streams to be scheduled
