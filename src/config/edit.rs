@@ -57,11 +57,9 @@ pub fn edit_file(
         )));
     };
     change(obj)?;
-    let parsed = serde_path_to_error::deserialize::<_, Config>(doc.clone()).map_err(|e| {
-        let at = e.path().to_string();
+    let parsed = super::parse_config(doc.clone()).map_err(|(at, e)| {
         EditError::Invalid(format!(
-            "the change would make the config invalid: at `{at}`: {}",
-            e.into_inner()
+            "the change would make the config invalid: at `{at}`: {e}"
         ))
     })?;
     check_values(&parsed).map_err(|m| {
