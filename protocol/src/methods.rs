@@ -519,9 +519,18 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn decode_names_the_field() {
+    fn decode_gives_serde_message() {
+        // serde's message; the server prefixes the path (`thread_id: `) it locates.
         let e = ClientRequest::decode("thread/rename", json!({"thread_id": 1, "title": "x"}))
             .unwrap_err();
+        let DecodeError::InvalidParams(m) = e else {
+            panic!()
+        };
+        assert_eq!(
+            m,
+            "invalid params: invalid type: integer `1`, expected a string"
+        );
+        let e = ClientRequest::decode("thread/rename", json!({"title": "x"})).unwrap_err();
         let DecodeError::InvalidParams(m) = e else {
             panic!()
         };
