@@ -665,7 +665,7 @@ pub fn load_with(
             }),
         }
     }
-    out.config = parse_config(merged).unwrap_or_default();
+    out.config = edit::parse_config(merged).unwrap_or_default();
     install_secrets(&out);
     validate_providers(&mut out);
     out
@@ -726,18 +726,10 @@ pub fn read_layer(path: &Path, workdir: Option<&Path>) -> Result<Option<Value>, 
             path.display()
         ));
     }
-    let parsed = parse_config(value.clone())
+    let parsed = edit::parse_config(value.clone())
         .map_err(|(at, e)| format!("{}: at `{at}`: {e}", path.display()))?;
     edit::check_values(&parsed).map_err(|m| format!("{}: {m}", path.display()))?;
     Ok(Some(value))
-}
-
-/// Decodes a config document; the error is the path of the offending field (`.` for the
-/// top level, `providers.x.base_url`) and serde's message. Every reading of a [`Config`]
-/// goes through here, so its decoder is instantiated once.
-pub fn parse_config(doc: Value) -> Result<Config, (String, String)> {
-    serde_path_to_error::deserialize::<_, Config>(doc)
-        .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))
 }
 
 /// Recursive merge: objects merge, everything else replaces.
