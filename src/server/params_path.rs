@@ -6,24 +6,39 @@
 //! ([`super::schema::bundle`]) and taking the first failure's location. A tracking
 //! deserializer would find it too, at the cost of a second decoder per params type.
 
+use parking_lot::Mutex;
 use serde_json::Value;
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 /// The location of the first schema failure of `params` for `method`, written as
 /// serde_path_to_error does (`input[0].text`, `thread_id`); `None` when the params fit the
 /// schema, the failure is at the top level, or the method has no schema in the bundle.
 pub fn params_path(method: &str, params: &Value) -> Option<String> {
-    static BUNDLE: OnceLock<Option<Value>> = OnceLock::new();
-    let bundle = BUNDLE
-        .get_or_init(|| super::schema::bundle().ok())
-        .as_ref()?;
-    let schema = wuu_protocol::schema::standalone(bundle, "methods", method, "params")?;
-    let validator = jsonschema::validator_for(&schema).ok()?;
+    let validator = validator(method)?;
     let empty = Value::Object(Default::default());
     let params = if params.is_null() { &empty } else { params };
     let first = validator.iter_errors(params).next()?;
     let path = pointer_path(params, first.instance_path().as_str());
     (!path.is_empty()).then_some(path)
+}
+
+/// The compiled params schema of `method`, compiled on its first invalid request and kept
+/// (a few milliseconds each: the schema carries every definition of the bundle).
+fn validator(method: &str) -> Option<Arc<jsonschema::Validator>> {
+    static BUNDLE: OnceLock<Option<Value>> = OnceLock::new();
+    static COMPILED: OnceLock<Mutex<HashMap<String, Arc<jsonschema::Validator>>>> = OnceLock::new();
+    let compiled = COMPILED.get_or_init(Default::default);
+    if let Some(v) = compiled.lock().get(method) {
+        return Some(v.clone());
+    }
+    let bundle = BUNDLE
+        .get_or_init(|| super::schema::bundle().ok())
+        .as_ref()?;
+    let schema = wuu_protocol::schema::standalone(bundle, "methods", method, "params")?;
+    let v = Arc::new(jsonschema::validator_for(&schema).ok()?);
+    compiled.lock().insert(method.to_owned(), v.clone());
+    Some(v)
 }
 
 /// A JSON pointer into `doc` (`/input/0/text`) as a dotted path (`input[0].text`): a
