@@ -107,7 +107,28 @@ fn unknown_method_unknown_field_and_wrong_type() {
     assert!(e["message"].as_str().unwrap().contains("bogus"), "{e}");
     let e = app.call_err("thread/rename", json!({"thread_id": 5, "title": "x"}));
     assert_eq!(e["code"], "invalid_params");
-    assert!(e["message"].as_str().unwrap().contains("thread_id"), "{e}");
+    // The path, then serde's message (which does not name the field itself).
+    assert_eq!(
+        e["message"], "invalid params: thread_id: invalid type: integer `5`, expected a string",
+        "{e}"
+    );
+    // A nested param: array indexes and keys (located with the method's params schema).
+    let bad_image = json!({"thread_id": "t", "prompt": "x", "images": [{"data": 5}]});
+    let e = app.call_err("turn/start", bad_image);
+    assert_eq!(
+        e["message"],
+        "invalid params: images[0].data: invalid type: integer `5`, expected a string",
+        "{e}"
+    );
+    // The second time the compiled schema is reused: the same answer.
+    let e = app.call_err("thread/rename", json!({"thread_id": 6, "title": "x"}));
+    assert!(
+        e["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid params: thread_id: "),
+        "{e}"
+    );
     let e = app.call_err("thread/rename", json!({"title": "x"}));
     assert_eq!(e["code"], "invalid_params");
     assert!(e["message"].as_str().unwrap().contains("thread_id"), "{e}");

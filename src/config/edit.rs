@@ -28,6 +28,14 @@ pub enum EditError {
     File(String),
 }
 
+/// Decodes a config document; the error is the path of the offending field (`.` for the
+/// top level, `providers.x.base_url`) and serde's message. Every reading of a [`Config`]
+/// goes through here, so its decoder is instantiated once.
+pub fn parse_config(doc: Value) -> Result<Config, (String, String)> {
+    serde_path_to_error::deserialize::<_, Config>(doc)
+        .map_err(|e| (e.path().to_string(), e.into_inner().to_string()))
+}
+
 /// Reads `path` (missing → `{}`), lets `change` edit the top-level object, validates the
 /// result as a [`Config`] (plus [`check_values`]) and writes it atomically. Returns the
 /// document written. Hold [`WRITE_LOCK`] around the call and the reload that follows.
@@ -57,11 +65,9 @@ pub fn edit_file(
         )));
     };
     change(obj)?;
-    let parsed = serde_path_to_error::deserialize::<_, Config>(doc.clone()).map_err(|e| {
-        let at = e.path().to_string();
+    let parsed = parse_config(doc.clone()).map_err(|(at, e)| {
         EditError::Invalid(format!(
-            "the change would make the config invalid: at `{at}`: {}",
-            e.into_inner()
+            "the change would make the config invalid: at `{at}`: {e}"
         ))
     })?;
     check_values(&parsed).map_err(|m| {

@@ -665,7 +665,7 @@ pub fn load_with(
             }),
         }
     }
-    out.config = serde_json::from_value(merged).unwrap_or_default();
+    out.config = edit::parse_config(merged).unwrap_or_default();
     install_secrets(&out);
     validate_providers(&mut out);
     out
@@ -726,10 +726,8 @@ pub fn read_layer(path: &Path, workdir: Option<&Path>) -> Result<Option<Value>, 
             path.display()
         ));
     }
-    let parsed = serde_path_to_error::deserialize::<_, Config>(value.clone()).map_err(|e| {
-        let at = e.path().to_string();
-        format!("{}: at `{at}`: {}", path.display(), e.into_inner())
-    })?;
+    let parsed = edit::parse_config(value.clone())
+        .map_err(|(at, e)| format!("{}: at `{at}`: {e}", path.display()))?;
     edit::check_values(&parsed).map_err(|m| format!("{}: {m}", path.display()))?;
     Ok(Some(value))
 }

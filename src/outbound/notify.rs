@@ -10,16 +10,17 @@ impl Outbox {
     /// Sends a notification, waiting at most [`NOTIFY_DEADLINE`] for room.
     /// Errors: [`Overflow`] when the client has not read for that long.
     pub fn notify<N: ServerNotification>(&self, n: &N) -> Result<(), Overflow> {
-        let mut frame = super::frames::notification_frame(n);
+        self.send_notification(super::frames::notification_frame(n))
+    }
+
+    /// Sends a notification frame, projecting its large images first when the client
+    /// asked for deferred content (the frame read back as a `Value`: one decoder for every
+    /// notification type instead of a `Value` serializer per type).
+    fn send_notification(&self, mut frame: Vec<u8>) -> Result<(), Overflow> {
         if self.defer_content() && frame.len() > wuu_protocol::INLINE_IMAGE_CHARS {
-            // Deferred content: large images go by reference.
-            if let Ok(mut v) = serde_json::to_value(n) {
-                if super::deferred::project_frame(&mut v) {
-                    frame = serde_json::to_vec(&Notification {
-                        method: N::METHOD.to_owned(),
-                        params: v,
-                    })
-                    .expect("serialize notification");
+            if let Ok(mut n) = serde_json::from_slice::<Notification>(&frame) {
+                if super::deferred::project_frame(&mut n.params) {
+                    frame = serde_json::to_vec(&n).expect("serialize notification");
                 }
             }
         }

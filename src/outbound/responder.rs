@@ -54,20 +54,31 @@ impl Responder {
     }
 
     /// Answers with a result.
-    pub fn ok<T: Serialize>(mut self, result: &T) {
+    pub fn ok<T: Serialize>(self, result: &T) {
+        // The result's serializer is the only code instantiated per result type.
+        self.ok_written(&mut |out: &mut Vec<u8>| {
+            serde_json::to_writer(out, result).expect("serialize result")
+        });
+    }
+
+    /// Answers with the result JSON `write` appends to a buffer.
+    fn ok_written(mut self, write: &mut dyn FnMut(&mut Vec<u8>)) {
         self.answered = true;
         if let Some(id) = self.id.take() {
             let frame = if self.outbox.defer_content() {
-                let mut value = serde_json::to_value(result).expect("serialize result");
+                // Read back as a `Value` (one decoder for every result type) to project
+                // the large images.
+                let mut json = Vec::with_capacity(512);
+                write(&mut json);
+                let mut value: serde_json::Value =
+                    serde_json::from_slice(&json).expect("a serialized result is JSON");
                 super::deferred::project_frame_at(&mut value, self.thread.as_deref());
                 serde_json::to_vec(&Response::ok(id, value)).expect("serialize")
             } else {
                 // Straight to bytes: no `Value` tree in between, which was most of a
                 // small request's CPU. Keys come in the
                 // result's declaration order rather than sorted.
-                ok_frame(&id, 512, |frame| {
-                    serde_json::to_writer(frame, result).expect("serialize result")
-                })
+                ok_frame(&id, 512, write)
             };
             self.outbox.send_direct(frame);
             self.outbox.answered();

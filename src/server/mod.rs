@@ -12,6 +12,7 @@ pub mod engine_auth;
 pub mod engines;
 pub mod folders;
 pub mod init;
+pub mod params_path;
 pub mod router;
 pub mod schema;
 pub mod workspace;

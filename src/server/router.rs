@@ -94,15 +94,26 @@ fn handle_line(shared: &Arc<Shared>, line: &[u8]) -> Flow {
                     params: n.params,
                 },
                 false,
+                line,
             )
         }
-        Ok(Message::Request(req)) => dispatch(shared, req, true),
+        Ok(Message::Request(req)) => dispatch(shared, req, true, line),
     }
 }
 
-fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
+/// The path of the invalid param of `method` in the request `line` (its params read
+/// again), or `None` (see [`super::params_path::params_path`]).
+fn invalid_param_path(method: &str, line: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(line).ok()?;
+    super::params_path::params_path(method, v.get("params").unwrap_or(&serde_json::Value::Null))
+}
+
+/// Decodes and routes one request; `line` is its raw line, read again only to locate an
+/// invalid param ([`super::params_path`]).
+fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool, line: &[u8]) -> Flow {
     let id = answer.then_some(req.id);
-    let decoded = match ClientRequest::decode(&req.method, req.params) {
+    let method = req.method;
+    let decoded = match ClientRequest::decode(&method, req.params) {
         Ok(d) => d,
         Err(DecodeError::UnknownMethod(m)) => {
             Responder::new(id, shared.host.outbox.clone(), "?")
@@ -116,6 +127,12 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool) -> Flow {
             return Flow::Continue;
         }
         Err(DecodeError::InvalidParams(m)) => {
+            let m = match invalid_param_path(&method, line) {
+                Some(path) => {
+                    m.replacen("invalid params: ", &format!("invalid params: {path}: "), 1)
+                }
+                None => m,
+            };
             Responder::new(id, shared.host.outbox.clone(), "?").err(ErrorCode::InvalidParams, m);
             return Flow::Continue;
         }

@@ -104,66 +104,69 @@ pub fn specs(shared: &Host) -> Vec<ToolSpec> {
     if !enabled(shared) {
         return vec![];
     }
-    let tab = json!({"type": "string", "description": "Tab id (default: the tab used last)."});
     let mut out = vec![
         spec(
             "browser_open",
             "Open a new browser tab at a URL in the user's hosted browser. Returns the tab id.",
-            json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
+            r#"{"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}"#,
         ),
         spec(
             "browser_attach",
             "Attach a page the user already has open (a workspace tab from browser_list_tabs). \
              The page is borrowed: closing or finishing releases it without closing it.",
-            json!({"type": "object", "properties": {"workspace_tab_id": {"type": "string"}}, "required": ["workspace_tab_id"]}),
+            r#"{"type": "object", "properties": {"workspace_tab_id": {"type": "string"}}, "required": ["workspace_tab_id"]}"#,
         ),
         spec(
             "browser_list_tabs",
             "List this conversation's browser tabs and the user's attachable workspace tabs.",
-            json!({"type": "object", "properties": {}}),
+            r#"{"type": "object", "properties": {}}"#,
         ),
         spec(
             "browser_screenshot",
             "Take a screenshot of a tab; returns the image file path and size.",
-            json!({"type": "object", "properties": {"tab_id": tab, "format": {"type": "string", "enum": ["png", "jpeg"]}}}),
+            r#"{"type": "object", "properties": {"tab_id": {"type": "string", "description": "Tab id (default: the tab used last)."}, "format": {"type": "string", "enum": ["png", "jpeg"]}}}"#,
         ),
         spec(
             "browser_cdp",
             "Run one Chrome DevTools Protocol command on a tab (e.g. Runtime.evaluate, \
              Page.navigate, Input.dispatchMouseEvent).",
-            json!({"type": "object", "properties": {"tab_id": tab, "method": {"type": "string"}, "params": {"type": "object"}}, "required": ["method"]}),
+            r#"{"type": "object", "properties": {"tab_id": {"type": "string", "description": "Tab id (default: the tab used last)."}, "method": {"type": "string"}, "params": {"type": "object"}}, "required": ["method"]}"#,
         ),
         spec(
             "browser_set_visibility",
             "Show or hide a tab in the user's browser preview.",
-            json!({"type": "object", "properties": {"tab_id": {"type": "string"}, "visible": {"type": "boolean"}}, "required": ["tab_id", "visible"]}),
+            r#"{"type": "object", "properties": {"tab_id": {"type": "string"}, "visible": {"type": "boolean"}}, "required": ["tab_id", "visible"]}"#,
         ),
         spec(
             "browser_close",
             "Close a tab (an attached workspace tab is released, not closed).",
-            json!({"type": "object", "properties": {"tab_id": {"type": "string"}}, "required": ["tab_id"]}),
+            r#"{"type": "object", "properties": {"tab_id": {"type": "string"}}, "required": ["tab_id"]}"#,
         ),
     ];
     if reverse::advertised(shared, "browser/finalize") {
-        out.push(spec(
+        let mut finalize = spec(
             "browser_finalize",
             "Decide which tabs to keep when you are done with the browser: each kept tab gets \
              a status (persistent: stays open for later; handoff: the user takes over; \
              deliverable: the result to show). Other temporary tabs are closed.",
-            json!({"type": "object", "properties": {"keep": {"type": "array", "items": {
+            r#"{"type": "object", "properties": {"keep": {"type": "array", "items": {
                 "type": "object",
-                "properties": {"tab_id": {"type": "string"}, "status": {"type": "string", "enum": KEEP_STATUSES}},
-                "required": ["tab_id", "status"]}}}, "required": ["keep"]}),
-        ));
+                "properties": {"tab_id": {"type": "string"}, "status": {"type": "string", "enum": []}},
+                "required": ["tab_id", "status"]}}}, "required": ["keep"]}"#,
+        );
+        finalize.parameters["properties"]["keep"]["items"]["properties"]["status"]["enum"] =
+            KEEP_STATUSES.iter().map(|s| Value::from(*s)).collect();
+        out.push(finalize);
     }
     out
 }
 
-fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
+/// A tool spec whose parameter schema is JSON text ([`crate::util::static_json`]).
+fn spec(name: &str, description: &str, parameters: &'static str) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         description: description.into(),
-        parameters,
+        parameters: crate::util::static_json(parameters),
     }
 }
 
