@@ -508,6 +508,81 @@ fn concurrent_writers_in_threads() {
     assert_eq!(count(&store, "items"), 400);
 }
 
+/// Writers of one process that run at once share commits (group commit): every write
+/// that returned `Ok` is visible to a new connection the moment it returned, a closure's
+/// `Err` and a closure's panic take back only that writer's changes, and the other
+/// writers' changes stay.
+#[test]
+fn concurrent_writers_share_commits_and_each_keeps_its_own_outcome() {
+    let (_dir, mut store) = open_tmp();
+    let threads = 12;
+    for t in 0..threads {
+        store
+            .insert_thread(&thread(&format!("t{t}"), "/w", 10))
+            .unwrap();
+        store.insert_turn(&turn(&format!("t{t}"), "u1")).unwrap();
+    }
+    let path = store.path().to_path_buf();
+    let commits_before = store.lite().unwrap().group_commits();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let tid = format!("t{t}");
+                let mut store = Store::open(&path).unwrap();
+                let check = rusqlite::Connection::open(&path).unwrap();
+                let mut kept = Vec::new();
+                for i in 0..120 {
+                    let id = format!("i{i}");
+                    let it = item(&tid, "u1", &id, "agent_message", "x");
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        store.transaction(|tx| {
+                            tx.upsert_item(&it)?;
+                            match i % 10 {
+                                3 => Err(StoreError::Invalid("refused".into())),
+                                7 => panic!("a writer panics inside its transaction"),
+                                _ => Ok(()),
+                            }
+                        })
+                    }));
+                    let visible: i64 = check
+                        .query_row(
+                            "SELECT COUNT(*) FROM items WHERE thread_id = ?1 AND id = ?2",
+                            [&tid, &id],
+                            |r| r.get(0),
+                        )
+                        .unwrap();
+                    match (i % 10, r) {
+                        (3, Ok(Err(StoreError::Invalid(_)))) | (7, Err(_)) => {
+                            assert_eq!(visible, 0, "{tid}/{id} was taken back")
+                        }
+                        (_, Ok(Ok(()))) => {
+                            assert_eq!(visible, 1, "{tid}/{id} committed before Ok");
+                            kept.push(id);
+                        }
+                        (n, r) => panic!("{tid}/{id} ({n}): {:?}", r.map(|r| r.err())),
+                    }
+                }
+                kept
+            })
+        })
+        .collect();
+    let mut kept = 0;
+    for h in handles {
+        kept += h.join().unwrap().len();
+    }
+    assert_eq!(kept, threads * 96);
+    assert_eq!(count(&store, "items") as usize, kept);
+    // Panicking writers commit their group's rest on the way out, uncounted; the counted
+    // commits are fewer than the writes that ended without a panic.
+    let commits = store.lite().unwrap().group_commits() - commits_before;
+    assert!(
+        commits < threads * 108,
+        "{commits} commits for {} writes",
+        threads * 108
+    );
+}
+
 #[test]
 fn check_file_agrees_with_open_on_what_it_refuses() {
     let dir = tempfile::tempdir().unwrap();
