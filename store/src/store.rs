@@ -73,135 +73,9 @@ struct Writer {
     conn: Option<Connection>,
     /// The busy timeout set on `conn`.
     busy: Duration,
-    /// The transaction left open on `conn` for the next writer to join, and how many
-    /// writers wait for its commit (see [`Lite::transaction`]).
-    group: Option<(Arc<Group>, usize)>,
 }
 
-/// The in-process write gate of a database file (see [`write_gate`]).
-#[derive(Debug, Default)]
-struct GateState {
-    writer: parking_lot::Mutex<Writer>,
-    /// Writers waiting for the gate: while there are some, a finished write leaves its
-    /// transaction open for them to join instead of committing it alone.
-    waiting: std::sync::atomic::AtomicUsize,
-    /// Commits of this gate's groups (tests check that writers share them).
-    #[cfg(test)]
-    commits: std::sync::atomic::AtomicUsize,
-}
-
-type Gate = Arc<GateState>;
-
-/// Most writers that share one commit.
-const GROUP_MAX: usize = 64;
-
-/// Writes of this process that share one transaction and its commit: each writer's
-/// changes are in its own savepoint, and each waits for the commit before it returns.
-#[derive(Debug, Default)]
-struct Group {
-    outcome: parking_lot::Mutex<Option<Outcome>>,
-    done: parking_lot::Condvar,
-}
-
-/// How a group's transaction ended: `Err` holds the SQLite failure of its commit (or of
-/// the rollback that ended it) to be rebuilt for every member.
-type Outcome = std::result::Result<(), (rusqlite::ffi::Error, Option<String>)>;
-
-impl Group {
-    fn finish(&self, outcome: Outcome) {
-        *self.outcome.lock() = Some(outcome);
-        self.done.notify_all();
-    }
-
-    /// The outcome, waiting at most `d`.
-    fn outcome_within(&self, d: Duration) -> Option<Outcome> {
-        let mut o = self.outcome.lock();
-        if o.is_none() {
-            self.done.wait_for(&mut o, d);
-        }
-        o.clone()
-    }
-}
-
-/// `e` as a group [`Outcome`] failure.
-fn failure(e: rusqlite::Error) -> (rusqlite::ffi::Error, Option<String>) {
-    match e {
-        rusqlite::Error::SqliteFailure(code, msg) => (code, msg),
-        other => (
-            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
-            Some(other.to_string()),
-        ),
-    }
-}
-
-/// The failure of a group whose transaction SQLite rolled back (a full disk, an I/O
-/// error) before it could commit.
-fn rolled_back() -> (rusqlite::ffi::Error, Option<String>) {
-    (
-        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ABORT),
-        Some("the write transaction was rolled back before its commit".into()),
-    )
-}
-
-/// Ends the group's transaction on `conn` (COMMIT, or ROLLBACK when SQLite already
-/// ended it) and tells its members.
-fn commit_group(conn: &Connection, group: &Group) -> Outcome {
-    let outcome = if conn.is_autocommit() {
-        Err(rolled_back())
-    } else {
-        match conn
-            .prepare_cached("COMMIT")
-            .and_then(|mut st| st.execute([]))
-        {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                if !conn.is_autocommit() {
-                    if let Err(r) = conn.execute_batch("ROLLBACK") {
-                        log::warn!("store: rollback failed: {r}");
-                    }
-                }
-                Err(failure(e))
-            }
-        }
-    };
-    group.finish(outcome.clone());
-    outcome
-}
-
-/// If a writer's closure panics inside the group's transaction: takes back that
-/// writer's savepoint and commits the rest of the group (the other members' changes),
-/// or rolls everything back if the savepoint cannot be undone.
-struct Unwinding<'a> {
-    conn: &'a Connection,
-    group: &'a Group,
-    armed: bool,
-}
-
-impl Drop for Unwinding<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        if self.conn.is_autocommit() {
-            self.group.finish(Err(rolled_back()));
-            return;
-        }
-        match self
-            .conn
-            .execute_batch("ROLLBACK TO wuu_write; RELEASE wuu_write")
-        {
-            Ok(()) => {
-                let _ = commit_group(self.conn, self.group);
-            }
-            Err(e) => {
-                if let Err(r) = self.conn.execute_batch("ROLLBACK") {
-                    log::warn!("store: rollback failed: {r}");
-                }
-                self.group.finish(Err(failure(e)));
-            }
-        }
-    }
-}
+type Gate = Arc<parking_lot::Mutex<Writer>>;
 
 /// The in-process write gate of a database file: [`Store::transaction`] holds it from
 /// `BEGIN IMMEDIATE` to the commit, so the connections of one process take turns on
@@ -225,7 +99,7 @@ impl Drop for Unwinding<'_> {
 /// closed when the last `Store` of the path is dropped.
 fn write_gate(path: &Path) -> Gate {
     static GATES: std::sync::OnceLock<
-        parking_lot::Mutex<HashMap<PathBuf, std::sync::Weak<GateState>>>,
+        parking_lot::Mutex<HashMap<PathBuf, std::sync::Weak<parking_lot::Mutex<Writer>>>>,
     > = std::sync::OnceLock::new();
     let mut gates = GATES.get_or_init(Default::default).lock();
     if let Some(gate) = gates.get(path).and_then(std::sync::Weak::upgrade) {
@@ -330,34 +204,14 @@ impl Drop for Open<'_> {
 }
 
 impl Lite {
-    /// Commits of this file's write groups in this process so far.
-    #[cfg(test)]
-    pub(crate) fn group_commits(&self) -> usize {
-        self.gate.commits.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
     /// See [`Store::transaction`].
-    ///
-    /// Group commit: a write that finishes while other writers of this process wait at
-    /// the gate leaves its transaction open (its changes in their own savepoint) and
-    /// hands the gate on; the last writer of the run (none waiting, or [`GROUP_MAX`]
-    /// members) commits for all, and each member returns only once that commit is done,
-    /// with its outcome. With many conversations writing at once one commit (its WAL
-    /// frames, its `pwrite`s) serves many of them. A closure's `Err` rolls back only its
-    /// own savepoint; a failed commit fails every member (none of them is
-    /// acknowledged). A member whose successor never comes commits the group itself.
     fn transaction<T>(
         &mut self,
         lease_stale_ms: i64,
         f: impl FnOnce(&Tx<'_>) -> Result<T>,
     ) -> Result<T> {
-        use std::sync::atomic::Ordering::SeqCst;
         let started = std::time::Instant::now();
-        let gate = self.gate.clone();
-        gate.waiting.fetch_add(1, SeqCst);
-        let got = gate.writer.try_lock_for(self.busy_timeout);
-        gate.waiting.fetch_sub(1, SeqCst);
-        let Some(mut guard) = got else {
+        let Some(mut writer) = self.gate.try_lock_for(self.busy_timeout) else {
             return Err(StoreError::Busy(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
                 Some(format!(
@@ -374,7 +228,7 @@ impl Lite {
         } else {
             self.busy_timeout
         };
-        let writer = &mut *guard;
+        let writer = &mut *writer;
         let conn = match &mut writer.conn {
             Some(conn) => conn,
             slot @ None => {
@@ -383,111 +237,14 @@ impl Lite {
                 conn
             }
         };
-        let (group, members) = match writer.group.take() {
-            Some((group, members)) if !conn.is_autocommit() => (group, members),
-            stale => {
-                if let Some((group, _)) = stale {
-                    group.finish(Err(rolled_back()));
-                }
-                if writer.busy != busy {
-                    conn.busy_timeout(busy)?;
-                    writer.busy = busy;
-                }
-                conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-                (Arc::new(Group::default()), 0)
-            }
-        };
-        let mut unwinding = Unwinding {
-            conn,
-            group: &group,
-            armed: true,
-        };
-        let value = match conn.prepare_cached("SAVEPOINT wuu_write")?.execute([]) {
-            Ok(_) => f(&Tx::sqlite(conn, lease_stale_ms)),
-            Err(e) => Err(e.into()),
-        };
-        let kept = value.is_ok();
-        let ended = if kept {
-            conn.prepare_cached("RELEASE wuu_write")
-                .and_then(|mut st| st.execute([]))
-                .err()
-        } else if conn.is_autocommit() {
-            None
-        } else {
-            conn.execute_batch("ROLLBACK TO wuu_write; RELEASE wuu_write")
-                .err()
-        };
-        unwinding.armed = false;
-        drop(unwinding);
-        if let Some(e) = ended {
-            // The savepoint could not be ended: the whole transaction goes.
-            if !conn.is_autocommit() {
-                if let Err(r) = conn.execute_batch("ROLLBACK") {
-                    log::warn!("store: rollback failed: {r}");
-                }
-            }
-            group.finish(Err(failure(e)));
-            return Err(match value {
-                Err(e) => e,
-                Ok(_) => rebuild(rolled_back()),
-            });
+        if writer.busy != busy {
+            conn.busy_timeout(busy)?;
+            writer.busy = busy;
         }
-        if conn.is_autocommit() {
-            // SQLite ended the transaction itself (I/O error, full disk): nothing of
-            // the group was kept.
-            group.finish(Err(rolled_back()));
-            return match value {
-                Err(e) => Err(e),
-                Ok(_) => Err(rebuild(rolled_back())),
-            };
-        }
-        let members = members + usize::from(kept);
-        if gate.waiting.load(SeqCst) > 0 && members < GROUP_MAX {
-            writer.group = Some((group.clone(), members));
-            if !kept {
-                return value;
-            }
-            drop(guard);
-            return match wait_for_commit(&gate, &group) {
-                Ok(()) => value,
-                Err(e) => Err(rebuild(e)),
-            };
-        }
-        #[cfg(test)]
-        gate.commits.fetch_add(1, SeqCst);
-        match commit_group(conn, &group) {
-            Ok(()) => value,
-            Err(e) if kept => Err(rebuild(e)),
-            Err(_) => value,
-        }
-    }
-}
-
-/// A group [`Outcome`] failure as a [`StoreError`].
-fn rebuild((code, msg): (rusqlite::ffi::Error, Option<String>)) -> StoreError {
-    StoreError::from(rusqlite::Error::SqliteFailure(code, msg))
-}
-
-/// Waits for the commit of `group` (a member that handed the gate on). If no writer
-/// came to commit it (the one waiting gave up), takes the gate and commits it.
-fn wait_for_commit(gate: &GateState, group: &Arc<Group>) -> Outcome {
-    loop {
-        if let Some(outcome) = group.outcome_within(Duration::from_millis(5)) {
-            return outcome;
-        }
-        if let Some(mut writer) = gate.writer.try_lock() {
-            let ours = matches!(&writer.group, Some((g, _)) if Arc::ptr_eq(g, group));
-            if ours {
-                writer.group = None;
-                if let Some(conn) = writer.conn.as_ref() {
-                    #[cfg(test)]
-                    gate.commits
-                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    return commit_group(conn, group);
-                }
-                group.finish(Err(rolled_back()));
-            }
-        }
+        let tx = Open::begin(conn, "BEGIN IMMEDIATE")?;
+        let value = f(&Tx::sqlite(conn, lease_stale_ms))?;
+        tx.commit()?;
+        Ok(value)
     }
 }
 
