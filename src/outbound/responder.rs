@@ -67,13 +67,21 @@ impl Responder {
         if let Some(id) = self.id.take() {
             let frame = if self.outbox.defer_content() {
                 // Read back as a `Value` (one decoder for every result type) to project
-                // the large images.
+                // the large images. A result nested deeper than the decoder's limit (128
+                // levels: tool arguments or results written by a model or an MCP
+                // server) goes as written, its images inline.
                 let mut json = Vec::with_capacity(512);
                 write(&mut json);
-                let mut value: serde_json::Value =
-                    serde_json::from_slice(&json).expect("a serialized result is JSON");
-                super::deferred::project_frame_at(&mut value, self.thread.as_deref());
-                serde_json::to_vec(&Response::ok(id, value)).expect("serialize")
+                match serde_json::from_slice::<serde_json::Value>(&json) {
+                    Ok(mut value) => {
+                        super::deferred::project_frame_at(&mut value, self.thread.as_deref());
+                        serde_json::to_vec(&Response::ok(id, value)).expect("serialize")
+                    }
+                    Err(e) => {
+                        log::debug!("result sent without deferred content: {e}");
+                        ok_frame(&id, json.len(), |frame| frame.extend_from_slice(&json))
+                    }
+                }
             } else {
                 // Straight to bytes: no `Value` tree in between, which was most of a
                 // small request's CPU. Keys come in the
@@ -121,5 +129,35 @@ impl Drop for Responder {
             let m = format!("{} was not answered (internal error)", self.method);
             self.error(ErrorObject::new(ErrorCode::InternalError, m));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outbound::transport::{start_writer, ChannelSink};
+
+    #[test]
+    fn a_result_nested_past_the_decoder_limit_is_answered_with_deferred_content_on() {
+        // Before: the read-back for deferred content panicked ("recursion limit").
+        let (tx, rx) = crossbeam_channel::bounded(4);
+        let (outbox, _writer) = start_writer(Box::new(ChannelSink(tx)), Box::new(|| {}));
+        outbox.set_defer_content(true);
+        let mut deep = serde_json::json!("leaf");
+        for _ in 0..300 {
+            deep = serde_json::json!([deep]);
+        }
+        Responder::new(Some(RequestId::Number(7.into())), outbox.clone(), "x").ok(&deep);
+        let frame = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("an answer");
+        let text = String::from_utf8(frame).expect("utf-8");
+        assert!(
+            text.starts_with("{\"id\":7,\"result\":[[["),
+            "{}",
+            &text[..40]
+        );
+        assert_eq!(text.matches('[').count(), 300);
+        assert!(text.contains("\"leaf\""));
     }
 }
