@@ -14,6 +14,25 @@ pub use crate::engine::TurnState;
 /// The turn statuses clients are sent.
 pub const TURN_STATUSES: &[&str] = &["in_progress", "completed", "failed", "interrupted"];
 
+/// `turn/error` of a failed or interrupted turn, from its wire form (the error fields
+/// are the turn's `error`, empty when it has none).
+pub fn turn_error_notification(
+    thread_id: String,
+    turn: Turn,
+) -> wuu_protocol::TurnErrorNotification {
+    let e = turn.error.clone().unwrap_or_default();
+    wuu_protocol::TurnErrorNotification {
+        thread_id,
+        turn_id: turn.id.clone(),
+        error: e.message,
+        code: e.code,
+        category: e.category,
+        provider: e.provider,
+        status_code: e.status_code,
+        turn,
+    }
+}
+
 /// Wire turn of a row and its items.
 pub fn turn_wire(t: &TurnState) -> Turn {
     let r = &t.row;

@@ -30,7 +30,6 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
-use wuu_protocol::TurnErrorNotification;
 use wuu_store::{input_mode, input_state, LeaseOutcome};
 
 /// Environment variable overriding the stale limit (milliseconds).
@@ -254,17 +253,13 @@ impl Session {
                 continue;
             };
             let turn = crate::session::convert::turn_wire(state);
-            let e = turn.error.clone().unwrap_or_default();
-            let _ = self.shared.outbox.notify(&TurnErrorNotification {
-                thread_id: self.id.clone(),
-                turn_id: t.turn_id.clone(),
-                error: e.message.clone(),
-                code: e.code.clone(),
-                category: e.category.clone(),
-                provider: e.provider.clone(),
-                status_code: e.status_code,
-                turn,
-            });
+            let _ = self
+                .shared
+                .outbox
+                .notify(&crate::session::convert::turn_error_notification(
+                    self.id.clone(),
+                    turn,
+                ));
         }
         if !settled.interrupted_turns.is_empty() {
             self.notify_updated();

@@ -212,17 +212,7 @@ impl Driver<'_> {
                 let _ = self.s.shared.outbox.notify(&n);
             }
             TurnEnd::Failed(_) | TurnEnd::Interrupted(_) => {
-                let e = turn.error.clone().unwrap_or_default();
-                let n = TurnErrorNotification {
-                    thread_id,
-                    turn_id: row.id.clone(),
-                    error: e.message.clone(),
-                    code: e.code.clone(),
-                    category: e.category.clone(),
-                    provider: e.provider.clone(),
-                    status_code: e.status_code,
-                    turn,
-                };
+                let n = crate::session::convert::turn_error_notification(thread_id, turn);
                 let _ = self.s.shared.outbox.notify(&n);
             }
         }
