@@ -1,13 +1,17 @@
 //! End-to-end tests of requests that must not stall the server: a full worker queue is
 //! refused `overloaded` while control requests pass, a stuck catalog worker does not
 //! take the listings with it, searches use the text index, and the usage ledgers are
-//! read without blocking (a FIFO in place of a ledger, an oversized ledger file).
+//! read without blocking (a FIFO in place of a ledger, an oversized ledger file), and a
+//! conversation answers while its provider request waits for its response head.
 
 mod support;
 
 use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::app::{config_for, App};
 use support::fake_provider::{Ending, FakeProvider, Script};
@@ -439,4 +443,190 @@ fn a_silent_stream_leaves_the_conversation_answering_and_loses_no_delta() {
     let queued_turn = app.wait_for("queued turn", |v| v["method"] == "turn/completed");
     assert_ne!(queued_turn["params"]["turn"]["id"], json!(turn));
     assert_eq!(fake.requests().len(), 2);
+}
+
+/// A model service on loopback that takes each request whole and never answers it
+/// (no status line, no header), then reads on to see the client hang up.
+struct HeadlessService {
+    url: String,
+    /// Requests received whole.
+    received: Arc<AtomicUsize>,
+    /// Connections the client closed after its request.
+    closed: Arc<AtomicUsize>,
+}
+
+impl HeadlessService {
+    fn start() -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", l.local_addr().unwrap());
+        let received = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let (r, c) = (received.clone(), closed.clone());
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(conn) = conn else { return };
+                let (r, c) = (r.clone(), c.clone());
+                std::thread::spawn(move || {
+                    let mut conn = BufReader::new(conn);
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if conn.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let lower = line.to_ascii_lowercase();
+                        if let Some(v) = lower.strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let mut body = vec![0; len];
+                    if conn.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    r.fetch_add(1, Ordering::SeqCst);
+                    // Nothing more comes from a client that waits for the head: a read
+                    // ends when it closes the connection.
+                    let mut buf = [0u8; 512];
+                    while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        HeadlessService {
+            url,
+            received,
+            closed,
+        }
+    }
+
+    /// Waits until `counter` reaches `n` (at most `limit`).
+    fn reaches(counter: &AtomicUsize, n: usize, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while counter.load(Ordering::SeqCst) < n && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        counter.load(Ordering::SeqCst) >= n
+    }
+}
+
+/// A server whose conversation has a turn waiting for the response head of its provider
+/// request (the service holds it): the app, the service, the thread and turn ids.
+fn turn_waiting_for_its_head(user_home: &Path) -> (App, HeadlessService, String, String) {
+    let service = HeadlessService::start();
+    let mut app = start_with(Some(config_for(&service.url)), &ledger_env(user_home));
+    let th = thread_id(&app.call("thread/start", json!({})));
+    let r = app.call("turn/start", json!({"thread_id": th, "prompt": "first"}));
+    let turn = r["turn"]["id"].as_str().unwrap().to_owned();
+    assert!(
+        HeadlessService::reaches(&service.received, 1, PROMPT),
+        "the provider request never arrived"
+    );
+    (app, service, th, turn)
+}
+
+/// Sends 320 `thread/resume` requests to `th` in blocks of 64, each block followed by a
+/// wait (at most 2 s) for its answers: a conversation that serves its mailbox answers
+/// each block before the next; one that does not has a full mailbox (256) after four.
+/// Returns the answers that came, by id, and the ids sent.
+fn flood(app: &mut App, th: &str) -> (std::collections::HashMap<String, Value>, Vec<String>) {
+    let mut answers = std::collections::HashMap::new();
+    let mut ids = vec![];
+    for _ in 0..5 {
+        let block: Vec<String> = (0..64)
+            .map(|_| {
+                app.send(
+                    "thread/resume",
+                    json!({"session_id": th, "response_only": true}),
+                )
+            })
+            .collect();
+        let end = Instant::now() + Duration::from_secs(2);
+        for id in &block {
+            let left = end.saturating_duration_since(Instant::now());
+            match response_within(app, id, left) {
+                Some(v) => {
+                    answers.insert(id.clone(), v);
+                }
+                None => break,
+            }
+        }
+        ids.extend(block);
+    }
+    (answers, ids)
+}
+
+#[test]
+fn a_request_waiting_for_its_response_head_leaves_the_conversation_answering() {
+    let user = tempfile::tempdir().unwrap();
+    let (mut app, service, th, turn) = turn_waiting_for_its_head(user.path());
+    let waiting_from = Instant::now();
+    let id = app.send(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    let read = response_within(&mut app, &id, PROMPT).expect("thread/resume stalled");
+    assert!(read.get("error").is_none(), "{read}");
+    // A second turn is refused at once, not run after the first.
+    let id = app.send("turn/start", json!({"thread_id": th, "prompt": "second"}));
+    let busy = response_within(&mut app, &id, PROMPT).expect("turn/start stalled");
+    assert_eq!(busy["error"]["code"], "thread_busy", "{busy}");
+    let id = app.send("thread/delete", json!({"thread_id": th}));
+    let busy = response_within(&mut app, &id, PROMPT).expect("thread/delete stalled");
+    assert_eq!(busy["error"]["code"], "thread_busy", "{busy}");
+    assert!(waiting_from.elapsed() < PROMPT);
+    // Still waiting: nothing was cut, and no second request was made.
+    assert_eq!(service.closed.load(Ordering::SeqCst), 0);
+    app.call("turn/interrupt", json!({"thread_id": th, "turn_id": turn}));
+    let t = turn.clone();
+    let end = app.wait_for("turn end", move |v| {
+        matches!(v["method"].as_str(), Some("turn/completed" | "turn/error"))
+            && v["params"]["turn"]["id"] == json!(t)
+    });
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert_eq!(service.received.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn an_interrupt_behind_a_flood_ends_a_turn_waiting_for_its_response_head() {
+    let user = tempfile::tempdir().unwrap();
+    let (mut app, service, th, turn) = turn_waiting_for_its_head(user.path());
+    let (answers, ids) = flood(&mut app, &th);
+    let started = Instant::now();
+    let id = app.send("turn/interrupt", json!({"thread_id": th, "turn_id": turn}));
+    let r = response_within(&mut app, &id, PROMPT).expect("turn/interrupt stalled");
+    assert_eq!(r["result"]["ok"], true, "{r}");
+    let t = turn.clone();
+    let end = app.wait_for("turn end", move |v| {
+        matches!(v["method"].as_str(), Some("turn/completed" | "turn/error"))
+            && v["params"]["turn"]["id"] == json!(t)
+    });
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    assert!(
+        HeadlessService::reaches(&service.closed, 1, PROMPT),
+        "the provider's connection was left open"
+    );
+    // Every read of the flood was answered while the head was awaited.
+    assert_eq!(answers.len(), ids.len());
+    assert!(answers.values().all(|v| v.get("error").is_none()));
+}
+
+#[test]
+fn shutdown_behind_a_flood_returns_promptly_while_a_response_head_is_awaited() {
+    let user = tempfile::tempdir().unwrap();
+    let (mut app, service, th, _turn) = turn_waiting_for_its_head(user.path());
+    let (answers, ids) = flood(&mut app, &th);
+    assert_eq!(answers.len(), ids.len());
+    let started = Instant::now();
+    let id = app.send("shutdown", json!({}));
+    assert!(
+        response_within(&mut app, &id, PROMPT).is_some(),
+        "shutdown stalled"
+    );
+    assert_eq!(app.wait_exit(PROMPT), Some(0));
+    assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
+    assert!(HeadlessService::reaches(&service.closed, 1, PROMPT));
 }

@@ -617,10 +617,11 @@ impl LiveStream {
     }
 
     /// After queueing a request for the host: wakes the host's thread from a read of
-    /// a streaming body. `target` ([`LiveStream::cut_target`], taken before queueing,
-    /// so never a request the host started after serving this one) is cut when no
-    /// read can be woken (its request still waits for its response head), since the
-    /// host cannot serve before that read returns.
+    /// a streaming body or a wait for a response head. `target`
+    /// ([`LiveStream::cut_target`], taken before queueing, so never a request the host
+    /// started after serving this one) is cut when the thread cannot be woken (its
+    /// request waits for its response head on that thread, every head pool thread
+    /// being busy), since the host cannot serve before that wait ends.
     pub fn posted(&self, target: Option<CancelToken>) {
         self.wake.signal();
         if let Some(t) = target {

@@ -4,16 +4,21 @@
 //! cancel can shut its socket down) with `http_status_as_error(false)` so error bodies and
 //! `retry-after` headers can be read (§0), a connect + first-header timeout
 //! (`stream_connect_timeout_ms`, default 60 s) and a per-read idle timeout
-//! (`stream_idle_timeout_ms`, default [`DEFAULT_IDLE_TIMEOUT_MS`] = 90 s).
+//! (`stream_idle_timeout_ms`, default [`DEFAULT_IDLE_TIMEOUT_MS`] = 90 s). A request
+//! whose reading thread serves more than it (a [`Wake`] on the token) waits for its
+//! response head on the head pool ([`super::head`]) while that thread serves what wakes
+//! it, then reads its body on that thread.
 
 use std::io::{BufReader, Read};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crossbeam_channel::TryRecvError;
 use serde_json::Value;
 
 use super::chat::{ChatRequest, FailureKind, ProviderError};
 use super::retry::{self, AttemptError, AttemptOutcome, RetryPolicy};
+use super::wake::{Parked, ReadWake};
 use super::wire::{drive_payloads, drive_sse, WireParser, WireProtocol};
 use super::{CancelToken, Provider, StreamSink, Wake};
 use crate::config::ProviderConfig;
@@ -154,8 +159,8 @@ impl HttpProvider {
     }
 
     /// An agent for one attempt; with `wake`, its streaming reads return when the
-    /// reading thread is woken ([`super::transport`]).
-    fn agent(&self, streaming: bool, wake: Option<Arc<Wake>>) -> ureq::Agent {
+    /// reading thread is woken, once armed ([`super::transport`]).
+    fn agent(&self, streaming: bool, wake: Option<Arc<ReadWake>>) -> ureq::Agent {
         let mut b = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(self.connect_timeout))
@@ -211,12 +216,13 @@ impl HttpProvider {
 
     fn attempt(
         &self,
-        body: &[u8],
+        body: &Arc<Vec<u8>>,
         req: &ChatRequest,
         cancel: &CancelToken,
         sink: &mut dyn StreamSink,
     ) -> AttemptOutcome {
-        let agent = self.agent(true, cancel.wake().cloned());
+        let read_wake = cancel.wake().map(|w| Arc::new(ReadWake::new(w.clone())));
+        let agent = self.agent(true, read_wake.clone());
         if !cancel.set_agent(&agent) {
             return AttemptOutcome::Stopped;
         }
@@ -229,19 +235,25 @@ impl HttpProvider {
             rb = rb.header(k, v);
         }
         log::debug!("POST {url} ({} bytes)", body.len());
-        let resp = match rb.send(body) {
-            Ok(r) => r,
-            Err(e) => {
+        let resp = match send_head(rb, body, &agent, cancel, sink) {
+            Head::Response(r) => r,
+            Head::Failed(e) => {
                 cancel.clear_agent();
                 if cancel.is_cancelled() {
                     return AttemptOutcome::Stopped;
                 }
-                return AttemptOutcome::Failed(transport_error(e));
+                return AttemptOutcome::Failed(e);
+            }
+            Head::Stopped => {
+                cancel.clear_agent();
+                return AttemptOutcome::Stopped;
             }
         };
-        // The body's reads return when the reading thread is woken; the response head
-        // was read whole (ureq cannot resume it).
+        // The body is read on this thread: its reads return when the thread is woken.
         let _listening = cancel.wake().map(|w| w.listen());
+        if let Some(w) = &read_wake {
+            w.arm();
+        }
         let (parts, body) = resp.into_parts();
         let content_type = header_value(&parts.headers, "content-type").unwrap_or_default();
         let outcome = handle_response(
@@ -300,8 +312,9 @@ impl Provider for HttpProvider {
         }
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         // Only the bytes live on: the `Value` tree is freed before the stream starts.
+        // Shared with the head pool's thread that sends them.
         drop(body);
-        let body = bytes;
+        let body = Arc::new(bytes);
         retry::run_with_retries(&self.policy, cancel, sink, |_, sink| {
             self.attempt(&body, req, cancel, sink)
         });
@@ -425,6 +438,103 @@ pub(crate) fn handle_response(
         cancel,
         sink,
     )
+}
+
+/// How the wait for a response head ended.
+enum Head {
+    /// The response, its body not read yet.
+    Response(ureq::http::Response<ureq::Body>),
+    /// The request failed before a response head arrived.
+    Failed(AttemptError),
+    /// The consumer stopped meanwhile; the request was shut down.
+    Stopped,
+}
+
+impl From<Result<ureq::http::Response<ureq::Body>, ureq::Error>> for Head {
+    fn from(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> Self {
+        match r {
+            Ok(resp) => Head::Response(resp),
+            Err(e) => Head::Failed(transport_error(e)),
+        }
+    }
+}
+
+/// Signals a wake when dropped: the end of a head job, however it ends.
+struct Ring(Arc<Wake>);
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        self.0.signal();
+    }
+}
+
+/// Sends the request and waits for its response head (connect, TLS, the request, the
+/// head: a phase ureq cannot resume once begun). A reading thread with a wake (it
+/// serves more than this request, [`CancelToken::set_wake`]) hands the phase to the
+/// head pool ([`super::head`]) and meanwhile serves what wakes it through
+/// `sink.flush()`; a stop (the flush says so, or the token is cancelled) shuts the
+/// request down and returns at once. Without a wake, or when every pool thread is
+/// busy, the phase runs on this thread (then a request that must end it cuts it from
+/// outside, [`Wake::listening`] being unset).
+fn send_head(
+    rb: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    body: &Arc<Vec<u8>>,
+    agent: &ureq::Agent,
+    cancel: &CancelToken,
+    sink: &mut dyn StreamSink,
+) -> Head {
+    let Some(wake) = cancel.wake().cloned() else {
+        return rb.send(&body[..]).into();
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (ring, bytes) = (wake.clone(), body.clone());
+    let job: super::head::Job = Box::new(move || {
+        // Declared first, dropped last: the result is sent (or, after a panic, the
+        // channel closed) before the waiting thread is rung.
+        let _ring = Ring(ring);
+        let tx = tx;
+        let _ = tx.send(rb.send(&bytes[..]));
+    });
+    let result = match super::head::pool().run(job) {
+        Err(job) => {
+            job();
+            rx.try_recv().ok()
+        }
+        Ok(()) => {
+            let _listening = wake.listen();
+            loop {
+                match rx.try_recv() {
+                    Ok(r) => break Some(r),
+                    Err(TryRecvError::Disconnected) => break None,
+                    Err(TryRecvError::Empty) => {}
+                }
+                // A cancel shut the agent down; its head thread returns on its own.
+                if cancel.is_cancelled() {
+                    return Head::Stopped;
+                }
+                match wake.park(None, None) {
+                    Ok(Parked::Woken) => {
+                        if !sink.flush() {
+                            agent.clone().shutdown();
+                            return Head::Stopped;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        log::debug!("cannot park for a response head ({e}); waiting for it alone");
+                        break rx.recv().ok();
+                    }
+                }
+            }
+        }
+    };
+    match result {
+        Some(r) => r.into(),
+        None => Head::Failed(AttemptError::new(
+            FailureKind::Network,
+            "the request failed on its connection thread".to_string(),
+        )),
+    }
 }
 
 /// `read_to_end` that reads on after a wake ([`std::io::ErrorKind::WouldBlock`], see

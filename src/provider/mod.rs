@@ -12,8 +12,8 @@
 //!
 //! Layout: [`chat`] holds the neutral vocabulary, [`wire`] the protocols' shared parsing
 //! machinery, `request` what their body builders share, [`stream`] the helper thread,
-//! [`wake`] and `transport` the reads a consumer's thread can be woken from, and one
-//! module per protocol.
+//! [`wake`] and `transport` the reads a consumer's thread can be woken from, `head` the
+//! pool of threads that wait for a response head meanwhile, and one module per protocol.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -25,6 +25,7 @@ pub mod anthropic;
 mod cancel;
 pub mod catalog;
 pub mod chat;
+pub(crate) mod head;
 pub(crate) mod http;
 pub mod openai_chat;
 pub mod openai_responses;

@@ -1,9 +1,10 @@
 //! The HTTP connection of a provider request (spec `providers.md` §6.1, §6.6): ureq's
 //! default chain (CONNECT proxy, TCP, rustls) with our TCP transport in place of
 //! ureq's, so that a read of a streaming body also returns when the consumer's thread
-//! is woken ([`super::wake::Wake`]). The socket is registered with the agent's
-//! shutdown (a cancel shuts it down, so a blocked read returns) as ureq's own TCP
-//! connector does. A proxy connection goes through the same chain, so it wakes too.
+//! is woken ([`super::wake::Wake`], once the request's [`ReadWake`] is armed: its head
+//! may be read on another thread, [`super::head`]). The socket is registered with the
+//! agent's shutdown (a cancel shuts it down, so a blocked read returns) as ureq's own
+//! TCP connector does. A proxy connection goes through the same chain, so it wakes too.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -17,20 +18,20 @@ use ureq::unversioned::transport::{
 };
 use ureq::{Error, Timeout};
 
-use super::wake::{Parked, Wake};
+use super::wake::{Parked, ReadWake};
 
 /// ureq's connector chain with a [`WakeTcpConnector`]: an agent whose streaming reads
-/// return on `wake` (none = plain blocking reads).
-pub(crate) fn connector(wake: Option<Arc<Wake>>) -> impl Connector {
+/// return on `wake` once it is armed (none = plain blocking reads).
+pub(crate) fn connector(wake: Option<Arc<ReadWake>>) -> impl Connector {
     ().chain(ConnectProxyConnector::default())
         .chain(WakeTcpConnector { wake })
         .chain(RustlsConnector::default())
 }
 
-/// Opens TCP connections whose reads a [`Wake`] can end.
+/// Opens TCP connections whose reads a [`super::wake::Wake`] can end.
 #[derive(Debug)]
 pub(crate) struct WakeTcpConnector {
-    wake: Option<Arc<Wake>>,
+    wake: Option<Arc<ReadWake>>,
 }
 
 /// The socket, shared (weakly) with the agent's shutdown.
@@ -107,14 +108,14 @@ fn connect(details: &ConnectionDetails) -> Result<TcpStream, Error> {
     Err(last)
 }
 
-/// A TCP connection whose reads of a streaming body return on a wake, as
+/// A TCP connection whose reads of a streaming body return on a wake (once armed), as
 /// `Err(Error::Io(WouldBlock))`, with the buffers untouched: the next read goes on
 /// where this one stopped.
 #[derive(Debug)]
 pub(crate) struct WakeTransport {
     socket: Arc<Socket>,
     buffers: LazyBuffers,
-    wake: Option<Arc<Wake>>,
+    wake: Option<Arc<ReadWake>>,
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
 }
@@ -169,7 +170,7 @@ impl Transport for WakeTransport {
             return Err(Error::Timeout(timeout.reason));
         }
         let limit = timeout.not_zero().map(|d| *d);
-        if let Some(wake) = self.wake.as_ref().filter(|w| w.listening()) {
+        if let Some(wake) = self.wake.as_ref().and_then(|w| w.armed()) {
             // What is already there is read at once; otherwise wait for the socket
             // and the wake together.
             let input = self.buffers.input_append_buf();
@@ -227,7 +228,7 @@ mod tests {
     use crate::config::ProviderConfig;
     use crate::provider::chat::{ChatRequest, StreamEvent};
     use crate::provider::wire::WireProtocol;
-    use crate::provider::{CancelToken, HttpProvider, Provider, StreamSink};
+    use crate::provider::{CancelToken, HttpProvider, Provider, StreamSink, Wake};
     use std::io::BufRead;
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -416,9 +417,10 @@ mod tests {
             .proxy(None)
             .build();
         let wake = Arc::new(Wake::new());
+        let read_wake = Arc::new(ReadWake::new(wake.clone()));
         let agent = ureq::Agent::with_parts(
             config,
-            connector(Some(wake.clone())),
+            connector(Some(read_wake.clone())),
             ureq::unversioned::resolver::DefaultResolver::default(),
         );
         let url = format!("https://127.0.0.1:{port}/v1/chat/completions");
@@ -433,7 +435,7 @@ mod tests {
                 Err(e) => panic!("{e}"),
             }
         };
-        let _listening = wake.listen();
+        read_wake.arm();
         let mut sse = crate::provider::sse::SseReader::new(io::BufReader::new(
             resp.into_body().into_reader(),
         ));

@@ -1,10 +1,12 @@
 //! A provider read its consumer's thread can be woken from (spec `providers.md` §6.1,
 //! §6.6): the built-in engine reads its provider stream on its conversation's session
 //! thread, which must also serve that session's mailbox. While a streaming body is
-//! read ([`Wake::listen`]) the HTTP transport ([`super::transport`]) waits for the
-//! socket and for this wake together; a wake ends the read with
-//! [`std::io::ErrorKind::WouldBlock`] without touching the stream, so the reader
-//! serves what woke it and reads on from where it was.
+//! read, the HTTP transport ([`super::transport`]) of that request's connection
+//! ([`ReadWake`], armed) waits for the socket and for this wake together; a wake ends
+//! the read with [`std::io::ErrorKind::WouldBlock`] without touching the stream, so the
+//! reader serves what woke it and reads on from where it was. Before that, while the
+//! request waits for its response head on a pool thread ([`super::head`]), the reader
+//! parks on this wake and that result, serving what wakes it the same way.
 //!
 //! Whoever posts to the mailbox calls [`Wake::signal`]: an atomic store, plus one
 //! `eventfd` write only while the reader is parked in such a read. The reader checks
@@ -15,7 +17,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rustix::event::{PollFd, PollFlags};
@@ -34,7 +36,8 @@ pub struct Wake {
     parked: AtomicBool,
     /// Something was posted since the reader last returned for a wake.
     signalled: AtomicBool,
-    /// A streaming body is being read: its reads return on a wake.
+    /// The reader serves what wakes it (it waits for a response head on the pool, or
+    /// reads a streaming body whose reads return on a wake).
     listening: AtomicBool,
     /// When the reader must return anyway, in ms since the Unix epoch (0 = never).
     deadline_ms: AtomicI64,
@@ -57,6 +60,38 @@ pub struct Listening<'a>(&'a Wake);
 impl Drop for Listening<'_> {
     fn drop(&mut self) {
         self.0.listening.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A [`Wake`] as one request's connection sees it ([`super::transport`]): its reads
+/// return on a wake only once armed, when its body is read on the thread the wake
+/// serves. Before, its head may be read on a pool thread ([`super::head`]), whose
+/// reads must block as plain reads and leave the wake's signals to that thread; a
+/// request given up there never arms it.
+#[derive(Debug)]
+pub struct ReadWake {
+    wake: Arc<Wake>,
+    armed: AtomicBool,
+}
+
+impl ReadWake {
+    /// Not armed.
+    pub fn new(wake: Arc<Wake>) -> Self {
+        ReadWake {
+            wake,
+            armed: AtomicBool::new(false),
+        }
+    }
+
+    /// From now on the connection's reads return on a wake (call on the reader's
+    /// thread, which then serves it).
+    pub fn arm(&self) {
+        self.armed.store(true, Ordering::SeqCst);
+    }
+
+    /// The wake, once armed.
+    pub fn armed(&self) -> Option<&Wake> {
+        self.armed.load(Ordering::SeqCst).then_some(&*self.wake)
     }
 }
 
@@ -110,13 +145,15 @@ impl Wake {
         }
     }
 
-    /// Reads of a streaming body return on a wake until the guard drops.
+    /// The reader serves what wakes it until the guard drops (a waiting response head,
+    /// or a streaming body read through an armed [`ReadWake`]).
     pub fn listen(&self) -> Listening<'_> {
         self.listening.store(true, Ordering::SeqCst);
         Listening(self)
     }
 
-    /// Whether a streaming body is being read (its reads return on a wake).
+    /// Whether the reader serves what wakes it ([`Wake::listen`]); when not, a post
+    /// that must end its request cuts it from outside instead.
     pub fn listening(&self) -> bool {
         self.listening.load(Ordering::SeqCst)
     }

@@ -2,10 +2,11 @@
 //! engine (the conversation's session thread; spec `providers.md` §6.1, §6.6): the
 //! provider parses its stream straight into a sink here, which hands the deltas of one
 //! read to the host as one batch, lets a host on this thread serve its mailbox before
-//! each read that may wait, and looks at the controls between reads. A read blocked
-//! on a silent socket is cut through the sink's [`crate::engine::LiveStream`] (shut
-//! down by whoever sends the control that ends the stream), so no helper thread stands
-//! between the socket and the engine.
+//! each read that may wait (and while the request waits for its response head on the
+//! provider's head pool), and looks at the controls between reads. A read blocked on
+//! a silent socket is cut through the sink's [`crate::engine::LiveStream`] (shut down
+//! by whoever sends the control that ends the stream), so no helper thread stands
+//! between the stream and the engine.
 
 use super::{add, provider_failure, Builtin, StepEnd, StepStream};
 use crate::engine::{Control, EngineEvent, EventSink, Outcome};

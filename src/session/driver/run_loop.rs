@@ -7,9 +7,11 @@
 //! stream is woken by whoever queues a message for the session ([`LiveStream::posted`],
 //! from the registry): it returns without damaging the stream, the mailbox is served
 //! (a control that ends the stream cuts it then) and the engine reads on. A run
-//! deadline wakes the read the same way. Only while a request waits for its response
-//! head (which ureq cannot resume) is a read cut from outside, by the sender of a
-//! message that ends the stream.
+//! deadline wakes the read the same way. While a request waits for its response head
+//! (a phase ureq cannot resume), that phase runs on a pool thread
+//! ([`crate::provider::head`]) and this thread waits for its wake and the head
+//! together, serving the mailbox the same way; only when every pool thread is busy does
+//! the phase run here, and a message that ends the stream then cuts it from outside.
 //!
 //! An external engine runs on the conversation's engine thread (long-lived, see
 //! [`crate::session::engines::EngineThread`]) while this thread `select!`s over the
