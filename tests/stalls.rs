@@ -558,8 +558,45 @@ fn flood(app: &mut App, th: &str) -> (std::collections::HashMap<String, Value>, 
     (answers, ids)
 }
 
+/// Interrupts the turn and waits for it to end as interrupted.
+fn interrupt(app: &mut App, th: &str, turn: &str) {
+    app.call("turn/interrupt", json!({"thread_id": th, "turn_id": turn}));
+    let t = turn.to_owned();
+    let end = app.wait_for("turn end", move |v| {
+        matches!(v["method"].as_str(), Some("turn/completed" | "turn/error"))
+            && v["params"]["turn"]["id"] == json!(t)
+    });
+    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
+}
+
 #[test]
-fn a_request_waiting_for_its_response_head_leaves_the_conversation_answering() {
+fn a_second_turn_is_refused_at_once_while_a_response_head_is_awaited() {
+    let user = tempfile::tempdir().unwrap();
+    let (mut app, service, th, turn) = turn_waiting_for_its_head(user.path());
+    let waiting_from = Instant::now();
+    // Refused now, not run after the first turn ends.
+    let id = app.send("turn/start", json!({"thread_id": th, "prompt": "second"}));
+    let busy = response_within(&mut app, &id, PROMPT).expect("turn/start stalled");
+    assert_eq!(busy["error"]["code"], "thread_busy", "{busy}");
+    let id = app.send("thread/delete", json!({"thread_id": th}));
+    let busy = response_within(&mut app, &id, PROMPT).expect("thread/delete stalled");
+    assert_eq!(busy["error"]["code"], "thread_busy", "{busy}");
+    assert!(waiting_from.elapsed() < PROMPT);
+    // Still waiting: nothing was cut.
+    assert_eq!(service.closed.load(Ordering::SeqCst), 0);
+    interrupt(&mut app, &th, &turn);
+    // No second request was made, and the conversation is still there.
+    assert_eq!(service.received.load(Ordering::SeqCst), 1);
+    let read = app.call("thread/resume", json!({"session_id": th}));
+    assert_eq!(
+        read["thread"]["turns"].as_array().map(Vec::len),
+        Some(1),
+        "{read}"
+    );
+}
+
+#[test]
+fn a_read_is_answered_at_once_while_a_response_head_is_awaited() {
     let user = tempfile::tempdir().unwrap();
     let (mut app, service, th, turn) = turn_waiting_for_its_head(user.path());
     let waiting_from = Instant::now();
@@ -569,24 +606,9 @@ fn a_request_waiting_for_its_response_head_leaves_the_conversation_answering() {
     );
     let read = response_within(&mut app, &id, PROMPT).expect("thread/resume stalled");
     assert!(read.get("error").is_none(), "{read}");
-    // A second turn is refused at once, not run after the first.
-    let id = app.send("turn/start", json!({"thread_id": th, "prompt": "second"}));
-    let busy = response_within(&mut app, &id, PROMPT).expect("turn/start stalled");
-    assert_eq!(busy["error"]["code"], "thread_busy", "{busy}");
-    let id = app.send("thread/delete", json!({"thread_id": th}));
-    let busy = response_within(&mut app, &id, PROMPT).expect("thread/delete stalled");
-    assert_eq!(busy["error"]["code"], "thread_busy", "{busy}");
     assert!(waiting_from.elapsed() < PROMPT);
-    // Still waiting: nothing was cut, and no second request was made.
     assert_eq!(service.closed.load(Ordering::SeqCst), 0);
-    app.call("turn/interrupt", json!({"thread_id": th, "turn_id": turn}));
-    let t = turn.clone();
-    let end = app.wait_for("turn end", move |v| {
-        matches!(v["method"].as_str(), Some("turn/completed" | "turn/error"))
-            && v["params"]["turn"]["id"] == json!(t)
-    });
-    assert_eq!(end["params"]["turn"]["status"], "interrupted", "{end}");
-    assert_eq!(service.received.load(Ordering::SeqCst), 1);
+    interrupt(&mut app, &th, &turn);
 }
 
 #[test]
@@ -619,7 +641,6 @@ fn shutdown_behind_a_flood_returns_promptly_while_a_response_head_is_awaited() {
     let user = tempfile::tempdir().unwrap();
     let (mut app, service, th, _turn) = turn_waiting_for_its_head(user.path());
     let (answers, ids) = flood(&mut app, &th);
-    assert_eq!(answers.len(), ids.len());
     let started = Instant::now();
     let id = app.send("shutdown", json!({}));
     assert!(
@@ -629,4 +650,6 @@ fn shutdown_behind_a_flood_returns_promptly_while_a_response_head_is_awaited() {
     assert_eq!(app.wait_exit(PROMPT), Some(0));
     assert!(started.elapsed() < PROMPT, "{:?}", started.elapsed());
     assert!(HeadlessService::reaches(&service.closed, 1, PROMPT));
+    // Every read of the flood was answered while the head was awaited.
+    assert_eq!(answers.len(), ids.len());
 }
