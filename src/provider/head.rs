@@ -216,7 +216,11 @@ mod tests {
             release_tx.send(()).unwrap();
         }
         // Idle past `idle_exit`: back to the one kept.
-        assert!(until(|| pool.threads() == 1), "{}", pool.threads());
+        assert!(
+            until(|| pool.threads() == 1 && pool.idle.load(Ordering::SeqCst) == 1),
+            "{}",
+            pool.threads()
+        );
         let (tx, rx) = crossbeam_channel::bounded(1);
         assert!(pool.run(Box::new(move || tx.send(()).unwrap())).is_ok());
         rx.recv().unwrap();
