@@ -24,10 +24,28 @@ fn run_turn(app: &mut App, thread: &str, prompt: &str) -> Value {
 }
 
 /// Polls until the server has at most `max` OS threads; returns the last count.
+/// Threads of the provider head pool (`wuu-provider-head`, long-lived by design: a few
+/// stay however long they are idle), by their names as `/proc` shows them (15 bytes).
+fn head_pool_threads(app: &App) -> u64 {
+    let dir = format!("/proc/{}/task", app.child.id());
+    std::fs::read_dir(dir)
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim_end() == "wuu-provider-he")
+                })
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until the server has at most `max` threads besides its head pool's.
 fn wait_threads_at_most(app: &App, max: u64, limit: Duration) -> u64 {
     let deadline = Instant::now() + limit;
     loop {
-        let n = app.os_threads();
+        let n = app.os_threads().saturating_sub(head_pool_threads(app));
         if n <= max || Instant::now() > deadline {
             return n;
         }
