@@ -260,4 +260,20 @@ mod tests {
         let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(texts, vec!["root rules", "mid rules", "deep rules"]);
     }
+
+    #[test]
+    fn stable_hashes_are_the_digests_of_the_bytes_kept_or_not() {
+        use crate::util::short_hash;
+        let parts: Vec<Vec<u8>> = (0..super::STABLE_KEPT + 8)
+            .map(|i| format!("tool schemas of mode {i}").repeat(100).into_bytes())
+            .collect();
+        // Seen once, seen again while kept, and again after being pushed out.
+        for _ in 0..2 {
+            for p in &parts {
+                assert_eq!(super::stable_hash(p), short_hash(p));
+                assert_eq!(super::stable_hash(p), short_hash(p));
+            }
+        }
+        assert_ne!(super::stable_hash(&parts[0]), super::stable_hash(&parts[1]));
+    }
 }
