@@ -1114,3 +1114,74 @@ fn anthropic_history_ending_with_assistant_gets_the_guide_in_the_request() {
         .to_string()
         .contains(wuu::provider::anthropic::CONTINUE_GUIDE));
 }
+
+/// The commits in the SQLite write-ahead log `wal` from byte `from` on: frames of the
+/// log's current generation (their salts match the header's) whose header carries the
+/// database size, which only a transaction's last frame does (sqlite.org/fileformat2,
+/// "WAL File Format").
+fn wal_commits(wal: &[u8], from: usize) -> usize {
+    let be = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    if wal.len() < 32 {
+        return 0;
+    }
+    let page = be(wal, 8) as usize;
+    let salts = &wal[16..24];
+    let frame = 24 + page;
+    let first = from.saturating_sub(32).div_ceil(frame);
+    let mut commits = 0;
+    let mut at = 32 + first * frame;
+    while at + frame <= wal.len() {
+        if &wal[at + 8..at + 16] == salts && be(wal, at + 4) != 0 {
+            commits += 1;
+        }
+        at += frame;
+    }
+    commits
+}
+
+#[test]
+fn a_streamed_turn_commits_its_admission_then_its_answer_usage_and_settlement_together() {
+    let fp = FakeProvider::start();
+    let mut app = App::start(Some(support::app::config_for(&fp.base_url())));
+    let tid = app.call("thread/start", json!({}))["thread"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let wal = app.home.join("wuu.db-wal");
+    let usage = FakeUsage {
+        input: 30,
+        cached: 0,
+        output: 5,
+        reasoning: 0,
+    };
+    // The host's heartbeat commits too (every few seconds): a turn that met one is run
+    // again, at most twice more.
+    let mut commits = vec![];
+    for n in 0..3 {
+        fp.push(Script::text(&["an ", "answer"]).usage(usage));
+        let before = std::fs::metadata(&wal).map_or(0, |m| m.len() as usize);
+        app.call("turn/start", json!({"thread_id": tid, "prompt": "go"}));
+        let t = tid.clone();
+        app.wait_for("turn/completed", move |v| {
+            v["method"] == "turn/completed" && v["params"]["thread_id"] == json!(t)
+        });
+        commits.push(wal_commits(&std::fs::read(&wal).unwrap(), before));
+        // Everything the turn announced is stored: the answer, the usage record and
+        // the settled turn.
+        let store = wuu_store::Store::open_home(&app.home).unwrap();
+        let history = store.load_history(&tid).unwrap();
+        let last = history.last().unwrap();
+        assert_eq!(last.turn.status, "completed");
+        let answer = last.items.last().unwrap();
+        assert_eq!(
+            (answer.item_type.as_str(), answer.status.as_deref()),
+            ("agent_message", Some("completed"))
+        );
+        assert_eq!(answer.body["text"], "an answer");
+        assert_eq!(store.list_usage(Some(&tid)).unwrap().len(), n + 1);
+        if commits.last() == Some(&2) {
+            return;
+        }
+    }
+    panic!("commits per turn: {commits:?}, expected 2 (the admission, the settlement)");
+}

@@ -186,17 +186,39 @@ pub fn request_context(
         "loadable_tool_count": 0,
         "loadable_tool_schema_bytes": 0,
         "loadable_tool_surface_hash": "",
-        "system_hash": short_hash(system.as_bytes()),
-        "stable_prefix_hash": short_hash(&stable),
+        "system_hash": stable_hash(system.as_bytes()),
+        "stable_prefix_hash": stable_hash(&stable),
         "turn_prefix_hash": short_hash(&prefix),
-        "tool_surface_hash": short_hash(&tool_json),
+        "tool_surface_hash": stable_hash(&tool_json),
         "prompt_cache_key": prompt_cache_key,
         "system_sections": sections.iter().map(|s| json!({
             "key": s.key, "static": s.is_static, "bytes": s.text.len(),
-            "hash": short_hash(s.text.as_bytes()),
+            "hash": stable_hash(s.text.as_bytes()),
         })).collect::<Vec<_>>(),
     })
 }
+
+/// [`short_hash`] of a part every request of a workspace and mode sends alike (the
+/// system prompt and its sections, the tool schemas, the two together): the last
+/// [`STABLE_KEPT`] parts hashed and their hashes are kept, so a part seen before costs a
+/// comparison instead of a SHA-256 digest of its bytes (tool schemas are tens of KiB).
+fn stable_hash(bytes: &[u8]) -> String {
+    static SEEN: parking_lot::Mutex<Vec<(Vec<u8>, String)>> = parking_lot::const_mutex(Vec::new());
+    if let Some((_, hash)) = SEEN.lock().iter().find(|(b, _)| b.as_slice() == bytes) {
+        return hash.clone();
+    }
+    let hash = short_hash(bytes);
+    let mut seen = SEEN.lock();
+    if seen.len() >= STABLE_KEPT {
+        seen.remove(0);
+    }
+    seen.push((bytes.to_vec(), hash.clone()));
+    hash
+}
+
+/// How many parts [`stable_hash`] keeps: a few workspaces' system prompts and sections
+/// and the tool schemas of a few permission modes.
+const STABLE_KEPT: usize = 32;
 
 /// The `provider_state` diagnostic of one provider step.
 pub fn provider_state(step: u32, provider: &str, protocol: &str, input_items: usize) -> Value {
@@ -237,5 +259,21 @@ mod tests {
         let files = super::agents_files(&root, &root.join("a/b"));
         let texts: Vec<&str> = files.iter().map(|(_, t)| t.as_str()).collect();
         assert_eq!(texts, vec!["root rules", "mid rules", "deep rules"]);
+    }
+
+    #[test]
+    fn stable_hashes_are_the_digests_of_the_bytes_kept_or_not() {
+        use crate::util::short_hash;
+        let parts: Vec<Vec<u8>> = (0..super::STABLE_KEPT + 8)
+            .map(|i| format!("tool schemas of mode {i}").repeat(100).into_bytes())
+            .collect();
+        // Seen once, seen again while kept, and again after being pushed out.
+        for _ in 0..2 {
+            for p in &parts {
+                assert_eq!(super::stable_hash(p), short_hash(p));
+                assert_eq!(super::stable_hash(p), short_hash(p));
+            }
+        }
+        assert_ne!(super::stable_hash(&parts[0]), super::stable_hash(&parts[1]));
     }
 }

@@ -89,6 +89,16 @@ pub struct Driver<'a> {
     compaction: Option<compaction::Pending>,
     /// The answer text once the engine marked it final.
     final_content: Option<String>,
+    /// The final answer's item, left open from the moment the engine's answer is final
+    /// until the settlement, which stores and announces it with the turn's end (one
+    /// transaction instead of two; nothing runs between them).
+    answer_item: Option<usize>,
+    /// Usage records of this turn's provider requests not stored yet: they go into the
+    /// turn's next store transaction (an item's or the settlement's).
+    unsaved_usage: Vec<UsageRow>,
+    /// While the turn settles: the items it completes and their frames, stored in the
+    /// settlement's transaction and announced once that committed.
+    settling: Option<settle::Settling>,
     /// Steers handed to a native steering engine (not sent twice).
     steers_sent: Vec<String>,
     /// Questions of the engine relayed to the client.
@@ -132,6 +142,9 @@ impl<'a> Driver<'a> {
             last_context_tokens: None,
             compaction: None,
             final_content: None,
+            answer_item: None,
+            unsaved_usage: vec![],
+            settling: None,
             steers_sent: vec![],
             questions: vec![],
             ctl: None,
@@ -205,8 +218,8 @@ impl<'a> Driver<'a> {
         self.notify(&n);
     }
 
-    /// Adds one provider request's usage to the turn: stored as a usage record and
-    /// announced (`turn/usage`).
+    /// Adds one provider request's usage to the turn: announced (`turn/usage`) and
+    /// stored as a usage record with the turn's next store write.
     fn add_usage(&mut self, u: Usage) {
         self.last_context_tokens =
             Some(u.input_tokens + u.cache_read_tokens + u.cache_creation_tokens);
@@ -228,9 +241,8 @@ impl<'a> Driver<'a> {
             cache_creation_tokens: u.cache_creation_tokens,
             reasoning_tokens: u.reasoning_tokens,
         };
-        if let Err((_, e)) = self.s.persist(|st| st.insert_usage(&rec)) {
-            log::error!("usage record: {e}");
-        }
+        // Stored with the turn's next write (see `unsaved_usage`), announced now.
+        self.unsaved_usage.push(rec);
         self.emit_usage(true);
     }
 }

@@ -1,13 +1,31 @@
 //! Settling a turn: how it ended (completed with its answer, failed, interrupted), its
-//! open items closed, its row, usage totals and lease written in one transaction, and
-//! exactly one terminal `turn/completed` / `turn/error` (spec `app-server.md` §4.3,
-//! §4.9, §6 rule 9).
+//! open items closed, and in one transaction its final answer and the other items it
+//! closes, its usage records not stored yet, its row, usage totals and lease; then the
+//! items' frames and exactly one terminal `turn/completed` / `turn/error` (spec
+//! `app-server.md` §4.3, §4.9, §6 rule 9). Every write transaction queues at the
+//! process's write gate and commits its own pages, so a turn that streams an answer
+//! commits twice: its admission and its settlement.
 
 use super::{Driver, Stop, TurnEnd};
 use crate::engine::Outcome;
 use crate::util::{now_ms, rfc3339};
 use serde_json::json;
 use wuu_protocol::*;
+use wuu_store::ItemRow;
+
+/// What the settlement holds back until its transaction committed: the rows of the
+/// items completed while settling, and their frames in order.
+#[derive(Default)]
+pub(super) struct Settling {
+    pub(super) rows: Vec<ItemRow>,
+    pub(super) frames: Vec<Held>,
+}
+
+/// A frame held until the settlement committed.
+pub(super) enum Held {
+    Started(ItemStarted),
+    Completed(ItemCompleted),
+}
 
 impl Driver<'_> {
     /// How the turn ended, from the engine's outcome and any stop asked for meanwhile.
@@ -46,7 +64,8 @@ impl Driver<'_> {
     }
 
     /// The turn's answer: the message the engine marked final, else the open message,
-    /// which becomes the terminal answer.
+    /// which becomes the terminal answer; it stays open until the settlement stores
+    /// and announces it (the turn settles next).
     pub(super) fn finish_answer(&mut self) -> String {
         if let Some(content) = self.final_content.take() {
             return content;
@@ -65,7 +84,7 @@ impl Driver<'_> {
             .clone()
             .unwrap_or_default();
         self.item(i).terminal = true;
-        self.complete_item(i, "completed");
+        self.answer_item = Some(i);
         self.s.turns[self.turn_idx].row.answer_ready_at_ms = Some(now_ms());
         content
     }
@@ -93,8 +112,19 @@ impl Driver<'_> {
         self.reconnect_item = None;
     }
 
-    /// Settles the turn: row, usage totals, terminal notification, lease release.
+    /// Settles the turn: items, row, usage totals, terminal notification, lease release.
     pub(super) fn settle(&mut self, end: &TurnEnd) {
+        // Held-back delta tails go out before any item is held: each item's deltas
+        // precede its `item/completed`.
+        for i in 0..self.s.turns[self.turn_idx].items.len() {
+            if self.s.turns[self.turn_idx].items[i].status.as_deref() == Some("in_progress") {
+                self.flush_deltas(i, |_| true);
+            }
+        }
+        self.settling = Some(Settling::default());
+        if let Some(i) = self.answer_item.take() {
+            self.complete_item(i, "completed");
+        }
         self.settle_open_items();
         let now = now_ms();
         self.mark_row(end, now);
@@ -104,8 +134,15 @@ impl Driver<'_> {
             self.announce_started(i);
             self.complete_item(i, "failed");
         }
+        let held = self.settling.take().unwrap_or_default();
         let row = self.s.turns[self.turn_idx].row.clone();
-        let settled = self.store_settlement(&row, now);
+        let settled = self.store_settlement(&row, &held.rows, now);
+        for frame in held.frames {
+            match frame {
+                Held::Started(n) => self.notify(&n),
+                Held::Completed(n) => self.notify(&n),
+            }
+        }
         self.s.thread.updated_at_ms = now;
         self.emit_usage(true);
         self.announce_end(end, &row, now);
@@ -161,26 +198,58 @@ impl Driver<'_> {
         }
     }
 
-    /// One transaction settles the row, records the conversation's activity time and
+    /// One transaction stores the items completed while settling and the usage records
+    /// not stored yet, settles the row, records the conversation's activity time and
     /// gives the lease back (each write transaction queues at the process's write
-    /// gate, so one instead of three); `running` is cleared once the turn is
-    /// announced. Returns whether it was stored.
-    fn store_settlement(&mut self, row: &wuu_store::TurnRow, now: i64) -> bool {
+    /// gate); `running` is cleared once the turn is announced. When that transaction
+    /// fails, the parts are tried one by one (items, usage, then the settlement), so
+    /// one bad row loses no other. Returns whether the settlement was stored.
+    fn store_settlement(&mut self, row: &wuu_store::TurnRow, items: &[ItemRow], now: i64) -> bool {
         let id = self.s.id.clone();
         let owner = self.s.shared.owner.clone();
-        match self.s.persist(|st| {
+        let usage = std::mem::take(&mut self.unsaved_usage);
+        let settle = |tx: &wuu_store::Tx<'_>| {
+            tx.update_turn(row)?;
+            tx.touch_thread(&id, now)?;
+            tx.release_lease(&id, &owner)
+        };
+        let whole = self.s.persist(|st| {
             st.transaction(|tx| {
-                tx.update_turn(row)?;
-                tx.touch_thread(&id, now)?;
-                tx.release_lease(&id, &owner)
+                for u in &usage {
+                    tx.insert_usage(u)?;
+                }
+                for item in items {
+                    tx.upsert_item(item)?;
+                }
+                settle(tx)
             })
-        }) {
-            Ok(()) => true,
-            Err((_, e)) => {
-                log::error!("persisting turn {} failed: {e}", row.id);
-                false
+        });
+        let Err((_, e)) = whole else {
+            return true;
+        };
+        if !items.is_empty() || !usage.is_empty() {
+            log::warn!(
+                "settling turn {} in one transaction failed ({e}); storing its parts one by one",
+                row.id
+            );
+            for item in items {
+                if let Err((_, e)) = self.s.persist(|st| st.upsert_item(item)) {
+                    log::error!("persisting item {} failed: {e}", item.id);
+                }
             }
+            for u in &usage {
+                if let Err((_, e)) = self.s.persist(|st| st.insert_usage(u)) {
+                    log::error!("usage record: {e}");
+                }
+            }
+            if let Err((_, e)) = self.s.persist(|st| st.transaction(settle)) {
+                log::error!("persisting turn {} failed: {e}", row.id);
+                return false;
+            }
+            return true;
         }
+        log::error!("persisting turn {} failed: {e}", row.id);
+        false
     }
 
     /// Traces the settled turn and announces it: `turn/completed` with the answer, or
