@@ -61,6 +61,77 @@ impl WireProtocol {
     }
 }
 
+/// What a [`WireParser`] made of one SSE event, in order: normalized events, and
+/// streamed text copied into one buffer kept from event to event, so a text delta
+/// costs no allocation on its way to the sink ([`StreamSink::text`]).
+#[derive(Default)]
+pub(crate) struct Out {
+    pieces: Vec<Piece>,
+    /// The text deltas of `pieces`, one after the other.
+    text: String,
+}
+
+/// One piece of an [`Out`].
+enum Piece {
+    Event(StreamEvent),
+    /// A text delta: `Out::text` from the previous text piece's end to `end`.
+    Text {
+        reasoning: bool,
+        end: usize,
+    },
+}
+
+impl Out {
+    /// Adds an event.
+    pub fn push(&mut self, ev: StreamEvent) {
+        self.pieces.push(Piece::Event(ev));
+    }
+
+    /// Adds a text delta: reasoning text when `reasoning`, else the answer's text
+    /// (a `ReasoningDelta` / `TextDelta` once handed on).
+    pub fn text(&mut self, reasoning: bool, text: &str) {
+        self.text.push_str(text);
+        self.pieces.push(Piece::Text {
+            reasoning,
+            end: self.text.len(),
+        });
+    }
+
+    /// Hands every piece to `sink` in order, text deltas lent ([`StreamSink::text`]),
+    /// and empties itself (keeping its buffers). `false` = the sink stopped; the pieces
+    /// after it are dropped.
+    pub fn drain_into(&mut self, sink: &mut dyn StreamSink) -> bool {
+        let mut start = 0;
+        let mut go = true;
+        for piece in self.pieces.drain(..) {
+            if !go {
+                break;
+            }
+            go = match piece {
+                Piece::Event(ev) => sink.event(ev),
+                Piece::Text { reasoning, end } => {
+                    let text = self.text.get(start..end).unwrap_or_default();
+                    start = end;
+                    sink.text(reasoning, text)
+                }
+            };
+        }
+        self.text.clear();
+        go
+    }
+
+    /// The pieces as owned events (text deltas as `TextDelta` / `ReasoningDelta`).
+    #[cfg(test)]
+    pub fn into_events(mut self) -> Vec<StreamEvent> {
+        let mut evs = Vec::with_capacity(self.pieces.len());
+        self.drain_into(&mut |ev| {
+            evs.push(ev);
+            true
+        });
+        evs
+    }
+}
+
 /// A protocol's SSE → [`StreamEvent`] state machine for one attempt.
 pub(crate) trait WireParser: Send {
     /// Handles one SSE event, pushing normalized events to `out`. Returns `Some` when the
@@ -68,11 +139,11 @@ pub(crate) trait WireParser: Send {
     fn on_event(
         &mut self,
         ev: &sse::SseEvent,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) -> Option<Result<StreamEvent, retry::AttemptError>>;
 
     /// The stream ended (EOF) without a terminal event.
-    fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, retry::AttemptError>;
+    fn on_eof(&mut self, out: &mut Out) -> Result<StreamEvent, retry::AttemptError>;
 
     /// A complete (non-streamed) JSON answer `v` to a streaming request, as the `data:`
     /// payloads of the equivalent stream (fed through [`WireParser::on_event`]); `None`
@@ -88,7 +159,7 @@ pub(crate) fn drive_payloads(
     sink: &mut dyn StreamSink,
 ) -> retry::AttemptOutcome {
     use retry::AttemptOutcome;
-    let mut out = Vec::new();
+    let mut out = Out::default();
     let mut end = None;
     for data in datas {
         let ev = sse::SseEvent {
@@ -102,10 +173,8 @@ pub(crate) fn drive_payloads(
         }
     }
     let end = end.unwrap_or_else(|| parser.on_eof(&mut out));
-    for ev in out {
-        if !sink.event(ev) {
-            return AttemptOutcome::Stopped;
-        }
+    if !out.drain_into(sink) {
+        return AttemptOutcome::Stopped;
     }
     match end {
         Ok(done) => AttemptOutcome::Done(done),
@@ -120,15 +189,15 @@ pub(crate) fn parse_body(
     parser: &mut dyn WireParser,
     body: &str,
 ) -> (Vec<StreamEvent>, Result<StreamEvent, retry::AttemptError>) {
-    let mut out = vec![];
+    let mut out = Out::default();
     let mut r = sse::SseReader::new(body.as_bytes());
     while let Some(ev) = r.next_event().expect("in-memory SSE") {
         if let Some(t) = parser.on_event(&ev, &mut out) {
-            return (out, t);
+            return (out.into_events(), t);
         }
     }
     let t = parser.on_eof(&mut out);
-    (out, t)
+    (out.into_events(), t)
 }
 
 /// Parses a `data:` payload as JSON; `None` (logged) when it is not JSON.
@@ -155,7 +224,7 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
 ) -> retry::AttemptOutcome {
     use retry::{AttemptError, AttemptOutcome};
     let mut sse = sse::SseReader::new(reader);
-    let mut out = Vec::new();
+    let mut out = Out::default();
     loop {
         if cancel.is_cancelled() {
             return AttemptOutcome::Stopped;
@@ -191,10 +260,8 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
                 })))
             }
         };
-        for ev in out.drain(..) {
-            if !sink.event(ev) {
-                return AttemptOutcome::Stopped;
-            }
+        if !out.drain_into(sink) {
+            return AttemptOutcome::Stopped;
         }
         match step {
             None => {}
