@@ -347,6 +347,90 @@ mod tests {
         }
     }
 
+    /// A sink that logs what it gets, text deltas only through `text` (lent).
+    #[derive(Default)]
+    struct Lent {
+        log: Vec<String>,
+        stop_after: Option<usize>,
+    }
+
+    impl StreamSink for Lent {
+        fn event(&mut self, ev: StreamEvent) -> bool {
+            assert!(
+                !matches!(
+                    ev,
+                    StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. }
+                ),
+                "a text delta came as an owned event: {ev:?}"
+            );
+            let name = format!("{ev:?}");
+            self.log
+                .push(name.split([' ', '{']).next().unwrap_or("").to_owned());
+            self.stop_after != Some(self.log.len())
+        }
+        fn text(&mut self, reasoning: bool, text: &str) -> bool {
+            self.log.push(format!("{}:{text}", if reasoning { "r" } else { "t" }));
+            self.stop_after != Some(self.log.len())
+        }
+    }
+
+    #[test]
+    fn out_hands_text_lent_in_order_and_is_reused_after_a_stop() {
+        let mut out = Out::default();
+        out.text(true, "think");
+        out.push(StreamEvent::ToolCallStart {
+            id: "c".into(),
+            name: "n".into(),
+        });
+        out.text(false, "hé");
+        out.text(false, "llo");
+        let mut sink = Lent::default();
+        assert!(out.drain_into(&mut sink));
+        assert_eq!(sink.log, ["r:think", "ToolCallStart", "t:hé", "t:llo"]);
+        // A sink that stops: the pieces after it are dropped, the buffers kept.
+        out.text(false, "a");
+        out.text(false, "b");
+        out.text(false, "c");
+        let mut sink = Lent {
+            stop_after: Some(2),
+            ..Default::default()
+        };
+        assert!(!out.drain_into(&mut sink));
+        assert_eq!(sink.log, ["t:a", "t:b"]);
+        out.text(false, "next");
+        assert_eq!(
+            out.into_events(),
+            [StreamEvent::TextDelta {
+                text: "next".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_streamed_answer_reaches_the_sink_as_lent_text_between_its_events() {
+        let body = [
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"say \\\"hi\\\"\\n\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        ]
+        .concat();
+        let mut sink = Lent::default();
+        let mut parser = openai_chat::Parser::new("p", "m");
+        let outcome = drive_sse(
+            body.as_bytes(),
+            &mut parser,
+            &CancelToken::new(),
+            &mut sink,
+        );
+        assert!(matches!(outcome, retry::AttemptOutcome::Done(_)));
+        assert_eq!(
+            sink.log,
+            ["r:hm", "ReasoningDone", "t:A", "t:say \"hi\"\n"]
+        );
+    }
+
     fn chat_delta(text: &str) -> String {
         format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n")
     }
