@@ -369,7 +369,8 @@ mod tests {
             self.stop_after != Some(self.log.len())
         }
         fn text(&mut self, reasoning: bool, text: &str) -> bool {
-            self.log.push(format!("{}:{text}", if reasoning { "r" } else { "t" }));
+            self.log
+                .push(format!("{}:{text}", if reasoning { "r" } else { "t" }));
             self.stop_after != Some(self.log.len())
         }
     }
@@ -418,17 +419,9 @@ mod tests {
         .concat();
         let mut sink = Lent::default();
         let mut parser = openai_chat::Parser::new("p", "m");
-        let outcome = drive_sse(
-            body.as_bytes(),
-            &mut parser,
-            &CancelToken::new(),
-            &mut sink,
-        );
+        let outcome = drive_sse(body.as_bytes(), &mut parser, &CancelToken::new(), &mut sink);
         assert!(matches!(outcome, retry::AttemptOutcome::Done(_)));
-        assert_eq!(
-            sink.log,
-            ["r:hm", "ReasoningDone", "t:A", "t:say \"hi\"\n"]
-        );
+        assert_eq!(sink.log, ["r:hm", "ReasoningDone", "t:A", "t:say \"hi\"\n"]);
     }
 
     fn chat_delta(text: &str) -> String {
