@@ -494,6 +494,25 @@ impl StreamRedactor {
         })
     }
 
+    /// [`push_string`](Self::push_string) of lent text: the usual delta (nothing held,
+    /// nothing to mask) comes back borrowed, with no allocation.
+    pub fn push_str<'t>(&mut self, text: &'t str) -> Cow<'t, str> {
+        with_set(|set| {
+            if self.carry.is_empty() {
+                match &set.matcher {
+                    None => return Cow::Borrowed(text),
+                    Some(m)
+                        if set.hold_from(text.as_bytes()) == text.len() && !m.is_match(text) =>
+                    {
+                        return Cow::Borrowed(text)
+                    }
+                    _ => {}
+                }
+            }
+            Cow::Owned(into_string(self.push_with(set, text.as_bytes().to_vec())))
+        })
+    }
+
     /// Emits what was held back (redacted) and starts over.
     pub fn finish(&mut self) -> Vec<u8> {
         redact_vec(std::mem::take(&mut self.carry))
@@ -529,8 +548,9 @@ impl<K> Default for DeltaStreams<K> {
 
 impl<K: PartialEq> DeltaStreams<K> {
     /// Masks the next delta of stream `key`; returns what may be sent now (possibly
-    /// empty: then send nothing).
-    pub fn push(&mut self, key: &K, delta: String) -> String
+    /// empty: then send nothing), `delta` itself (borrowed) when nothing is held or
+    /// masked.
+    pub fn push<'t>(&mut self, key: &K, delta: &'t str) -> Cow<'t, str>
     where
         K: Clone,
     {
@@ -539,21 +559,21 @@ impl<K: PartialEq> DeltaStreams<K> {
 
     /// [`DeltaStreams::push`] with the key given as a test (`is_key`) and made by
     /// `make_key` only when a tail is held back: no key is built for the usual delta.
-    pub fn push_by(
+    pub fn push_by<'t>(
         &mut self,
         is_key: impl Fn(&K) -> bool,
         make_key: impl FnOnce() -> K,
-        delta: String,
-    ) -> String {
+        delta: &'t str,
+    ) -> Cow<'t, str> {
         if let Some(i) = self.streams.iter().position(|(k, _)| is_key(k)) {
-            let out = self.streams[i].1.push_string(delta);
+            let out = self.streams[i].1.push_str(delta);
             if !self.streams[i].1.holds() {
                 self.streams.swap_remove(i);
             }
             return out;
         }
         let mut r = StreamRedactor::default();
-        let out = r.push_string(delta);
+        let out = r.push_str(delta);
         if r.holds() {
             self.streams.push((make_key(), r));
         }
@@ -793,10 +813,14 @@ mod tests {
         assert!(!r.holds());
         // Streams by key: nothing kept for a stream that holds nothing.
         let mut d = DeltaStreams::<(u32, u8)>::default();
-        assert_eq!(d.push(&(1, 0), "no secret here".into()), "no secret here");
+        let plain = d.push(&(1, 0), "no secret here");
+        assert!(
+            matches!(plain, Cow::Borrowed("no secret here")),
+            "{plain:?}"
+        );
         assert!(d.streams.is_empty());
-        assert_eq!(d.push(&(1, 0), "x sk-ATTACK".into()), "x ");
-        assert_eq!(d.push(&(2, 0), "sk-ATT".into()), "");
+        assert_eq!(d.push(&(1, 0), "x sk-ATTACK"), "x ");
+        assert_eq!(d.push(&(2, 0), "sk-ATT"), "");
         assert_eq!(d.finish(|k| k.0 == 1), [((1, 0), "sk-ATTACK".to_string())]);
         d.discard(|k| k.0 == 2);
         assert!(d.streams.is_empty());

@@ -33,7 +33,10 @@ pub mod content_parts;
 pub mod context;
 pub mod history;
 pub mod opencode;
+mod text_deltas;
 pub mod trace;
+
+pub use text_deltas::TextDeltas;
 
 use crate::provider::chat::{ChatMessage, ToolSpec, Usage};
 use crate::provider::CancelToken;
@@ -468,6 +471,10 @@ pub enum EngineEvent {
     Reconnecting(Reconnecting),
     /// Output flows again after a reconnect.
     Connected,
+    /// Answer and reasoning text deltas, in order (those of one provider read, sent
+    /// together as one [`TextDeltas`]). The host projects each as a `ContentDelta` /
+    /// `ThinkingDelta`. Made by [`EventSink::emit_deltas`].
+    Deltas(TextDeltas),
     /// Several events, in order (the deltas of one provider read, sent together: one
     /// hand-off to the host instead of one per delta). The host projects them one by
     /// one as if each had come alone. Made by [`EventSink::emit_all`].
@@ -536,6 +543,7 @@ impl EngineEvent {
             self,
             EngineEvent::ContentDelta(_)
                 | EngineEvent::ThinkingDelta(_)
+                | EngineEvent::Deltas(_)
                 | EngineEvent::ToolArgsDelta { .. }
         )
     }
@@ -668,6 +676,11 @@ impl LiveStream {
 pub trait DirectHost {
     /// Projects `ev` now; a host call's reply is sent before this returns.
     fn project(&self, ev: EngineEvent);
+    /// Projects text deltas now, lent (as [`EngineEvent::Deltas`]; the engine reuses
+    /// the buffers for its next batch).
+    fn project_deltas(&self, deltas: &TextDeltas) {
+        self.project(EngineEvent::Deltas(deltas.clone()))
+    }
     /// Serves what waits for the host (its mailbox) without blocking and sends the
     /// engine the controls that follow from it. Called between two reads of a stream,
     /// during waits and before the engine looks at its controls.
@@ -739,6 +752,23 @@ impl<'a> EventSink<'a> {
             0 => true,
             1 => events.pop().is_none_or(|ev| self.emit(ev)),
             _ => self.emit(EngineEvent::Batch(events)),
+        }
+    }
+
+    /// Sends `deltas` as one hand-off ([`EngineEvent::Deltas`]; nothing when empty) and
+    /// empties it: a host on this thread projects them lent and the buffers stay for
+    /// the next batch. `false` = the host is gone.
+    pub fn emit_deltas(&self, deltas: &mut TextDeltas) -> bool {
+        if deltas.is_empty() {
+            return true;
+        }
+        match &self.target {
+            Target::Channel(tx) => tx.send(EngineEvent::Deltas(std::mem::take(deltas))).is_ok(),
+            Target::Direct(host) => {
+                host.project_deltas(deltas);
+                deltas.clear();
+                true
+            }
         }
     }
 

@@ -39,7 +39,7 @@ use super::chat::{ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usag
 use super::request::{normalize_schema, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::wire::{finished_arguments, parse_data, WireParser};
+use super::wire::{finished_arguments, parse_data, Out, WireParser};
 
 /// `max_tokens` when the request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
@@ -274,7 +274,7 @@ impl Parser {
 
     /// `content_block_start`: opens block `index` (text, tool call, thinking, redacted
     /// thinking), streaming what its start already carries.
-    fn block_start(&mut self, index: u64, v: &Value, out: &mut Vec<StreamEvent>) {
+    fn block_start(&mut self, index: u64, v: &Value, out: &mut Out) {
         let Some(cb) = v.get("content_block") else {
             return;
         };
@@ -324,15 +324,13 @@ impl Parser {
 
     /// `content_block_delta`: text, tool input JSON, thinking text or signature of block
     /// `index`.
-    fn block_delta(&mut self, index: u64, v: &Value, out: &mut Vec<StreamEvent>) {
+    fn block_delta(&mut self, index: u64, v: &Value, out: &mut Out) {
         let Some(d) = v.get("delta") else { return };
         let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
         let block = self.blocks.get_mut(&index);
         match (d.get("type").and_then(Value::as_str), block) {
             (Some("text_delta"), _) if !s("text").is_empty() => {
-                out.push(StreamEvent::TextDelta {
-                    text: s("text").to_string(),
-                });
+                out.text(false, s("text"));
             }
             (Some("input_json_delta"), Some(Block::Tool { id, json, .. })) => {
                 let piece = s("partial_json");
@@ -348,9 +346,7 @@ impl Parser {
                 let piece = s("thinking");
                 if !piece.is_empty() {
                     text.push_str(piece);
-                    out.push(StreamEvent::ReasoningDelta {
-                        text: piece.to_string(),
-                    });
+                    out.text(true, piece);
                 }
             }
             (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
@@ -363,7 +359,7 @@ impl Parser {
     /// `content_block_stop`: ends block `index`: a tool call with input ends or is
     /// withdrawn, one without input waits for `message_stop`; thinking becomes a
     /// `ReasoningDone`.
-    fn block_stop(&mut self, index: u64, out: &mut Vec<StreamEvent>) {
+    fn block_stop(&mut self, index: u64, out: &mut Out) {
         match self.blocks.remove(&index) {
             Some(Block::Tool { id, name, json }) if json.trim().is_empty() => {
                 // No input at all: a tool without parameters, or a call the output
@@ -397,7 +393,7 @@ impl Parser {
         id: String,
         name: String,
         arguments: Result<String, String>,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) {
         match arguments {
             Ok(arguments) => {
@@ -430,7 +426,7 @@ impl Parser {
 
     /// `message_stop`: withdraws tool blocks never stopped, decides the calls without
     /// input (withdrawn when the stop reason is `max_tokens`), and returns `Done`.
-    fn message_stop(&mut self, out: &mut Vec<StreamEvent>) -> StreamEvent {
+    fn message_stop(&mut self, out: &mut Out) -> StreamEvent {
         // Tool blocks never stopped were cut off.
         let open: Vec<u64> = self
             .blocks
@@ -470,7 +466,7 @@ impl WireParser for Parser {
     fn on_event(
         &mut self,
         ev: &SseEvent,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) -> Option<Result<StreamEvent, AttemptError>> {
         let v = parse_data(ev)?;
         let ty = v
@@ -525,7 +521,7 @@ impl WireParser for Parser {
         Some(out)
     }
 
-    fn on_eof(&mut self, _out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {
+    fn on_eof(&mut self, _out: &mut Out) -> Result<StreamEvent, AttemptError> {
         Err(AttemptError::incomplete(
             "stream closed before message_stop",
         ))

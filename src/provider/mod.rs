@@ -63,6 +63,18 @@ pub use wake::Wake;
 pub trait StreamSink {
     /// Takes one event. `false` = stop (the consumer is gone or the request cancelled).
     fn event(&mut self, ev: StreamEvent) -> bool;
+    /// Takes one text delta, lent: reasoning text when `reasoning`, else the answer's
+    /// text. The same as [`StreamSink::event`] with a `ReasoningDelta` / `TextDelta`
+    /// (what the default does); a sink that copies the text into a buffer of its own
+    /// spares the allocation of an owned event per delta. `false` = stop.
+    fn text(&mut self, reasoning: bool, text: &str) -> bool {
+        let text = text.to_owned();
+        self.event(if reasoning {
+            StreamEvent::ReasoningDelta { text }
+        } else {
+            StreamEvent::TextDelta { text }
+        })
+    }
     /// Hands over what is held back, before the provider waits for input. `false` =
     /// stop.
     fn flush(&mut self) -> bool {

@@ -33,7 +33,7 @@ use super::chat::{ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, T
 use super::request::{normalize_schema, output_schema_parts, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::wire::{finished_arguments, parse_data, synth_call_id, WireParser};
+use super::wire::{finished_arguments, parse_data, synth_call_id, Out, WireParser};
 
 /// Whether a `data:` payload is the `[DONE]` sentinel (surrounding whitespace allowed);
 /// a JSON chunk is told apart by its first byte.
@@ -246,7 +246,7 @@ impl Parser {
         }
     }
 
-    fn flush_reasoning(&mut self, out: &mut Vec<StreamEvent>) {
+    fn flush_reasoning(&mut self, out: &mut Out) {
         if self.reasoning_done || self.reasoning.is_empty() {
             return;
         }
@@ -265,7 +265,7 @@ impl Parser {
 
     /// Ends `call`: a [`StreamEvent::ToolCallEnd`] when its arguments are complete JSON,
     /// else a [`StreamEvent::ToolCallCutOff`] (returns false then).
-    fn end_call(call: &mut Call, truncated: bool, out: &mut Vec<StreamEvent>) -> bool {
+    fn end_call(call: &mut Call, truncated: bool, out: &mut Out) -> bool {
         if call.ended {
             return true;
         }
@@ -309,7 +309,7 @@ impl Parser {
         true
     }
 
-    fn end_all(&mut self, out: &mut Vec<StreamEvent>) {
+    fn end_all(&mut self, out: &mut Out) {
         self.flush_reasoning(out);
         let truncated = self.finish_reason.as_deref() == Some("length");
         for c in &mut self.calls {
@@ -320,7 +320,7 @@ impl Parser {
         self.open.clear();
     }
 
-    fn tool_fragment(&mut self, pos_in_array: usize, tc: Fragment, out: &mut Vec<StreamEvent>) {
+    fn tool_fragment(&mut self, pos_in_array: usize, tc: Fragment, out: &mut Out) {
         let index = tc.index.unwrap_or(pos_in_array as u64);
         let id = tc.id.as_deref().filter(|s| !s.is_empty());
         let name = tc.name.as_deref().filter(|s| !s.is_empty());
@@ -404,7 +404,7 @@ impl Parser {
         &mut self,
         c: Chunk,
         v: Option<&Value>,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) -> Option<Result<StreamEvent, AttemptError>> {
         if self.response_id.is_none() {
             if let Some(id) = c.id {
@@ -420,16 +420,12 @@ impl Parser {
             let reasoning = delta.reasoning.unwrap_or_default();
             if !reasoning.is_empty() {
                 self.reasoning.push_str(&reasoning);
-                out.push(StreamEvent::ReasoningDelta {
-                    text: reasoning.into_owned(),
-                });
+                out.text(true, &reasoning);
             }
             if let Some(text) = delta.content {
                 if !text.is_empty() {
                     self.flush_reasoning(out);
-                    out.push(StreamEvent::TextDelta {
-                        text: text.into_owned(),
-                    });
+                    out.text(false, &text);
                 }
             }
             if !delta.tool_calls.is_empty() {
@@ -454,7 +450,7 @@ impl Parser {
         None
     }
 
-    fn done(&mut self, out: &mut Vec<StreamEvent>) -> StreamEvent {
+    fn done(&mut self, out: &mut Out) -> StreamEvent {
         self.end_all(out);
         let reason = self.finish_reason.clone();
         StreamEvent::Done {
@@ -471,7 +467,7 @@ impl WireParser for Parser {
     fn on_event(
         &mut self,
         ev: &SseEvent,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) -> Option<Result<StreamEvent, AttemptError>> {
         if is_done(&ev.data) {
             // `[DONE]` without a finish reason after nothing at all, or while a tool
@@ -510,7 +506,7 @@ impl WireParser for Parser {
         Some(vec![v.to_string(), "[DONE]".into()])
     }
 
-    fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {
+    fn on_eof(&mut self, out: &mut Out) -> Result<StreamEvent, AttemptError> {
         if self.finish_reason.is_some() {
             Ok(self.done(out))
         } else {

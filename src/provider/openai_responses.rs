@@ -32,7 +32,7 @@ use super::chat::{ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, T
 use super::request::{normalize_schema, output_schema_parts, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
-use super::wire::{finished_arguments, parse_data, WireParser};
+use super::wire::{finished_arguments, parse_data, Out, WireParser};
 
 /// Longest `prompt_cache_key` sent (wuu clamps to 64).
 pub const MAX_PROMPT_CACHE_KEY: usize = 64;
@@ -284,7 +284,7 @@ impl Parser {
             .unwrap_or(pos as u64)
     }
 
-    fn start_call(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+    fn start_call(&mut self, idx: u64, item: &Value, out: &mut Out) {
         let st = self.calls.entry(idx).or_default();
         if st.started {
             return;
@@ -312,7 +312,7 @@ impl Parser {
     /// when the arguments are complete JSON, else a [`StreamEvent::ToolCallCutOff`]
     /// (`truncated`: the response was cut by the output limit; an item with `status:
     /// "incomplete"` counts as cut too).
-    fn end_call(&mut self, idx: u64, item: &Value, truncated: bool, out: &mut Vec<StreamEvent>) {
+    fn end_call(&mut self, idx: u64, item: &Value, truncated: bool, out: &mut Out) {
         self.start_call(idx, item, out);
         let Some(st) = self.calls.get_mut(&idx) else {
             return;
@@ -362,7 +362,7 @@ impl Parser {
 
     /// Withdraws every started call that never ended (the response finished without
     /// completing it).
-    fn cut_open_calls(&mut self, out: &mut Vec<StreamEvent>) {
+    fn cut_open_calls(&mut self, out: &mut Out) {
         for st in self.calls.values_mut() {
             if st.started && !st.ended {
                 st.ended = true;
@@ -377,7 +377,7 @@ impl Parser {
         }
     }
 
-    fn reasoning_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+    fn reasoning_done(&mut self, idx: u64, item: &Value, out: &mut Out) {
         let st = self.reasoning.remove(&idx).unwrap_or_default();
         let mut text = st.text;
         if text.is_empty() {
@@ -409,7 +409,7 @@ impl Parser {
         });
     }
 
-    fn message_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+    fn message_done(&mut self, idx: u64, item: &Value, out: &mut Out) {
         if let Some(id) = item.get("id").and_then(Value::as_str) {
             self.message_item_id = Some(id.to_string());
         }
@@ -433,7 +433,7 @@ impl Parser {
         }
     }
 
-    fn item_done(&mut self, idx: u64, item: &Value, out: &mut Vec<StreamEvent>) {
+    fn item_done(&mut self, idx: u64, item: &Value, out: &mut Out) {
         match item.get("type").and_then(Value::as_str) {
             Some("function_call") => self.end_call(idx, item, false, out),
             Some("reasoning") => self.reasoning_done(idx, item, out),
@@ -442,12 +442,7 @@ impl Parser {
         }
     }
 
-    fn finish(
-        &mut self,
-        resp: &Value,
-        out: &mut Vec<StreamEvent>,
-        incomplete: bool,
-    ) -> StreamEvent {
+    fn finish(&mut self, resp: &Value, out: &mut Out, incomplete: bool) -> StreamEvent {
         // Items that never got their output_item.done: take them from the final output.
         let cut_by_limit = incomplete
             && resp
@@ -503,7 +498,7 @@ impl WireParser for Parser {
     fn on_event(
         &mut self,
         ev: &SseEvent,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) -> Option<Result<StreamEvent, AttemptError>> {
         if ev.data.trim() == "[DONE]" {
             return None;
@@ -542,9 +537,7 @@ impl WireParser for Parser {
                 let idx = self.slot(&v, false);
                 self.text_streamed.insert(idx, true);
                 if !delta.is_empty() {
-                    out.push(StreamEvent::TextDelta {
-                        text: delta.to_string(),
-                    });
+                    out.text(false, delta);
                 }
             }
             "response.function_call_arguments.delta" => {
@@ -650,7 +643,7 @@ impl WireParser for Parser {
         Some(vec![json!({"type": ty, "response": v}).to_string()])
     }
 
-    fn on_eof(&mut self, _out: &mut Vec<StreamEvent>) -> Result<StreamEvent, AttemptError> {
+    fn on_eof(&mut self, _out: &mut Out) -> Result<StreamEvent, AttemptError> {
         Err(self
             .error
             .take()

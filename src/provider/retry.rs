@@ -582,6 +582,11 @@ impl StreamSink for AttemptSink<'_> {
         !self.cancel.is_cancelled() && self.sink.event(ev)
     }
 
+    fn text(&mut self, reasoning: bool, text: &str) -> bool {
+        self.progressed = true;
+        !self.cancel.is_cancelled() && self.sink.text(reasoning, text)
+    }
+
     fn flush(&mut self) -> bool {
         self.note_progress();
         !self.cancel.is_cancelled() && self.sink.flush()

@@ -61,6 +61,77 @@ impl WireProtocol {
     }
 }
 
+/// What a [`WireParser`] made of one SSE event, in order: normalized events, and
+/// streamed text copied into one buffer kept from event to event, so a text delta
+/// costs no allocation on its way to the sink ([`StreamSink::text`]).
+#[derive(Default)]
+pub(crate) struct Out {
+    pieces: Vec<Piece>,
+    /// The text deltas of `pieces`, one after the other.
+    text: String,
+}
+
+/// One piece of an [`Out`].
+enum Piece {
+    Event(StreamEvent),
+    /// A text delta: `Out::text` from the previous text piece's end to `end`.
+    Text {
+        reasoning: bool,
+        end: usize,
+    },
+}
+
+impl Out {
+    /// Adds an event.
+    pub fn push(&mut self, ev: StreamEvent) {
+        self.pieces.push(Piece::Event(ev));
+    }
+
+    /// Adds a text delta: reasoning text when `reasoning`, else the answer's text
+    /// (a `ReasoningDelta` / `TextDelta` once handed on).
+    pub fn text(&mut self, reasoning: bool, text: &str) {
+        self.text.push_str(text);
+        self.pieces.push(Piece::Text {
+            reasoning,
+            end: self.text.len(),
+        });
+    }
+
+    /// Hands every piece to `sink` in order, text deltas lent ([`StreamSink::text`]),
+    /// and empties itself (keeping its buffers). `false` = the sink stopped; the pieces
+    /// after it are dropped.
+    pub fn drain_into(&mut self, sink: &mut dyn StreamSink) -> bool {
+        let mut start = 0;
+        let mut go = true;
+        for piece in self.pieces.drain(..) {
+            if !go {
+                break;
+            }
+            go = match piece {
+                Piece::Event(ev) => sink.event(ev),
+                Piece::Text { reasoning, end } => {
+                    let text = self.text.get(start..end).unwrap_or_default();
+                    start = end;
+                    sink.text(reasoning, text)
+                }
+            };
+        }
+        self.text.clear();
+        go
+    }
+
+    /// The pieces as owned events (text deltas as `TextDelta` / `ReasoningDelta`).
+    #[cfg(test)]
+    pub fn into_events(mut self) -> Vec<StreamEvent> {
+        let mut evs = Vec::with_capacity(self.pieces.len());
+        self.drain_into(&mut |ev| {
+            evs.push(ev);
+            true
+        });
+        evs
+    }
+}
+
 /// A protocol's SSE → [`StreamEvent`] state machine for one attempt.
 pub(crate) trait WireParser: Send {
     /// Handles one SSE event, pushing normalized events to `out`. Returns `Some` when the
@@ -68,11 +139,11 @@ pub(crate) trait WireParser: Send {
     fn on_event(
         &mut self,
         ev: &sse::SseEvent,
-        out: &mut Vec<StreamEvent>,
+        out: &mut Out,
     ) -> Option<Result<StreamEvent, retry::AttemptError>>;
 
     /// The stream ended (EOF) without a terminal event.
-    fn on_eof(&mut self, out: &mut Vec<StreamEvent>) -> Result<StreamEvent, retry::AttemptError>;
+    fn on_eof(&mut self, out: &mut Out) -> Result<StreamEvent, retry::AttemptError>;
 
     /// A complete (non-streamed) JSON answer `v` to a streaming request, as the `data:`
     /// payloads of the equivalent stream (fed through [`WireParser::on_event`]); `None`
@@ -88,7 +159,7 @@ pub(crate) fn drive_payloads(
     sink: &mut dyn StreamSink,
 ) -> retry::AttemptOutcome {
     use retry::AttemptOutcome;
-    let mut out = Vec::new();
+    let mut out = Out::default();
     let mut end = None;
     for data in datas {
         let ev = sse::SseEvent {
@@ -102,10 +173,8 @@ pub(crate) fn drive_payloads(
         }
     }
     let end = end.unwrap_or_else(|| parser.on_eof(&mut out));
-    for ev in out {
-        if !sink.event(ev) {
-            return AttemptOutcome::Stopped;
-        }
+    if !out.drain_into(sink) {
+        return AttemptOutcome::Stopped;
     }
     match end {
         Ok(done) => AttemptOutcome::Done(done),
@@ -120,15 +189,15 @@ pub(crate) fn parse_body(
     parser: &mut dyn WireParser,
     body: &str,
 ) -> (Vec<StreamEvent>, Result<StreamEvent, retry::AttemptError>) {
-    let mut out = vec![];
+    let mut out = Out::default();
     let mut r = sse::SseReader::new(body.as_bytes());
     while let Some(ev) = r.next_event().expect("in-memory SSE") {
         if let Some(t) = parser.on_event(&ev, &mut out) {
-            return (out, t);
+            return (out.into_events(), t);
         }
     }
     let t = parser.on_eof(&mut out);
-    (out, t)
+    (out.into_events(), t)
 }
 
 /// Parses a `data:` payload as JSON; `None` (logged) when it is not JSON.
@@ -155,7 +224,7 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
 ) -> retry::AttemptOutcome {
     use retry::{AttemptError, AttemptOutcome};
     let mut sse = sse::SseReader::new(reader);
-    let mut out = Vec::new();
+    let mut out = Out::default();
     loop {
         if cancel.is_cancelled() {
             return AttemptOutcome::Stopped;
@@ -191,10 +260,8 @@ pub(crate) fn drive_sse<R: std::io::BufRead>(
                 })))
             }
         };
-        for ev in out.drain(..) {
-            if !sink.event(ev) {
-                return AttemptOutcome::Stopped;
-            }
+        if !out.drain_into(sink) {
+            return AttemptOutcome::Stopped;
         }
         match step {
             None => {}
@@ -278,6 +345,83 @@ mod tests {
             }
             true
         }
+    }
+
+    /// A sink that logs what it gets, text deltas only through `text` (lent).
+    #[derive(Default)]
+    struct Lent {
+        log: Vec<String>,
+        stop_after: Option<usize>,
+    }
+
+    impl StreamSink for Lent {
+        fn event(&mut self, ev: StreamEvent) -> bool {
+            assert!(
+                !matches!(
+                    ev,
+                    StreamEvent::TextDelta { .. } | StreamEvent::ReasoningDelta { .. }
+                ),
+                "a text delta came as an owned event: {ev:?}"
+            );
+            let name = format!("{ev:?}");
+            self.log
+                .push(name.split([' ', '{']).next().unwrap_or("").to_owned());
+            self.stop_after != Some(self.log.len())
+        }
+        fn text(&mut self, reasoning: bool, text: &str) -> bool {
+            self.log
+                .push(format!("{}:{text}", if reasoning { "r" } else { "t" }));
+            self.stop_after != Some(self.log.len())
+        }
+    }
+
+    #[test]
+    fn out_hands_text_lent_in_order_and_is_reused_after_a_stop() {
+        let mut out = Out::default();
+        out.text(true, "think");
+        out.push(StreamEvent::ToolCallStart {
+            id: "c".into(),
+            name: "n".into(),
+        });
+        out.text(false, "hé");
+        out.text(false, "llo");
+        let mut sink = Lent::default();
+        assert!(out.drain_into(&mut sink));
+        assert_eq!(sink.log, ["r:think", "ToolCallStart", "t:hé", "t:llo"]);
+        // A sink that stops: the pieces after it are dropped, the buffers kept.
+        out.text(false, "a");
+        out.text(false, "b");
+        out.text(false, "c");
+        let mut sink = Lent {
+            stop_after: Some(2),
+            ..Default::default()
+        };
+        assert!(!out.drain_into(&mut sink));
+        assert_eq!(sink.log, ["t:a", "t:b"]);
+        out.text(false, "next");
+        assert_eq!(
+            out.into_events(),
+            [StreamEvent::TextDelta {
+                text: "next".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_streamed_answer_reaches_the_sink_as_lent_text_between_its_events() {
+        let body = [
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"A\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"say \\\"hi\\\"\\n\"}}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        ]
+        .concat();
+        let mut sink = Lent::default();
+        let mut parser = openai_chat::Parser::new("p", "m");
+        let outcome = drive_sse(body.as_bytes(), &mut parser, &CancelToken::new(), &mut sink);
+        assert!(matches!(outcome, retry::AttemptOutcome::Done(_)));
+        assert_eq!(sink.log, ["r:hm", "ReasoningDone", "t:A", "t:say \"hi\"\n"]);
     }
 
     fn chat_delta(text: &str) -> String {

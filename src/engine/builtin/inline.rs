@@ -9,7 +9,7 @@
 //! between the stream and the engine.
 
 use super::{add, provider_failure, Builtin, StepEnd, StepStream};
-use crate::engine::{Control, EngineEvent, EventSink, Outcome};
+use crate::engine::{Control, EngineEvent, EventSink, Outcome, TextDeltas};
 use crate::provider::chat::{ChatRequest, FailureKind, ProviderError, StreamEvent};
 use crate::provider::stream::STREAM_BATCH_EVENTS;
 use crate::provider::{CancelToken, Provider, StreamSink};
@@ -67,7 +67,8 @@ impl Builtin {
             sink,
             controls,
             token: &token,
-            deltas: Vec::with_capacity(STREAM_BATCH_EVENTS),
+            text: TextDeltas::default(),
+            deltas: Vec::new(),
             end: None,
         };
         // A control sent before the stream was open found nothing to cut: look now.
@@ -128,7 +129,9 @@ impl Builtin {
 }
 
 /// The sink of one step's stream: deltas of one read go to the host as one batch (cut
-/// at [`STREAM_BATCH_EVENTS`]), every other event goes on its own after them.
+/// at [`STREAM_BATCH_EVENTS`]), every other event goes on its own after them. Text
+/// deltas are copied into a [`TextDeltas`] kept for the whole step (no allocation per
+/// delta); argument deltas, rare, travel as events.
 struct StepSink<'a> {
     engine: &'a mut Builtin,
     step: StepStream,
@@ -136,7 +139,10 @@ struct StepSink<'a> {
     sink: &'a EventSink<'a>,
     controls: &'a Receiver<Control>,
     token: &'a CancelToken,
-    /// Deltas of the read under way, not yet handed to the host.
+    /// Text deltas of the read under way, not yet handed to the host.
+    text: TextDeltas,
+    /// Other deltas of the read under way, not yet handed to the host (at most one of
+    /// `text` and `deltas` holds any: a delta of the other kind sends them first).
     deltas: Vec<EngineEvent>,
     /// How the step ended, once known.
     end: Option<StepEnd>,
@@ -145,11 +151,27 @@ struct StepSink<'a> {
 impl StepSink<'_> {
     /// Hands the gathered deltas to the host.
     fn send_deltas(&mut self) {
+        self.sink.emit_deltas(&mut self.text);
         if !self.deltas.is_empty() {
-            let batch =
-                std::mem::replace(&mut self.deltas, Vec::with_capacity(STREAM_BATCH_EVENTS));
-            self.sink.emit_all(batch);
+            self.sink.emit_all(std::mem::take(&mut self.deltas));
         }
+    }
+
+    /// Before an event of the stream: false when the step already ended. Notes the
+    /// output, and a successful reconnect when output of a new attempt arrives (a final
+    /// failure leaves the reconnect row to be frozen as `failed`, spec §4.9 rules 8, 10).
+    fn output(&mut self, ev: Option<&StreamEvent>) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        let failed = matches!(ev, Some(StreamEvent::Failed { .. }));
+        self.engine.step_output |= !failed;
+        if self.step.reconnecting && !failed && !matches!(ev, Some(StreamEvent::Retrying { .. })) {
+            self.step.reconnecting = false;
+            self.send_deltas();
+            self.sink.emit(EngineEvent::Connected);
+        }
+        true
     }
 
     /// Looks at the controls; false = the stream ends here (the request is cancelled).
@@ -205,26 +227,12 @@ impl StepSink<'_> {
 
 impl StreamSink for StepSink<'_> {
     fn event(&mut self, ev: StreamEvent) -> bool {
-        if self.end.is_some() {
-            return false;
-        }
-        self.engine.step_output |= !matches!(ev, StreamEvent::Failed { .. });
-        // Output of a new attempt = a successful reconnect. A final failure leaves the
-        // reconnect row to be frozen as `failed` (spec §4.9 rules 8, 10).
-        if self.step.reconnecting
-            && !matches!(
-                ev,
-                StreamEvent::Retrying { .. } | StreamEvent::Failed { .. }
-            )
-        {
-            self.step.reconnecting = false;
-            self.send_deltas();
-            self.sink.emit(EngineEvent::Connected);
-        }
         let delta = match ev {
-            StreamEvent::TextDelta { text } => EngineEvent::ContentDelta(text),
-            StreamEvent::ReasoningDelta { text } => EngineEvent::ThinkingDelta(text),
+            StreamEvent::TextDelta { text } => return self.text(false, &text),
+            StreamEvent::ReasoningDelta { text } => return self.text(true, &text),
+            _ if !self.output(Some(&ev)) => return false,
             StreamEvent::ToolCallDelta { id, delta } => {
+                self.sink.emit_deltas(&mut self.text);
                 EngineEvent::ToolArgsDelta { call_id: id, delta }
             }
             other => {
@@ -241,6 +249,20 @@ impl StreamSink for StepSink<'_> {
         };
         self.deltas.push(delta);
         if self.deltas.len() >= STREAM_BATCH_EVENTS {
+            return self.flush();
+        }
+        true
+    }
+
+    fn text(&mut self, reasoning: bool, text: &str) -> bool {
+        if !self.output(None) {
+            return false;
+        }
+        if !self.deltas.is_empty() {
+            self.send_deltas();
+        }
+        self.text.push(reasoning, text);
+        if self.text.len() >= STREAM_BATCH_EVENTS {
             return self.flush();
         }
         true
@@ -319,6 +341,17 @@ impl StreamSink for SummarySink<'_> {
             _ => {}
         }
         self.poll()
+    }
+
+    fn text(&mut self, reasoning: bool, text: &str) -> bool {
+        if self.end.is_some() {
+            return false;
+        }
+        if reasoning {
+            return self.poll();
+        }
+        self.text.push_str(text);
+        true
     }
 
     fn flush(&mut self) -> bool {

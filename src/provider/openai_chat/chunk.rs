@@ -852,7 +852,7 @@ mod tests {
     fn run(datas: &[String], typed: bool, end_with_done: bool) -> Run {
         let mut p = Parser::new("p", "m");
         p.typed = typed;
-        let mut out = vec![];
+        let mut out = crate::provider::wire::Out::default();
         let mut datas: Vec<String> = datas.to_vec();
         if end_with_done {
             datas.push("[DONE]".into());
@@ -864,11 +864,11 @@ mod tests {
                 id: None,
             };
             if let Some(t) = p.on_event(&ev, &mut out) {
-                return (normalize(out), Some(t));
+                return (normalize(out.into_events()), Some(t));
             }
         }
         let t = p.on_eof(&mut out);
-        (normalize(out), Some(t))
+        (normalize(out.into_events()), Some(t))
     }
 
     /// The typed reading equals the `Value` reading whenever it answers, and it answers

@@ -7,7 +7,7 @@
 //! [`Lines`]: crate::outbound::transport::Lines
 
 use super::{Driver, Stop};
-use crate::engine::EngineEvent;
+use crate::engine::{EngineEvent, TextDeltas};
 use crate::outbound::transport::Overflow;
 use wuu_protocol::*;
 
@@ -39,11 +39,24 @@ impl Driver<'_> {
         }
     }
 
+    /// Projects a batch of text deltas in order ([`EngineEvent::Deltas`]), each as a
+    /// `ContentDelta` / `ThinkingDelta`; their frames go to the outbox together.
+    pub(super) fn project_deltas(&mut self, deltas: &TextDeltas) {
+        let outer = std::mem::replace(&mut self.batching, true);
+        for (reasoning, text) in deltas.iter() {
+            self.append_text(reasoning, text);
+        }
+        self.batching = outer;
+        if !outer {
+            self.send_deltas();
+        }
+    }
+
     /// Announces one delta of item `idx`, masked: a tail that may be the start of a
     /// secret split across deltas is held back (crate::secrets::DeltaStreams) and sent
     /// with the next delta or by [`Self::flush_deltas`]. The deltas sent for a stream
     /// add up to the redacted text of the item.
-    pub(super) fn send_delta(&mut self, idx: usize, kind: DeltaKind, delta: String) {
+    pub(super) fn send_delta(&mut self, idx: usize, kind: DeltaKind, delta: &str) {
         let turn = &self.s.turns[self.turn_idx];
         let item_id = &turn.items[idx].id;
         let delta = self.masks.push_by(

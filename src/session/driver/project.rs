@@ -27,6 +27,7 @@ impl Driver<'_> {
     fn project(&mut self, ev: EngineEvent) {
         match ev {
             EngineEvent::Batch(evs) => self.project_batch(evs),
+            EngineEvent::Deltas(deltas) => self.project_deltas(&deltas),
             EngineEvent::BeginStep { reply } => {
                 if self.stop.is_some() {
                     return; // the dropped reply stops the engine
@@ -61,8 +62,8 @@ impl Driver<'_> {
             EngineEvent::PersistRef { engine_ref, reply } => {
                 let _ = reply.send(crate::session::engines::persist_ref(self.s, &engine_ref));
             }
-            EngineEvent::ContentDelta(text) => self.append_text(false, text),
-            EngineEvent::ThinkingDelta(text) => self.append_text(true, text),
+            EngineEvent::ContentDelta(text) => self.append_text(false, &text),
+            EngineEvent::ThinkingDelta(text) => self.append_text(true, &text),
             EngineEvent::ContentReplace(text) => self.replace_text(false, text),
             EngineEvent::ThinkingReplace(text) => self.replace_text(true, text),
             EngineEvent::MessageDone { final_answer } => self.message_done(final_answer),
@@ -291,7 +292,7 @@ impl Driver<'_> {
 
     /// Appends streamed text to this step's open agent-message (or reasoning) item,
     /// opening it first, and announces the delta.
-    fn append_text(&mut self, reasoning: bool, text: String) {
+    pub(super) fn append_text(&mut self, reasoning: bool, text: &str) {
         let (idx, opened) = self.open_text_item(reasoning);
         if opened {
             self.item(idx).text = Some(String::new());
@@ -300,7 +301,7 @@ impl Driver<'_> {
         self.item(idx)
             .text
             .get_or_insert_with(String::new)
-            .push_str(&text);
+            .push_str(text);
         let kind = if reasoning {
             DeltaKind::Reasoning
         } else {

@@ -20,7 +20,7 @@
 use super::{Driver, Stop};
 use crate::engine::{
     Control, DirectHost, Engine, EngineEvent, EventSink, Limits, LiveStream, Outcome, Steering,
-    TurnRequest, UserInput, BUILTIN, EVENT_CAPACITY,
+    TextDeltas, TurnRequest, UserInput, BUILTIN, EVENT_CAPACITY,
 };
 use crate::session::registry::Mail;
 use crate::util::now_ms;
@@ -70,6 +70,12 @@ impl DirectHost for Here<'_, '_> {
     fn project(&self, ev: EngineEvent) {
         let mut d = self.driver.borrow_mut();
         d.project_event(ev);
+        self.after(&mut d);
+    }
+
+    fn project_deltas(&self, deltas: &TextDeltas) {
+        let mut d = self.driver.borrow_mut();
+        d.project_deltas(deltas);
         self.after(&mut d);
     }
 

@@ -39,7 +39,7 @@ impl Driver<'_> {
                 .arguments
                 .get_or_insert_with(String::new)
                 .push_str(&delta);
-            self.send_delta(i, DeltaKind::Arguments, delta);
+            self.send_delta(i, DeltaKind::Arguments, &delta);
         }
     }
 
@@ -84,7 +84,7 @@ impl Driver<'_> {
     /// A piece of a running call's output (of one output stream).
     pub(super) fn tool_output(&mut self, call_id: &str, stream: Option<String>, text: String) {
         if let Some(i) = self.find_call(call_id) {
-            self.send_delta(i, DeltaKind::Output(stream), text);
+            self.send_delta(i, DeltaKind::Output(stream), &text);
         }
     }
 
