@@ -1,7 +1,8 @@
 //! Generates the protocol's JSON Schema bundle (`wuu_protocol::schema::bundle`) at build
-//! time into `$OUT_DIR/wuu-app-server.schema.json` (compact JSON), which
-//! `wuu app-server generate-json-schema` embeds: the schema generator and every type's
-//! schema code then stay out of the binary. Reruns whenever `wuu-protocol` changes (the
+//! time into `$OUT_DIR/wuu-app-server.schema.json.zz` (compact JSON, zlib-compressed:
+//! about a fifth of the text), which the binary embeds and inflates when it is read
+//! (`wuu app-server generate-json-schema`, the path of an invalid param): the schema
+//! generator and every type's schema code then stay out of the binary. Reruns whenever `wuu-protocol` changes (the
 //! script is rebuilt with it).
 //!
 //! Optimized Linux/glibc builds also link the `wuu` binary with packed relative
@@ -16,10 +17,11 @@ use std::process::{Command, Stdio};
 
 fn main() {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let out = out_dir.join("wuu-app-server.schema.json");
+    let out = out_dir.join("wuu-app-server.schema.json.zz");
     let bundle = wuu_protocol::schema::bundle();
     let text = serde_json::to_string(&bundle).expect("the schema bundle serializes");
-    std::fs::write(&out, text).expect("OUT_DIR is writable");
+    let packed = miniz_oxide::deflate::compress_to_vec_zlib(text.as_bytes(), 10);
+    std::fs::write(&out, packed).expect("OUT_DIR is writable");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=WUU_NO_RELR");
     if wants_relr() && linker_packs_relocs(&out_dir) {

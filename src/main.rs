@@ -228,19 +228,17 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
             // even while stdin stays open: active turns are interrupted and settled,
             // then the process exits 1.
             let watched = shared.clone();
-            let watch = std::thread::Builder::new()
-                .name("wuu-output-watch".into())
-                .spawn(move || loop {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                    if watched.host.outbox.is_broken() {
-                        log::warn!("the output was closed by the client: shutting down");
-                        watched.shutdown(None);
-                        std::process::exit(1);
-                    }
-                    if watched.host.is_closing() {
-                        return;
-                    }
-                });
+            let watch = wuu::util::spawn("wuu-output-watch".into(), move || loop {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                if watched.host.outbox.is_broken() {
+                    log::warn!("the output was closed by the client: shutting down");
+                    watched.shutdown(None);
+                    std::process::exit(1);
+                }
+                if watched.host.is_closing() {
+                    return;
+                }
+            });
             if let Err(e) = watch {
                 log::warn!("cannot watch the output: {e}");
             }
@@ -255,16 +253,14 @@ fn app_server(args: Vec<std::ffi::OsString>) -> Result<u8, String> {
                     return;
                 }
             };
-            std::thread::Builder::new()
-                .name("wuu-signals".into())
-                .spawn(move || {
-                    if let Some(sig) = signals.forever().next() {
-                        log::info!("signal {sig}: shutting down");
-                        shared.shutdown(None);
-                        std::process::exit(0);
-                    }
-                })
-                .expect("spawn signal thread");
+            wuu::util::spawn("wuu-signals".into(), move || {
+                if let Some(sig) = signals.forever().next() {
+                    log::info!("signal {sig}: shutting down");
+                    shared.shutdown(None);
+                    std::process::exit(0);
+                }
+            })
+            .expect("spawn signal thread");
         },
     );
     Ok(code as u8)

@@ -1,6 +1,8 @@
-//! Small shared helpers: clocks, timestamps and ids.
+//! Small shared helpers: clocks, timestamps, ids and one-shot replies ([`reply`]).
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+pub mod reply;
 
 /// A JSON value written in the source as text (tool parameter schemas): parsed by the one
 /// non-generic JSON reader instead of the code `serde_json::json!` expands to per literal.
@@ -9,6 +11,23 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// every one.
 pub fn static_json(text: &'static str) -> serde_json::Value {
     serde_json::from_str(text).expect("a JSON constant of the source")
+}
+
+/// Starts a thread named `name` running `f`; errors as `std::thread::Builder::spawn`.
+/// The host's threads start through here so that std's spawn machinery is compiled once,
+/// for a boxed closure, instead of once per closure type.
+pub fn spawn(
+    name: String,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    spawn_boxed(name, Box::new(f))
+}
+
+fn spawn_boxed(
+    name: String,
+    f: Box<dyn FnOnce() + Send>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name(name).spawn(f)
 }
 
 /// Milliseconds since the Unix epoch.

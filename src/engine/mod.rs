@@ -41,6 +41,7 @@ pub use text_deltas::TextDeltas;
 use crate::provider::chat::{ChatMessage, ToolSpec, Usage};
 use crate::provider::CancelToken;
 use crate::tools::{PermissionMode, ToolHandle};
+use crate::util::reply::{reply, ReplyTx};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -325,7 +326,7 @@ pub enum EngineEvent {
     /// for the projection (new message / reasoning items).
     BeginStep {
         /// Receives the step and transcript.
-        reply: Sender<StepStart>,
+        reply: ReplyTx<StepStart>,
     },
     /// A new step of an engine that keeps its own transcript (no host call).
     Step,
@@ -336,7 +337,7 @@ pub enum EngineEvent {
         /// Why.
         reason: compaction::CompactReason,
         /// Receives the messages to summarise.
-        reply: Sender<Option<Vec<ChatMessage>>>,
+        reply: ReplyTx<Option<Vec<ChatMessage>>>,
     },
     /// Host call: the summary of a [`EngineEvent::Compact`] is ready (or failed). The
     /// host completes the item and answers with the transcript of the same step, now
@@ -345,14 +346,14 @@ pub enum EngineEvent {
         /// The summary text, or why there is none.
         summary: Result<String, String>,
         /// Receives the new transcript.
-        reply: Sender<StepStart>,
+        reply: ReplyTx<StepStart>,
     },
     /// Host call: the model gave an answer without tool calls. The host answers `true`
     /// when input waits (pending steers): the answer is then an ordinary message and
     /// the engine continues the turn with another step.
     AnswerReady {
         /// Receives whether to continue.
-        reply: Sender<bool>,
+        reply: ReplyTx<bool>,
     },
     /// Host call: the tool call's arguments are complete and it is about to run; the
     /// host records it durably and answers whether the record was stored.
@@ -363,7 +364,7 @@ pub enum EngineEvent {
         /// repeatable); the host then withholds the re-announcement on failure.
         at_most_once: bool,
         /// Receives whether the record is durable.
-        reply: Sender<bool>,
+        reply: ReplyTx<bool>,
     },
     /// Host call: persist a newly created native session reference before the turn
     /// proceeds; an error fails the turn.
@@ -371,7 +372,7 @@ pub enum EngineEvent {
         /// The reference (e.g. a Codex thread id).
         engine_ref: String,
         /// Receives the outcome.
-        reply: Sender<Result<(), String>>,
+        reply: ReplyTx<Result<(), String>>,
     },
     /// Assistant text delta of the open message.
     ContentDelta(String),
@@ -773,8 +774,11 @@ impl<'a> EventSink<'a> {
     }
 
     /// Makes a host call and waits for its answer; `None` = the host is gone.
-    pub fn call<T>(&self, make: impl FnOnce(Sender<T>) -> EngineEvent) -> Option<T> {
-        let (tx, rx) = crossbeam_channel::bounded(1);
+    pub fn call<T: Send + 'static>(
+        &self,
+        make: impl FnOnce(ReplyTx<T>) -> EngineEvent,
+    ) -> Option<T> {
+        let (tx, rx) = reply::<T>();
         if !self.emit(make(tx)) {
             return None;
         }

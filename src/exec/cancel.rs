@@ -59,20 +59,18 @@ pub(super) fn install_signals() -> Receiver<i32> {
         signal_hook::consts::SIGTERM,
     ]) {
         Ok(mut signals) => {
-            let _ = std::thread::Builder::new()
-                .name("wuu-exec-signals".into())
-                .spawn(move || {
-                    let mut seen = 0;
-                    for sig in signals.forever() {
-                        seen += 1;
-                        if seen == 1 {
-                            let _ = tx.try_send(sig);
-                        } else {
-                            eprintln!("error: second signal {sig}: exiting without a result");
-                            std::process::exit(code::INTERRUPTED);
-                        }
+            let _ = crate::util::spawn("wuu-exec-signals".into(), move || {
+                let mut seen = 0;
+                for sig in signals.forever() {
+                    seen += 1;
+                    if seen == 1 {
+                        let _ = tx.try_send(sig);
+                    } else {
+                        eprintln!("error: second signal {sig}: exiting without a result");
+                        std::process::exit(code::INTERRUPTED);
                     }
-                });
+                }
+            });
         }
         Err(e) => log::warn!("cannot install signal handlers: {e}"),
     }
@@ -83,13 +81,11 @@ pub(super) fn install_signals() -> Receiver<i32> {
 /// (the reader is abandoned; the process exits without waiting for EOF).
 pub(super) fn read_stdin(ctl: &mut Ctl) -> Result<String, Cancel> {
     let (tx, rx) = bounded::<Vec<u8>>(1);
-    let _ = std::thread::Builder::new()
-        .name("wuu-exec-stdin".into())
-        .spawn(move || {
-            let mut buf = vec![];
-            let _ = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf);
-            let _ = tx.send(buf);
-        });
+    let _ = crate::util::spawn("wuu-exec-stdin".into(), move || {
+        let mut buf = vec![];
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf);
+        let _ = tx.send(buf);
+    });
     let timer = ctl.timer();
     crossbeam_channel::select! {
         recv(rx) -> b => Ok(String::from_utf8_lossy(&b.unwrap_or_default()).into_owned()),

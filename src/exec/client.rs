@@ -159,10 +159,10 @@ impl Connection {
         let closing = Arc::new(AtomicBool::new(false));
         let b2 = bytes.clone();
         let c2 = closing.clone();
-        std::thread::Builder::new()
-            .name("wuu-exec-pump".into())
-            .spawn(move || pump(rx, ev_tx, resp_tx, fail_tx, b2, c2))
-            .map_err(|e| format!("cannot start the event pump: {e}"))?;
+        crate::util::spawn("wuu-exec-pump".into(), move || {
+            pump(rx, ev_tx, resp_tx, fail_tx, b2, c2)
+        })
+        .map_err(|e| format!("cannot start the event pump: {e}"))?;
         Ok(Connection {
             client: Some(client),
             tx,
@@ -199,12 +199,10 @@ impl Connection {
         };
         drop(self.tx);
         let (done_tx, done_rx) = bounded::<()>(1);
-        let spawned = std::thread::Builder::new()
-            .name("wuu-exec-close".into())
-            .spawn(move || {
-                client.close();
-                let _ = done_tx.send(());
-            });
+        let spawned = crate::util::spawn("wuu-exec-close".into(), move || {
+            client.close();
+            let _ = done_tx.send(());
+        });
         spawned.is_ok() && done_rx.recv_timeout(within).is_ok()
     }
 }

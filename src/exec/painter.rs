@@ -127,22 +127,20 @@ impl Painter {
     pub fn start(open: impl FnOnce() -> Box<dyn Write> + Send + 'static, form: Form) -> Painter {
         let (tx, rx) = bounded::<Paint>(QUEUE);
         let (done_tx, done) = bounded::<()>(1);
-        let spawned = std::thread::Builder::new()
-            .name("wuu-exec-stderr".into())
-            .spawn(move || {
-                let mut s = Screen {
-                    out: open(),
-                    form,
-                    status: None,
-                    shown: false,
-                    at_line_start: true,
-                    pending: String::new(),
-                    redactor: StreamRedactor::default(),
-                    frame: 0,
-                };
-                s.run(&rx);
-                let _ = done_tx.send(());
-            });
+        let spawned = crate::util::spawn("wuu-exec-stderr".into(), move || {
+            let mut s = Screen {
+                out: open(),
+                form,
+                status: None,
+                shown: false,
+                at_line_start: true,
+                pending: String::new(),
+                redactor: StreamRedactor::default(),
+                frame: 0,
+            };
+            s.run(&rx);
+            let _ = done_tx.send(());
+        });
         if let Err(e) = spawned {
             log::warn!("cannot start the progress painter: {e}");
         }

@@ -45,32 +45,30 @@ impl Writer {
         let (done_tx, done) = bounded::<()>(1);
         let error = Arc::new(Mutex::new(None));
         let err2 = error.clone();
-        let spawned = std::thread::Builder::new()
-            .name("wuu-exec-stdout".into())
-            .spawn(move || {
-                let mut out = std::io::BufWriter::with_capacity(64 * 1024, open());
-                let mut poisoned = false;
-                while let Ok(line) = rx.recv() {
-                    if poisoned {
-                        continue;
-                    }
-                    let line = crate::secrets::redact_vec(line);
-                    let mut r = out.write_all(&line);
-                    if r.is_ok() && rx.is_empty() {
-                        r = out.flush();
-                    }
-                    if let Err(e) = r {
-                        poisoned = true;
-                        *err2.lock() = Some(format!("write exec output: {e}"));
-                    }
+        let spawned = crate::util::spawn("wuu-exec-stdout".into(), move || {
+            let mut out = std::io::BufWriter::with_capacity(64 * 1024, open());
+            let mut poisoned = false;
+            while let Ok(line) = rx.recv() {
+                if poisoned {
+                    continue;
                 }
-                if !poisoned {
-                    if let Err(e) = out.flush() {
-                        *err2.lock() = Some(format!("write exec output: {e}"));
-                    }
+                let line = crate::secrets::redact_vec(line);
+                let mut r = out.write_all(&line);
+                if r.is_ok() && rx.is_empty() {
+                    r = out.flush();
                 }
-                let _ = done_tx.send(());
-            });
+                if let Err(e) = r {
+                    poisoned = true;
+                    *err2.lock() = Some(format!("write exec output: {e}"));
+                }
+            }
+            if !poisoned {
+                if let Err(e) = out.flush() {
+                    *err2.lock() = Some(format!("write exec output: {e}"));
+                }
+            }
+            let _ = done_tx.send(());
+        });
         if let Err(e) = spawned {
             *error.lock() = Some(format!("cannot start the output writer: {e}"));
         }

@@ -8,7 +8,7 @@
 //! answers.
 
 use super::rpc::{answer_of, Answer, Event, RpcError, Transport, MAX_MESSAGE};
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crate::util::reply::{reply, ReplyRx};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::io::{BufReader, Read};
@@ -210,26 +210,24 @@ impl Inner {
 }
 
 impl Transport for Http {
-    fn start(&self, method: &str, params: Value) -> Result<(u64, Receiver<Answer>), RpcError> {
+    fn start(&self, method: &str, params: Value) -> Result<(u64, ReplyRx<Answer>), RpcError> {
         let id = self.inner.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx): (Sender<Answer>, Receiver<Answer>) = bounded(1);
+        let (tx, rx) = reply::<Answer>();
         let inner = self.inner.clone();
         let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        std::thread::Builder::new()
-            .name("mcp-http".into())
-            .spawn(move || {
-                let a = inner.post(&body, Some(id));
-                let forgotten = {
-                    let mut f = inner.forgotten.lock();
-                    let was = f.contains(&id);
-                    f.retain(|x| *x != id);
-                    was
-                };
-                if !forgotten {
-                    let _ = tx.send(a);
-                }
-            })
-            .map_err(|e| RpcError::Transport(format!("cannot start a request thread: {e}")))?;
+        crate::util::spawn("mcp-http".into(), move || {
+            let a = inner.post(&body, Some(id));
+            let forgotten = {
+                let mut f = inner.forgotten.lock();
+                let was = f.contains(&id);
+                f.retain(|x| *x != id);
+                was
+            };
+            if !forgotten {
+                let _ = tx.send(a);
+            }
+        })
+        .map_err(|e| RpcError::Transport(format!("cannot start a request thread: {e}")))?;
         Ok((id, rx))
     }
 
@@ -244,13 +242,11 @@ impl Transport for Http {
     fn notify(&self, method: &str, params: Value) {
         let inner = self.inner.clone();
         let body = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        let _ = std::thread::Builder::new()
-            .name("mcp-http-notify".into())
-            .spawn(move || {
-                if let Err(e) = inner.post(&body, None) {
-                    log::debug!("mcp: notification failed: {e}");
-                }
-            });
+        let _ = crate::util::spawn("mcp-http-notify".into(), move || {
+            if let Err(e) = inner.post(&body, None) {
+                log::debug!("mcp: notification failed: {e}");
+            }
+        });
     }
 
     fn close(&self) {
@@ -262,17 +258,15 @@ impl Transport for Http {
             return;
         };
         let inner = self.inner.clone();
-        let _ = std::thread::Builder::new()
-            .name("mcp-http-close".into())
-            .spawn(move || {
-                let mut rb = inner
-                    .agent
-                    .delete(&inner.url)
-                    .header("mcp-session-id", session);
-                for (k, v) in &inner.headers {
-                    rb = rb.header(k, v);
-                }
-                let _ = rb.call();
-            });
+        let _ = crate::util::spawn("mcp-http-close".into(), move || {
+            let mut rb = inner
+                .agent
+                .delete(&inner.url)
+                .header("mcp-session-id", session);
+            for (k, v) in &inner.headers {
+                rb = rb.header(k, v);
+            }
+            let _ = rb.call();
+        });
     }
 }

@@ -370,9 +370,7 @@ impl Manager {
         self.emit(s);
         let Some(me) = self.me.upgrade() else { return };
         let s2 = s.clone();
-        let spawned = std::thread::Builder::new()
-            .name("mcp-start".into())
-            .spawn(move || me.connect_now(&s2, gen));
+        let spawned = crate::util::spawn("mcp-start".into(), move || me.connect_now(&s2, gen));
         if let Err(e) = spawned {
             self.finish(s, gen, Err((Phase::Error, format!("cannot start: {e}"))));
         }
@@ -438,9 +436,7 @@ impl Manager {
                     }
                 }
                 Event::Notification(m) if m == "notifications/tools/list_changed" => {
-                    let _ = std::thread::Builder::new()
-                        .name("mcp-relist".into())
-                        .spawn(move || me.relist(&s, gen));
+                    let _ = crate::util::spawn("mcp-relist".into(), move || me.relist(&s, gen));
                 }
                 Event::Notification(_) => {}
             }

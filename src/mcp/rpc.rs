@@ -3,7 +3,7 @@
 //! for an answer with a deadline and a cancel flag and tells the server when it gave up
 //! (`notifications/cancelled`).
 
-use crossbeam_channel::Receiver;
+use crate::util::reply::ReplyRx;
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -63,7 +63,7 @@ pub enum Event {
 /// A connection to one MCP server.
 pub trait Transport: Send + Sync {
     /// Sends a request; its answer arrives on the returned channel (exactly once).
-    fn start(&self, method: &str, params: Value) -> Result<(u64, Receiver<Answer>), RpcError>;
+    fn start(&self, method: &str, params: Value) -> Result<(u64, ReplyRx<Answer>), RpcError>;
     /// Stops waiting for request `id` (its late answer is dropped).
     fn forget(&self, id: u64);
     /// Sends a notification (best effort).

@@ -12,7 +12,7 @@
 
 use super::rpc::{answer_of, Answer, Event, RpcError, Transport, MAX_MESSAGE};
 use crate::tools::sandbox::SandboxSettings;
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crate::util::reply::{reply, ReplyRx, ReplyTx};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -28,7 +28,7 @@ const STDERR_LINES: usize = 8;
 const STOP_WAIT: Duration = Duration::from_secs(2);
 
 struct Pending {
-    waiters: HashMap<u64, Sender<Answer>>,
+    waiters: HashMap<u64, ReplyTx<Answer>>,
     closed: Option<String>,
 }
 
@@ -124,27 +124,25 @@ impl Stdio {
         });
         if let Some(err) = stderr {
             let tail = conn.stderr.clone();
-            let _ = std::thread::Builder::new()
-                .name(format!("mcp-stderr-{}", thread_tag(l.name)))
-                .spawn(move || drain_stderr(err, tail));
+            let _ = crate::util::spawn(format!("mcp-stderr-{}", thread_tag(l.name)), move || {
+                drain_stderr(err, tail)
+            });
         }
         let weak = Arc::downgrade(&conn);
         let pending = conn.pending.clone();
         let tail = conn.stderr.clone();
         let name = l.name.to_owned();
-        std::thread::Builder::new()
-            .name(format!("mcp-reader-{}", thread_tag(l.name)))
-            .spawn(move || {
-                read_loop(stdout, &weak, &pending, &*events);
-                let why = match tail.lock().back() {
-                    Some(line) => format!("the server process exited (stderr: {line})"),
-                    None => "the server process exited".to_owned(),
-                };
-                log::info!("mcp {name}: {why}");
-                fail_all(&pending, &why, true);
-                events(Event::Closed(why));
-            })
-            .map_err(|e| format!("cannot start the reader thread: {e}"))?;
+        crate::util::spawn(format!("mcp-reader-{}", thread_tag(l.name)), move || {
+            read_loop(stdout, &weak, &pending, &*events);
+            let why = match tail.lock().back() {
+                Some(line) => format!("the server process exited (stderr: {line})"),
+                None => "the server process exited".to_owned(),
+            };
+            log::info!("mcp {name}: {why}");
+            fail_all(&pending, &why, true);
+            events(Event::Closed(why));
+        })
+        .map_err(|e| format!("cannot start the reader thread: {e}"))?;
         Ok(conn)
     }
 
@@ -162,9 +160,9 @@ impl Stdio {
 }
 
 impl Transport for Stdio {
-    fn start(&self, method: &str, params: Value) -> Result<(u64, Receiver<Answer>), RpcError> {
+    fn start(&self, method: &str, params: Value) -> Result<(u64, ReplyRx<Answer>), RpcError> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = bounded(1);
+        let (tx, rx) = reply();
         {
             let mut p = self.pending.lock();
             if let Some(why) = &p.closed {

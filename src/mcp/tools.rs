@@ -147,39 +147,37 @@ impl Manager {
         );
         let server_name = s.entry.name.clone();
         let me = self.me.clone();
-        let spawned = std::thread::Builder::new()
-            .name("tool-mcp".into())
-            .spawn(move || {
-                let r = rpc::call(
-                    &*conn,
-                    "tools/call",
-                    json!({"name": tool.name, "arguments": args}),
-                    timeout,
-                    Some(&cancel),
-                );
-                let o = match r {
-                    Ok(v) => project::outcome(&server_name, &tool.name, &v, cap),
-                    Err(RpcError::Cancelled) => ToolOutcome::error(format!(
-                        "interrupted: the call to MCP server {server_name} was cancelled"
-                    )),
-                    // The connection is gone (e.g. a remote server went away): the
-                    // server is reported and its tools are no longer offered.
-                    Err(RpcError::Transport(m)) => {
-                        if let Some(me) = me.upgrade() {
-                            me.finish(&s, gen, Err((Phase::Error, m.clone())));
-                        }
-                        ToolOutcome::error(crate::secrets::redact_string(format!(
-                            "MCP server {server_name}, tool {}: {m}",
-                            tool.name
-                        )))
+        let spawned = crate::util::spawn("tool-mcp".into(), move || {
+            let r = rpc::call(
+                &*conn,
+                "tools/call",
+                json!({"name": tool.name, "arguments": args}),
+                timeout,
+                Some(&cancel),
+            );
+            let o = match r {
+                Ok(v) => project::outcome(&server_name, &tool.name, &v, cap),
+                Err(RpcError::Cancelled) => ToolOutcome::error(format!(
+                    "interrupted: the call to MCP server {server_name} was cancelled"
+                )),
+                // The connection is gone (e.g. a remote server went away): the
+                // server is reported and its tools are no longer offered.
+                Err(RpcError::Transport(m)) => {
+                    if let Some(me) = me.upgrade() {
+                        me.finish(&s, gen, Err((Phase::Error, m.clone())));
                     }
-                    Err(e) => ToolOutcome::error(crate::secrets::redact_string(format!(
-                        "MCP server {server_name}, tool {}: {e}",
+                    ToolOutcome::error(crate::secrets::redact_string(format!(
+                        "MCP server {server_name}, tool {}: {m}",
                         tool.name
-                    ))),
-                };
-                let _ = tx.send(ToolEvent::Done(o));
-            });
+                    )))
+                }
+                Err(e) => ToolOutcome::error(crate::secrets::redact_string(format!(
+                    "MCP server {server_name}, tool {}: {e}",
+                    tool.name
+                ))),
+            };
+            let _ = tx.send(ToolEvent::Done(o));
+        });
         if let Err(e) = spawned {
             log::error!("mcp: cannot start a tool thread: {e}");
         }

@@ -60,7 +60,7 @@ fn snapshot(shared: &Arc<Host>, id: &str) -> Result<Snapshot, Refusal> {
         return Err(invalid("thread_id is empty"));
     }
     crate::util::check_thread_id("thread_id", id).map_err(|m| (ErrorCode::InvalidParams, m))?;
-    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (tx, rx) = crate::util::reply::reply();
     shared
         .registry
         .dispatch(shared, id, SessionMsg::Snapshot { reply: tx });

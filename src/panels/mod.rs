@@ -47,15 +47,13 @@ impl Pool {
         let (tx, rx) = bounded::<Job>(queue);
         for i in 0..threads {
             let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("wuu-{name}-{i}"))
-                .spawn(move || {
-                    for job in rx.iter() {
-                        // A panic in one job must not take the pool thread with it; the
-                        // job's responder answers `internal_error` when dropped.
-                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
-                    }
-                });
+            let spawned = crate::util::spawn(format!("wuu-{name}-{i}"), move || {
+                for job in rx.iter() {
+                    // A panic in one job must not take the pool thread with it; the
+                    // job's responder answers `internal_error` when dropped.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            });
             if let Err(e) = spawned {
                 log::error!("cannot start the {name} pool thread: {e}");
             }

@@ -353,12 +353,10 @@ pub fn send(shared: &Arc<Host>, p: SideThreadSendParams, reply: Responder) {
     notify(shared, ev);
     let main = answer.row.main_thread_id.clone();
     let s = shared.clone();
-    let spawned = std::thread::Builder::new()
-        .name("wuu-side".into())
-        .spawn(move || {
-            let _guard = LiveGuard(answer.row.main_thread_id.clone(), answer.cancel.clone());
-            run(&s, answer);
-        });
+    let spawned = crate::util::spawn("wuu-side".into(), move || {
+        let _guard = LiveGuard(answer.row.main_thread_id.clone(), answer.cancel.clone());
+        run(&s, answer);
+    });
     if let Err(e) = spawned {
         log::error!("cannot start the side chat thread: {e}");
         live().lock().remove(&main);

@@ -172,12 +172,10 @@ fn spawn_worker(state: &Arc<PoolState>, extra: bool) {
         id
     };
     let st = state.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("{}-{id}", state.name))
-        .spawn(move || {
-            worker_loop(&st, id, extra);
-            st.workers.lock().busy_since.remove(&id);
-        });
+    let spawned = crate::util::spawn(format!("{}-{id}", state.name), move || {
+        worker_loop(&st, id, extra);
+        st.workers.lock().busy_since.remove(&id);
+    });
     if let Err(e) = spawned {
         log::error!("cannot start a {} worker: {e}", state.label);
         state.workers.lock().busy_since.remove(&id);

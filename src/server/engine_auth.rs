@@ -88,16 +88,14 @@ pub fn run(shared: &Arc<Host>, p: EngineAuthParams, authenticate: bool, reply: R
         r.insert(id.clone(), None);
     }
     let op_id = id.clone();
-    let spawned = std::thread::Builder::new()
-        .name("wuu-engine-auth".into())
-        .spawn(move || {
-            let out = operate(&op_id, &binary, &cwd, &settings, authenticate, &method);
-            running().lock().remove(&op_id);
-            match out {
-                Ok(r) => reply.ok(&r),
-                Err(e) => reply.err(ErrorCode::Error, e),
-            }
-        });
+    let spawned = crate::util::spawn("wuu-engine-auth".into(), move || {
+        let out = operate(&op_id, &binary, &cwd, &settings, authenticate, &method);
+        running().lock().remove(&op_id);
+        match out {
+            Ok(r) => reply.ok(&r),
+            Err(e) => reply.err(ErrorCode::Error, e),
+        }
+    });
     if let Err(e) = spawned {
         running().lock().remove(&id);
         log::error!("cannot start an engine authentication: {e}");

@@ -224,18 +224,16 @@ pub fn list(shared: &Arc<super::Shared>, p: EngineListParams, reply: Responder) 
         }
     };
     let shared = shared.clone();
-    let spawned = std::thread::Builder::new()
-        .name("wuu-engine-list".into())
-        .spawn(move || {
-            let discover = p.include_models != Some(false);
-            let mut result = build(&shared.host, &cwd, discover, p.refresh_models == Some(true));
-            if p.include_quota == Some(true) {
-                if let Err(e) = attach_quota(&shared.host, &shared.usage, &p, &mut result) {
-                    return reply.err(ErrorCode::Error, e);
-                }
+    let spawned = crate::util::spawn("wuu-engine-list".into(), move || {
+        let discover = p.include_models != Some(false);
+        let mut result = build(&shared.host, &cwd, discover, p.refresh_models == Some(true));
+        if p.include_quota == Some(true) {
+            if let Err(e) = attach_quota(&shared.host, &shared.usage, &p, &mut result) {
+                return reply.err(ErrorCode::Error, e);
             }
-            reply.ok(&result);
-        });
+        }
+        reply.ok(&result);
+    });
     if let Err(e) = spawned {
         log::error!("cannot start engine/list: {e}");
     }

@@ -220,16 +220,14 @@ pub fn start(opts: ServerOptions, sink: Box<dyn FrameSink>) -> Result<Arc<Shared
         shutdown_once: Mutex::new(false),
     });
     let hb = Arc::downgrade(&shared);
-    std::thread::Builder::new()
-        .name("wuu-lease-heartbeat".into())
-        .spawn(move || heartbeat_loop(hb))
+    crate::util::spawn("wuu-lease-heartbeat".into(), move || heartbeat_loop(hb))
         .map_err(|e| e.to_string())?;
     if location.is_postgres() {
         let weak = Arc::downgrade(&shared);
-        std::thread::Builder::new()
-            .name("wuu-store-changes".into())
-            .spawn(move || changes_loop(weak, location))
-            .map_err(|e| e.to_string())?;
+        crate::util::spawn("wuu-store-changes".into(), move || {
+            changes_loop(weak, location)
+        })
+        .map_err(|e| e.to_string())?;
     }
     Ok(shared)
 }

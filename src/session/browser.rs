@@ -457,28 +457,26 @@ pub fn turn_ended(shared: &Arc<Host>, thread_id: &str, turn_id: &str) {
     }
     let shared = shared.clone();
     let thread_id = thread_id.to_owned();
-    let spawned = std::thread::Builder::new()
-        .name("browser-turn-ended".into())
-        .spawn(move || {
-            let scope = Scope {
-                workdir: workdir(&shared),
-                thread_id: thread_id.clone(),
-                turn_id: Some(exec.turn_id.clone()),
-                execution_id: Some(exec.execution_id.clone()),
-            };
-            let mut extra = json!({"keep": exec.keep});
-            if exec.keep_unknown {
-                extra["preserve_all"] = json!(true);
-            }
-            let never = AtomicBool::new(false);
-            match request(&shared, &never, &scope, "browser/turn_ended", extra) {
-                Ok(v) => match serde_json::from_value::<BrowserCleanupResult>(v) {
-                    Ok(r) => shared.browser.apply_cleanup(&thread_id, &r),
-                    Err(e) => log::warn!("browser/turn_ended: bad result: {e}"),
-                },
-                Err(e) => log::warn!("{e}"),
-            }
-        });
+    let spawned = crate::util::spawn("browser-turn-ended".into(), move || {
+        let scope = Scope {
+            workdir: workdir(&shared),
+            thread_id: thread_id.clone(),
+            turn_id: Some(exec.turn_id.clone()),
+            execution_id: Some(exec.execution_id.clone()),
+        };
+        let mut extra = json!({"keep": exec.keep});
+        if exec.keep_unknown {
+            extra["preserve_all"] = json!(true);
+        }
+        let never = AtomicBool::new(false);
+        match request(&shared, &never, &scope, "browser/turn_ended", extra) {
+            Ok(v) => match serde_json::from_value::<BrowserCleanupResult>(v) {
+                Ok(r) => shared.browser.apply_cleanup(&thread_id, &r),
+                Err(e) => log::warn!("browser/turn_ended: bad result: {e}"),
+            },
+            Err(e) => log::warn!("{e}"),
+        }
+    });
     if let Err(e) = spawned {
         log::error!("cannot start the browser/turn_ended thread: {e}");
     }

@@ -106,40 +106,31 @@ pub fn spawn(
         args.to_owned(),
     );
     let tx2 = tx.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("client-tool-{name}"))
-        .spawn(move || {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if name_owned == questions::TOOL {
-                    questions::run_ask_user(&shared, &thread_id, &turn_id, &call_id, &args, &cancel)
-                } else if name_owned == crate::tools::skill::NAME {
-                    crate::session::skills::run_tool(&shared, &thread_id, &args)
-                } else if super::agents::tools::is_tool(&name_owned) {
-                    super::agents::tools::run(
-                        &shared,
-                        &thread_id,
-                        &role,
-                        &name_owned,
-                        &args,
-                        &cancel,
-                    )
-                } else {
-                    let ctx = browser::CallCtx {
-                        shared: &shared,
-                        thread_id: &thread_id,
-                        turn_id: &turn_id,
-                        cancel: &cancel,
-                    };
-                    browser::run_tool(&ctx, &name_owned, &args)
-                }
-            }))
-            .unwrap_or_else(|_| ToolOutcome {
-                output: format!("internal error in {name_owned}"),
-                is_error: true,
-                ..Default::default()
-            });
-            let _ = tx2.send(ToolEvent::Done(outcome));
+    let spawned = crate::util::spawn(format!("client-tool-{name}"), move || {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if name_owned == questions::TOOL {
+                questions::run_ask_user(&shared, &thread_id, &turn_id, &call_id, &args, &cancel)
+            } else if name_owned == crate::tools::skill::NAME {
+                crate::session::skills::run_tool(&shared, &thread_id, &args)
+            } else if super::agents::tools::is_tool(&name_owned) {
+                super::agents::tools::run(&shared, &thread_id, &role, &name_owned, &args, &cancel)
+            } else {
+                let ctx = browser::CallCtx {
+                    shared: &shared,
+                    thread_id: &thread_id,
+                    turn_id: &turn_id,
+                    cancel: &cancel,
+                };
+                browser::run_tool(&ctx, &name_owned, &args)
+            }
+        }))
+        .unwrap_or_else(|_| ToolOutcome {
+            output: format!("internal error in {name_owned}"),
+            is_error: true,
+            ..Default::default()
         });
+        let _ = tx2.send(ToolEvent::Done(outcome));
+    });
     if let Err(e) = spawned {
         let _ = tx.send(ToolEvent::Done(ToolOutcome {
             output: format!("internal error: cannot start tool thread: {e}"),

@@ -206,17 +206,15 @@ impl EngineThread {
         };
         // One job at a time: the session waits for each turn's end before the next.
         let (tx, rx) = crossbeam_channel::bounded::<EngineJob>(1);
-        std::thread::Builder::new()
-            .name(format!(
-                "wuu-engine-{}",
-                crate::util::name_tail(thread_id, 12)
-            ))
-            .spawn(move || {
+        crate::util::spawn(
+            format!("wuu-engine-{}", crate::util::name_tail(thread_id, 12)),
+            move || {
                 for job in rx.iter() {
                     job();
                 }
-            })
-            .map_err(|e| e.to_string())?;
+            },
+        )
+        .map_err(|e| e.to_string())?;
         let sent = tx
             .send(job)
             .map_err(|_| "the engine thread ended".to_owned());

@@ -365,7 +365,7 @@ pub fn fork(shared: &Arc<Host>, p: ThreadForkParams) -> Result<Created, Refusal>
     if source_id.is_empty() {
         return Err(invalid("thread_id is required"));
     }
-    let (tx, rx) = crossbeam_channel::bounded(1);
+    let (tx, rx) = crate::util::reply::reply();
     shared
         .registry
         .dispatch(shared, &source_id, SessionMsg::Snapshot { reply: tx });

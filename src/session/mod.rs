@@ -77,7 +77,7 @@ pub enum SessionMsg {
     /// A copy of the conversation (for `thread/fork`).
     Snapshot {
         /// Receives the copy, or why there is none.
-        reply: Sender<Result<Snapshot, (ErrorCode, String)>>,
+        reply: crate::util::reply::ReplyTx<Result<Snapshot, (ErrorCode, String)>>,
     },
     /// Runs a closure on the session thread with the conversation (its history loaded),
     /// or with `Err` (code, message) when the conversation does not exist. Used by work
@@ -427,9 +427,9 @@ pub fn spawn_existing(
 ) -> Result<(), String> {
     let shared = shared.clone();
     let id = thread_id.to_owned();
-    std::thread::Builder::new()
-        .name(format!("wuu-session-{}", crate::util::name_tail(&id, 12)))
-        .spawn(move || {
+    crate::util::spawn(
+        format!("wuu-session-{}", crate::util::name_tail(&id, 12)),
+        move || {
             let _guard = crate::session::registry::PanicGuard {
                 shared: &shared,
                 id: &id,
@@ -463,9 +463,10 @@ pub fn spawn_existing(
                     refuse_all(&shared, &id, &rx, code, Some(message))
                 }
             }
-        })
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        },
+    )
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 fn refuse_all(
@@ -485,63 +486,61 @@ fn refuse_all(
 /// the conversation, registers it, answers, and then serves it.
 pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
     let shared = shared.clone();
-    let spawned = std::thread::Builder::new()
-        .name("wuu-session-new".into())
-        .spawn(move || {
-            let (tx, rx) = crate::session::registry::mailbox();
-            let running = Arc::new(AtomicBool::new(false));
-            let live = crate::engine::LiveStream::default();
-            let created = match req {
-                ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
-                ClientRequest::ThreadFork(p) => lifecycle::fork(&shared, p),
-                other => Err((
-                    ErrorCode::InternalError,
-                    format!("{} does not create a conversation", other.method()),
-                )),
-            };
-            match created {
-                Err((code, msg)) => reply.err(code, msg),
-                Ok((store, thread, turns)) => {
-                    let id = thread.id.clone();
-                    shared
-                        .registry
-                        .insert(&id, entry_for(tx, running.clone(), live.clone()));
-                    let _guard = crate::session::registry::PanicGuard {
-                        shared: &shared,
-                        id: &id,
-                        rx: &rx,
-                        running: running.clone(),
-                    };
-                    let mut session = Session {
-                        shared: shared.clone(),
-                        id: id.clone(),
-                        rx: rx.clone(),
-                        store,
-                        thread,
-                        turns,
-                        history_loaded: true,
-                        running,
-                        exit: false,
-                        mem_inputs: vec![],
-                        steer_signal: false,
-                        engine: None,
-                        engine_thread: Default::default(),
-                        live,
-                        hold_agent_turns: false,
-                        row_fresh: false,
-                        drain_due: false,
-                    };
-                    session.announce_created(reply);
-                    session.release_store();
-                    // A conversation only started needs no thread: it parks
-                    // at once unless a request already arrived, and the first request
-                    // for it revives it from the store.
-                    if !session.park_if_idle() {
-                        session.run();
-                    }
+    let spawned = crate::util::spawn("wuu-session-new".into(), move || {
+        let (tx, rx) = crate::session::registry::mailbox();
+        let running = Arc::new(AtomicBool::new(false));
+        let live = crate::engine::LiveStream::default();
+        let created = match req {
+            ClientRequest::ThreadStart(p) => lifecycle::create(&shared, p),
+            ClientRequest::ThreadFork(p) => lifecycle::fork(&shared, p),
+            other => Err((
+                ErrorCode::InternalError,
+                format!("{} does not create a conversation", other.method()),
+            )),
+        };
+        match created {
+            Err((code, msg)) => reply.err(code, msg),
+            Ok((store, thread, turns)) => {
+                let id = thread.id.clone();
+                shared
+                    .registry
+                    .insert(&id, entry_for(tx, running.clone(), live.clone()));
+                let _guard = crate::session::registry::PanicGuard {
+                    shared: &shared,
+                    id: &id,
+                    rx: &rx,
+                    running: running.clone(),
+                };
+                let mut session = Session {
+                    shared: shared.clone(),
+                    id: id.clone(),
+                    rx: rx.clone(),
+                    store,
+                    thread,
+                    turns,
+                    history_loaded: true,
+                    running,
+                    exit: false,
+                    mem_inputs: vec![],
+                    steer_signal: false,
+                    engine: None,
+                    engine_thread: Default::default(),
+                    live,
+                    hold_agent_turns: false,
+                    row_fresh: false,
+                    drain_due: false,
+                };
+                session.announce_created(reply);
+                session.release_store();
+                // A conversation only started needs no thread: it parks
+                // at once unless a request already arrived, and the first request
+                // for it revives it from the store.
+                if !session.park_if_idle() {
+                    session.run();
                 }
             }
-        });
+        }
+    });
     if let Err(e) = spawned {
         log::error!("cannot spawn a session thread: {e}");
     }

@@ -30,7 +30,8 @@
 use crate::outbound::Responder;
 use crate::session::Host;
 use crate::tools::ToolOutcome;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crate::util::reply::{reply, ReplyRx, ReplyTx};
+use crossbeam_channel::RecvTimeoutError;
 use parking_lot::Mutex;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -93,7 +94,7 @@ pub struct Resolution {
 
 struct Open {
     request: UserQuestionRequest,
-    tx: Sender<Resolution>,
+    tx: ReplyTx<Resolution>,
     deadline: Option<Instant>,
 }
 
@@ -131,8 +132,8 @@ pub fn offer_ttl(shared: &Host) -> Duration {
 impl Questions {
     /// Registers a request, emits `user-question/requested`, returns where the
     /// resolution arrives.
-    fn open(&self, shared: &Host, request: UserQuestionRequest) -> Receiver<Resolution> {
-        let (tx, rx) = bounded(1);
+    fn open(&self, shared: &Host, request: UserQuestionRequest) -> ReplyRx<Resolution> {
+        let (tx, rx) = reply();
         let deadline = (request.mode == "offer").then(|| Instant::now() + offer_ttl(shared));
         let n = UserQuestionRequested {
             thread_id: request.thread_id.clone(),

@@ -128,9 +128,7 @@ impl Registry {
     /// An empty registry and its reviver thread (which ends when `shared` is gone).
     pub fn start(shared: Weak<Host>) -> Registry {
         let (revive, rx) = crossbeam_channel::bounded::<Revival>(REVIVE_QUEUE);
-        let spawned = std::thread::Builder::new()
-            .name("wuu-revive".into())
-            .spawn(move || revive_loop(shared, rx));
+        let spawned = crate::util::spawn("wuu-revive".into(), move || revive_loop(shared, rx));
         if let Err(e) = spawned {
             // Without the reviver, requests to parked conversations are refused with
             // `internal_error` by `dispatch` (the queue reports disconnection).

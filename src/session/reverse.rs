@@ -9,7 +9,8 @@
 //! therefore blocks only that one call. Replies for unknown or expired ids are dropped.
 
 use crate::session::Host;
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crate::util::reply::{reply, ReplyRx, ReplyTx};
+use crossbeam_channel::RecvTimeoutError;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,7 +78,7 @@ impl CallError {
 pub struct Pending {
     next: AtomicU64,
     closed: AtomicBool,
-    waiting: Mutex<HashMap<String, Sender<Response>>>,
+    waiting: Mutex<HashMap<String, ReplyTx<Response>>>,
 }
 
 impl Pending {
@@ -89,9 +90,9 @@ impl Pending {
         shared: &Host,
         method: &str,
         params: serde_json::Value,
-    ) -> Result<(String, Receiver<Response>), CallError> {
+    ) -> Result<(String, ReplyRx<Response>), CallError> {
         let id = format!("srv-{}", self.next.fetch_add(1, Ordering::SeqCst) + 1);
-        let (tx, rx) = bounded(1);
+        let (tx, rx) = reply();
         {
             let mut waiting = self.waiting.lock();
             if self.closed.load(Ordering::SeqCst) {

@@ -104,19 +104,17 @@ pub fn after_turn(s: &Session, succeeded: bool) {
     let shared = s.shared.clone();
     let id = s.id.clone();
     let expected_revision = s.thread.title_revision;
-    let spawned = std::thread::Builder::new()
-        .name("wuu-title".into())
-        .spawn(move || {
-            let title = request(provider, req);
-            shared.registry.dispatch(
-                &shared,
-                &id,
-                SessionMsg::Title {
-                    expected_revision,
-                    title,
-                },
-            );
-        });
+    let spawned = crate::util::spawn("wuu-title".into(), move || {
+        let title = request(provider, req);
+        shared.registry.dispatch(
+            &shared,
+            &id,
+            SessionMsg::Title {
+                expected_revision,
+                title,
+            },
+        );
+    });
     if let Err(e) = spawned {
         log::warn!("cannot spawn the title thread: {e}");
         in_flight().lock().remove(&s.id);

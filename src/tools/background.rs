@@ -134,9 +134,7 @@ impl Background {
         let Some(p) = self.threads.lock().get(thread_id).cloned() else {
             return;
         };
-        let _ = std::thread::Builder::new()
-            .name("bg-end".into())
-            .spawn(move || p.stop_all());
+        let _ = crate::util::spawn("bg-end".into(), move || p.stop_all());
     }
 
     /// Stops every process of `thread_id` and removes their records and logs (the
@@ -147,14 +145,12 @@ impl Background {
         if crate::util::check_path_id("thread_id", thread_id).is_err() {
             return;
         }
-        let _ = std::thread::Builder::new()
-            .name("bg-forget".into())
-            .spawn(move || {
-                if let Some(p) = p {
-                    p.stop_all();
-                }
-                let _ = fs::remove_dir_all(dir);
-            });
+        let _ = crate::util::spawn("bg-forget".into(), move || {
+            if let Some(p) = p {
+                p.stop_all();
+            }
+            let _ = fs::remove_dir_all(dir);
+        });
     }
 }
 
@@ -439,16 +435,14 @@ impl Processes {
         p.persist();
         self.procs.lock().push(p.clone());
         let reader_proc = p.clone();
-        let reader_ok = std::thread::Builder::new()
-            .name("bg-read".into())
-            .spawn(move || reader_proc.read_loop(reader))
-            .is_ok();
+        let reader_ok =
+            crate::util::spawn("bg-read".into(), move || reader_proc.read_loop(reader)).is_ok();
         let waiter_proc = p.clone();
         let hook = self.hook.clone();
         let thread_id = self.thread_id.clone();
-        let waiter = std::thread::Builder::new()
-            .name("bg-wait".into())
-            .spawn(move || waiter_proc.wait_loop(child, &thread_id, &hook));
+        let waiter = crate::util::spawn("bg-wait".into(), move || {
+            waiter_proc.wait_loop(child, &thread_id, &hook)
+        });
         if waiter.is_err() || !reader_ok {
             signal(pgid, Signal::KILL);
             return Err(Fail::Error(

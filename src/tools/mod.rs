@@ -292,12 +292,10 @@ pub fn spawn(name: &str, arguments: &str, ctx: ToolContext) -> ToolHandle {
     let name_owned = name.to_string();
     let arguments = arguments.to_string();
     let tx_thread = tx.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("tool-{}", sanitize_thread_name(name)))
-        .spawn(move || {
-            let outcome = run_guarded(&name_owned, &arguments, &ctx, &cancel, &tx_thread);
-            let _ = tx_thread.send(ToolEvent::Done(outcome));
-        });
+    let spawned = crate::util::spawn(format!("tool-{}", sanitize_thread_name(name)), move || {
+        let outcome = run_guarded(&name_owned, &arguments, &ctx, &cancel, &tx_thread);
+        let _ = tx_thread.send(ToolEvent::Done(outcome));
+    });
     if let Err(e) = spawned {
         log::error!("tools: cannot start helper thread for {name}: {e}");
         let _ = tx.send(ToolEvent::Done(ToolOutcome::error(format!(

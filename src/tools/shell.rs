@@ -325,27 +325,25 @@ fn spawn_reader<R: Read + Send + 'static>(
     idx: usize,
     tx: Sender<(usize, Vec<u8>)>,
 ) -> io::Result<()> {
-    thread::Builder::new()
-        .name(format!("bash-{}", STREAMS[idx]))
-        .spawn(move || {
-            let mut buf = vec![0u8; READ_CHUNK];
-            loop {
-                match r.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if tx.send((idx, buf[..n].to_vec())).is_err() {
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        log::debug!("bash: reading {} failed: {e}", STREAMS[idx]);
+    crate::util::spawn(format!("bash-{}", STREAMS[idx]), move || {
+        let mut buf = vec![0u8; READ_CHUNK];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    if tx.send((idx, buf[..n].to_vec())).is_err() {
                         break;
                     }
                 }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    log::debug!("bash: reading {} failed: {e}", STREAMS[idx]);
+                    break;
+                }
             }
-        })
-        .map(|_| ())
+        }
+    })
+    .map(|_| ())
 }
 
 /// Runs `bash` through the sandbox launcher (see `sandbox`): confined to the workspace

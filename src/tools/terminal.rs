@@ -407,15 +407,13 @@ impl Terminals {
             changed: Condvar::new(),
         });
         let reader = t.clone();
-        let read_ok = std::thread::Builder::new()
-            .name("term-read".into())
-            .spawn(move || reader.read_loop(fs::File::from(r)))
-            .is_ok();
+        let read_ok = crate::util::spawn("term-read".into(), move || {
+            reader.read_loop(fs::File::from(r))
+        })
+        .is_ok();
         let waiter = t.clone();
-        let wait_ok = std::thread::Builder::new()
-            .name("term-wait".into())
-            .spawn(move || waiter.wait_loop(child))
-            .is_ok();
+        let wait_ok =
+            crate::util::spawn("term-wait".into(), move || waiter.wait_loop(child)).is_ok();
         if !read_ok || !wait_ok {
             signal(pgid, Signal::KILL);
             return Err(Fail::Error(

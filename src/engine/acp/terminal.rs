@@ -127,20 +127,18 @@ fn later(peer: &Arc<Peer>, id: Value, method: &str, t: Arc<Terminal>) {
     let peer2 = peer.clone();
     let id2 = id.clone();
     let wait = method == "terminal/wait_for_exit";
-    let spawned = std::thread::Builder::new()
-        .name("acp-terminal".into())
-        .spawn(move || {
-            if wait {
-                let e = t.wait(None).unwrap_or(ExitStatus {
-                    exit_code: None,
-                    signal: None,
-                });
-                peer2.respond(&id2, exit_json(&e));
-            } else {
-                t.kill();
-                peer2.respond(&id2, json!({}));
-            }
-        });
+    let spawned = crate::util::spawn("acp-terminal".into(), move || {
+        if wait {
+            let e = t.wait(None).unwrap_or(ExitStatus {
+                exit_code: None,
+                signal: None,
+            });
+            peer2.respond(&id2, exit_json(&e));
+        } else {
+            t.kill();
+            peer2.respond(&id2, json!({}));
+        }
+    });
     if let Err(e) = spawned {
         peer.respond_error(&id, -32603, &format!("cannot start a helper thread: {e}"));
     }

@@ -110,9 +110,9 @@ impl Process {
         };
         if let Some(err) = stderr {
             let tail = proc.stderr.clone();
-            let _ = std::thread::Builder::new()
-                .name(format!("{name}-stderr"))
-                .spawn(move || drain_stderr(name, err, tail));
+            let _ = crate::util::spawn(format!("{name}-stderr"), move || {
+                drain_stderr(name, err, tail)
+            });
         }
         Ok((proc, stdout))
     }

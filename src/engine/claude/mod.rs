@@ -194,13 +194,11 @@ fn probe_version(binary: &Path, settings: &ChildSettings) -> Option<String> {
         .ok()?;
     let mut out = child.stdout.take()?;
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let _ = std::thread::Builder::new()
-        .name("claude-version".into())
-        .spawn(move || {
-            let mut buf = Vec::new();
-            let _ = (&mut out).take(4096).read_to_end(&mut buf);
-            let _ = tx.send(buf);
-        });
+    let _ = crate::util::spawn("claude-version".into(), move || {
+        let mut buf = Vec::new();
+        let _ = (&mut out).take(4096).read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
     let buf = rx.recv_timeout(Duration::from_secs(5)).ok();
     if buf.is_none() {
         if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {

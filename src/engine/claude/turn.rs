@@ -91,9 +91,7 @@ pub(super) fn run(
         Err(e) => return failure(e, "engine_unavailable"),
     };
     let (tx, lines) = bounded(LINE_CAPACITY);
-    let spawned = std::thread::Builder::new()
-        .name("claude-reader".into())
-        .spawn(move || read_loop(stdout, &tx));
+    let spawned = crate::util::spawn("claude-reader".into(), move || read_loop(stdout, &tx));
     if let Err(e) = spawned {
         return failure(
             format!("cannot start the claude reader: {e}"),

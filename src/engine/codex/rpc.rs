@@ -9,6 +9,7 @@
 //! every waiting caller and subscriber learns it at once.
 
 use crate::engine::child::{recv_watched, Process, Waited, Watch};
+use crate::util::reply::{reply, ReplyRx, ReplyTx};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use parking_lot::Mutex;
 use serde_json::{json, Value};
@@ -71,7 +72,7 @@ impl std::fmt::Display for RpcError {
 }
 
 enum Waiter {
-    Once(Sender<Result<Value, RpcError>>),
+    Once(ReplyTx<Result<Value, RpcError>>),
     Inbound(Sender<Inbound>, String),
 }
 
@@ -122,24 +123,22 @@ impl Peer {
         let weak = Arc::downgrade(&peer);
         let state = peer.state.clone();
         let dead = peer.dead.clone();
-        std::thread::Builder::new()
-            .name("codex-reader".into())
-            .spawn(move || {
-                read_loop(stdout, &weak);
-                dead.store(true, Ordering::SeqCst);
-                // Give the stderr thread a moment to collect the last words.
-                std::thread::sleep(Duration::from_millis(50));
-                let peer = weak.upgrade();
-                let name = peer
-                    .as_ref()
-                    .map_or_else(|| "codex app-server".to_owned(), |p| p.name.lock().clone());
-                let why = match peer.and_then(|p| p.proc.last_stderr_line()) {
-                    Some(line) => format!("{name} exited ({line})"),
-                    None => format!("{name} exited"),
-                };
-                close_all(&state, &why);
-            })
-            .map_err(|e| format!("cannot start the codex reader: {e}"))?;
+        crate::util::spawn("codex-reader".into(), move || {
+            read_loop(stdout, &weak);
+            dead.store(true, Ordering::SeqCst);
+            // Give the stderr thread a moment to collect the last words.
+            std::thread::sleep(Duration::from_millis(50));
+            let peer = weak.upgrade();
+            let name = peer
+                .as_ref()
+                .map_or_else(|| "codex app-server".to_owned(), |p| p.name.lock().clone());
+            let why = match peer.and_then(|p| p.proc.last_stderr_line()) {
+                Some(line) => format!("{name} exited ({line})"),
+                None => format!("{name} exited"),
+            };
+            close_all(&state, &why);
+        })
+        .map_err(|e| format!("cannot start the codex reader: {e}"))?;
         Ok(peer)
     }
 
@@ -209,7 +208,7 @@ impl Peer {
         timeout: Duration,
         watch: Option<&Watch>,
     ) -> Result<Value, RpcError> {
-        let (tx, rx) = bounded(1);
+        let (tx, rx) = reply();
         let id = self.register(Waiter::Once(tx))?;
         if let Err(e) = self.write(&json!({"id": id, "method": method, "params": params})) {
             self.state.lock().pending.remove(&id);
@@ -219,8 +218,9 @@ impl Peer {
             self.state.lock().pending.remove(&id);
             Err(transport(e))
         };
-        match recv_watched(&rx, Instant::now() + timeout, watch) {
-            Waited::Message(r) => r,
+        match recv_watched(rx.receiver(), Instant::now() + timeout, watch) {
+            Waited::Message(b) => ReplyRx::open(b)
+                .unwrap_or_else(|_| fail(format!("{method}: a reply of another type"))),
             Waited::Disconnected => fail(format!("{} exited", self.name.lock())),
             Waited::Interrupted => fail(format!("interrupted while waiting for {method}")),
             Waited::TimedOut => fail(format!(

@@ -156,10 +156,10 @@ impl Server {
         });
         let (line_tx, lines) = bounded::<String>(16);
         let r = routes.clone();
-        std::thread::Builder::new()
-            .name("opencode-stdout".into())
-            .spawn(move || drain_stdout(stdout, line_tx, &r))
-            .map_err(|e| format!("cannot start the opencode reader: {e}"))?;
+        crate::util::spawn("opencode-stdout".into(), move || {
+            drain_stdout(stdout, line_tx, &r)
+        })
+        .map_err(|e| format!("cannot start the opencode reader: {e}"))?;
         let until = Instant::now() + START_TIMEOUT;
         let base = loop {
             match recv_watched(&lines, until, watch) {
@@ -246,10 +246,10 @@ impl Server {
         let body = resp.into_body().into_reader();
         let (ready_tx, ready) = bounded(1);
         let routes = self.routes.clone();
-        std::thread::Builder::new()
-            .name("opencode-events".into())
-            .spawn(move || read_events(body, &routes, ready_tx))
-            .map_err(|e| format!("cannot start the opencode event reader: {e}"))?;
+        crate::util::spawn("opencode-events".into(), move || {
+            read_events(body, &routes, ready_tx)
+        })
+        .map_err(|e| format!("cannot start the opencode event reader: {e}"))?;
         match ready.recv_timeout(START_TIMEOUT) {
             Ok(()) => Ok(()),
             Err(_) => Err(with_tail(

@@ -158,11 +158,9 @@ pub(super) fn run(
     let path = format!("/session/{}", segment(&session));
     let (done_tx, done) = bounded(1);
     let (srv, p, r) = (server.clone(), format!("{path}/message"), root.clone());
-    let spawned = std::thread::Builder::new()
-        .name("opencode-prompt".into())
-        .spawn(move || {
-            let _ = done_tx.send(srv.call_long("POST", &p, Some(&prompt), &r));
-        });
+    let spawned = crate::util::spawn("opencode-prompt".into(), move || {
+        let _ = done_tx.send(srv.call_long("POST", &p, Some(&prompt), &r));
+    });
     if let Err(e) = spawned {
         server.unlisten(&session);
         return failure(
@@ -184,13 +182,11 @@ pub(super) fn run(
 /// Aborts the native turn, on a helper thread (a wedged server does not hold us).
 fn abort(server: &Arc<Server>, path: &str, root: &Path) {
     let (srv, p, r) = (server.clone(), format!("{path}/abort"), root.to_path_buf());
-    let _ = std::thread::Builder::new()
-        .name("opencode-abort".into())
-        .spawn(move || {
-            if let Err(e) = srv.call("POST", &p, None, &r) {
-                log::info!("{e}");
-            }
-        });
+    let _ = crate::util::spawn("opencode-abort".into(), move || {
+        if let Err(e) = srv.call("POST", &p, None, &r) {
+            log::info!("{e}");
+        }
+    });
 }
 
 fn drive(

@@ -441,7 +441,7 @@ fn create_child(
     worktree: Option<&std::path::Path>,
 ) -> Result<wuu_store::ThreadRow, String> {
     let (root, turns) = if fork {
-        let (tx, rx) = crossbeam_channel::bounded(1);
+        let (tx, rx) = crate::util::reply::reply();
         shared
             .registry
             .dispatch(shared, root_id, SessionMsg::Snapshot { reply: tx });

@@ -271,15 +271,12 @@ pub fn collect(
         }
         let tx = tx.clone();
         let adapter = s.adapter.clone();
-        let spawned = std::thread::Builder::new()
-            .name("wuu-quota".into())
-            .spawn(move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    adapter.read(deadline)
-                }))
-                .unwrap_or(Err(QuotaError::InvalidResponse));
-                let _ = tx.send((i, r));
-            });
+        let spawned = crate::util::spawn("wuu-quota".into(), move || {
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| adapter.read(deadline)))
+                    .unwrap_or(Err(QuotaError::InvalidResponse));
+            let _ = tx.send((i, r));
+        });
         match spawned {
             Ok(_) => pending += 1,
             Err(_) => results[i] = Some(Err(QuotaError::Network)),
