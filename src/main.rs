@@ -34,6 +34,7 @@ fn main() -> ExitCode {
     if raw.nth(1).as_deref() == Some(std::ffi::OsStr::new(wuu::tools::sandbox::LAUNCHER_ARG)) {
         return wuu::tools::sandbox::launcher_main(raw.collect());
     }
+    wuu::tools::sandbox::host_binary_started();
     wuu::tools::sandbox::protect_host();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn"))
         // Records go to stderr, through `wuu exec`'s progress painter while it owns it.

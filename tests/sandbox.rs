@@ -108,12 +108,12 @@ impl Lab {
     /// `wuu exec` in `mode`, started through `bash -c 'exec 251<FILE; exec wuu …'` so
     /// that the host inherits a descriptor without close-on-exec (as from a parent that
     /// leaks one).
-    fn command(&self, mode: &str) -> Command {
+    fn command(&self, bin: &Path, mode: &str) -> Command {
         let mut c = Command::new("/bin/bash");
         c.arg("-c")
             .arg("exec 251<\"$0\"; exec \"$@\"")
             .arg(self.base.join("ws/inside.txt"))
-            .arg(BIN)
+            .arg(bin)
             .arg("exec")
             .arg("--json")
             .arg("--cd")
@@ -135,6 +135,17 @@ impl Lab {
 
     /// Makes the model call `bash` with each command in turn, then answer "done".
     fn run_with(&self, mode: &str, commands: &[&str], adjust: impl FnOnce(&mut Command)) -> Run {
+        self.run_bin(Path::new(BIN), mode, commands, adjust)
+    }
+
+    /// [`Lab::run_with`] with the host binary at `bin`.
+    fn run_bin(
+        &self,
+        bin: &Path,
+        mode: &str,
+        commands: &[&str],
+        adjust: impl FnOnce(&mut Command),
+    ) -> Run {
         let before = self.fake.requests().len();
         for (i, cmd) in commands.iter().enumerate() {
             self.fake.push(Script::tool_call(
@@ -144,7 +155,7 @@ impl Lab {
             ));
         }
         self.fake.push(Script::text(&["done"]));
-        let mut c = self.command(mode);
+        let mut c = self.command(bin, mode);
         adjust(&mut c);
         let out = c.output().expect("run wuu");
         let code = out.status.code().unwrap_or(-1);
@@ -304,6 +315,31 @@ fn without_a_mount_namespace_commands_run_with_a_warning() {
     assert!(res.contains("no mount namespace"), "{res}");
     assert!(res.contains("Permission denied"), "{res}");
     assert!(!res.contains(SECRET), "{res}");
+}
+
+#[test]
+fn a_host_binary_under_another_name_runs_commands_in_standard() {
+    // A copy installed under another name (and without a `wuu` beside it) re-executes
+    // itself as the launcher.
+    let lab = Lab::new(false);
+    let bin = lab.base.join("bin/agent-host");
+    fs::create_dir_all(bin.parent().unwrap()).unwrap();
+    fs::copy(BIN, &bin).unwrap();
+    let r = lab.run_bin(
+        &bin,
+        "standard",
+        &["echo ok > made.txt && cat made.txt; cat ../outside/secret.txt"],
+        |_| {},
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let res = &r.results[0];
+    assert!(res.contains("ok"), "{res}");
+    assert!(!res.contains("cannot start the command sandbox"), "{res}");
+    assert!(!res.contains(SECRET), "{res}");
+    assert_eq!(
+        fs::read_to_string(lab.ws().join("made.txt")).unwrap(),
+        "ok\n"
+    );
 }
 
 /// `pid (comm) state ppid pgrp session …` of `/proc/PID/stat`: (pgrp, session).

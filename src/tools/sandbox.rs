@@ -113,14 +113,28 @@ pub fn protect_host() {
     }
 }
 
-/// The launcher executable: this binary when it is `wuu`; otherwise (unit tests run in
-/// a test harness binary) the `wuu` binary of the same build directory.
+/// Set by the host binary's `main` ([`host_binary_started`]): this process's
+/// executable is the host, whatever its file is called.
+static HOST_BINARY: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks this process as the host binary, so that the launcher is this executable
+/// under any file name (a copy installed as `wuu-1.2` or `agent-host`). Call once at
+/// startup, from the binary's `main`.
+pub fn host_binary_started() {
+    HOST_BINARY.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The launcher executable: this binary when it is the host ([`host_binary_started`])
+/// or is called `wuu`; otherwise (unit tests run in a test harness binary) the `wuu`
+/// binary of the same build directory.
 pub(crate) fn launcher() -> Result<PathBuf, String> {
     static PATH: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     PATH.get_or_init(|| {
         let exe =
             std::env::current_exe().map_err(|e| format!("cannot find the wuu executable: {e}"))?;
-        if exe.file_stem() == Some(OsStr::new("wuu")) {
+        if HOST_BINARY.load(std::sync::atomic::Ordering::Relaxed)
+            || exe.file_stem() == Some(OsStr::new("wuu"))
+        {
             return Ok(exe);
         }
         exe.parent()
