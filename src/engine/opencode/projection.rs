@@ -126,6 +126,16 @@ impl<'a> TurnMap<'a> {
                 }
             }
             "message.part.delta" => self.delta(props),
+            // Only an abort of ours makes a `MessageAbortedError`: this turn's own is
+            // ended by `turn::drive`, and one that reached this turn's prompt ends it
+            // through the prompt's answer; one reported late for an earlier, interrupted
+            // turn must not fail this one.
+            "session.error"
+                if props.pointer("/error/name").and_then(Value::as_str)
+                    == Some("MessageAbortedError") =>
+            {
+                log::info!("OpenCode reported an aborted message; an earlier turn's interrupt");
+            }
             "session.error" => {
                 return Err(match props.get("error") {
                     Some(e) if !e.is_null() => error_text(e),

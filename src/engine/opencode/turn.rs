@@ -179,14 +179,27 @@ pub(super) fn run(
     outcome
 }
 
-/// Aborts the native turn, on a helper thread (a wedged server does not hold us).
-fn abort(server: &Arc<Server>, path: &str, root: &Path) {
+/// Aborts the native turn, on a helper thread (a wedged server does not hold us); the
+/// receiver disconnects once the abort was answered (or could not be sent).
+fn abort(server: &Arc<Server>, path: &str, root: &Path) -> Receiver<()> {
     let (srv, p, r) = (server.clone(), format!("{path}/abort"), root.to_path_buf());
+    let (answered, rx) = crossbeam_channel::bounded::<()>(0);
     let _ = crate::util::spawn("opencode-abort".into(), move || {
+        let _answered = answered;
         if let Err(e) = srv.call("POST", &p, None, &r) {
             log::info!("{e}");
         }
     });
+    rx
+}
+
+/// An interrupted turn ends once its abort was answered (at most until `deadline`): an
+/// abort still in flight would otherwise reach the conversation's next prompt.
+fn interrupted(abort: Option<&Receiver<()>>, deadline: Instant) -> Outcome {
+    if let Some(rx) = abort {
+        let _ = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+    }
+    Outcome::Interrupted
 }
 
 fn drive(
@@ -199,6 +212,7 @@ fn drive(
     controls: &Receiver<Control>,
 ) -> Outcome {
     let mut interrupted_at: Option<Instant> = None;
+    let mut aborting: Option<Receiver<()>> = None;
     let mut controls_gone = false;
     loop {
         let ctl = if controls_gone {
@@ -222,8 +236,8 @@ fn drive(
                     }
                 }
                 Err(_) => {
-                    if interrupted_at.is_some() {
-                        return Outcome::Interrupted;
+                    if let Some(t) = interrupted_at {
+                        return interrupted(aborting.as_ref(), t + INTERRUPT_GRACE);
                     }
                     return failure(
                         server.explain("OpenCode exited before completing the turn"),
@@ -232,8 +246,8 @@ fn drive(
                 }
             },
             recv(done) -> r => {
-                if interrupted_at.is_some() {
-                    return Outcome::Interrupted;
+                if let Some(t) = interrupted_at {
+                    return interrupted(aborting.as_ref(), t + INTERRUPT_GRACE);
                 }
                 return match r {
                     Ok(Ok(last)) => finish(server, map, path, root, &last),
@@ -258,7 +272,7 @@ fn drive(
                     }
                     if interrupted_at.is_none() {
                         interrupted_at = Some(Instant::now());
-                        abort(server, path, root);
+                        aborting = Some(abort(server, path, root));
                         map.revoke_all();
                     }
                 }
