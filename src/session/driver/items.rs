@@ -45,28 +45,23 @@ impl Driver<'_> {
         self.flush_deltas(idx, |_| true);
         self.item(idx).status = Some(status.into());
         let item = self.s.turns[self.turn_idx].items[idx].clone();
-        if self.settling.is_some() {
-            let row = self.item_row(&item);
-            let n = ItemCompleted {
-                thread_id: self.thread_id(),
-                turn_id: self.turn_id(),
-                item,
-                completed_at_ms: now_ms() as u64,
-            };
-            if let Some(held) = self.settling.as_mut() {
-                held.rows.push(row);
-                held.frames.push(Held::Completed(n));
-            }
-            return;
+        let row = self.settling.is_some().then(|| self.item_row(&item));
+        if row.is_none() {
+            let _ = self.persist_item(&item);
         }
-        let _ = self.persist_item(&item);
         let n = ItemCompleted {
             thread_id: self.thread_id(),
             turn_id: self.turn_id(),
             item,
             completed_at_ms: now_ms() as u64,
         };
-        self.notify(&n);
+        match (row, self.settling.as_mut()) {
+            (Some(row), Some(held)) => {
+                held.rows.push(row);
+                held.frames.push(Held::Completed(n));
+            }
+            _ => self.notify(&n),
+        }
     }
 
     /// The store row of an item of this turn.
