@@ -443,6 +443,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
             log::warn!("lease heartbeat: {e}");
         }
         takeover::sweep(&s.host, store);
+        index_text(store);
         // Sessions that parked freed their state; hand the freed pages back to the
         // system (at most once a heartbeat).
         let parked = s.host.registry.take_parked();
@@ -456,6 +457,27 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
             if Some(v) != last_version {
                 last_version = Some(v);
                 s.host.threads_changed();
+            }
+        }
+    }
+}
+
+/// Items the text index takes in one transaction, and at most this many transactions a
+/// beat: turns waiting at the write gate wait for one batch at most.
+const TEXT_INDEX_BATCH: usize = 256;
+const TEXT_INDEX_BATCHES: usize = 64;
+
+/// Writes the messages stored since the last beat into the search's text index, off
+/// the turns that stored them ([`wuu_store::Store::index_text`]; the search reads what
+/// is not indexed yet directly).
+fn index_text(store: &mut wuu_store::Store) {
+    for _ in 0..TEXT_INDEX_BATCHES {
+        match store.index_text(TEXT_INDEX_BATCH) {
+            Ok(n) if n >= TEXT_INDEX_BATCH => {}
+            Ok(_) => break,
+            Err(e) => {
+                log::warn!("text index: {e}");
+                break;
             }
         }
     }

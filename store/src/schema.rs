@@ -267,6 +267,57 @@ CREATE TABLE IF NOT EXISTS activities (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS activities_by_thread ON activities (thread_id);
 "#,
+    // 9: `threads_by_cwd` goes: no query reads it since `threads_listing` (whose
+    // `cwd` prefix serves every lookup by workspace), and every activity change of a
+    // conversation wrote it.
+    r#"
+DROP INDEX IF EXISTS threads_by_cwd;
+"#,
+    // 10: the text index is written in batches off the turn (`Store::index_text`):
+    // messages up to the watermark `item_text_state.indexed` (an `items` rowid) are in
+    // `item_text`, later ones are not yet, and the search reads those directly. The
+    // triggers keep indexed rows right on update and delete; a row inserted at or below
+    // the watermark (a reused rowid) is indexed at once.
+    r#"
+CREATE TABLE item_text_state (
+    id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
+    indexed INTEGER NOT NULL
+) STRICT;
+INSERT INTO item_text_state (id, indexed) SELECT 1, coalesce(max(rowid), 0) FROM items;
+DROP TRIGGER items_text_insert;
+DROP TRIGGER items_text_delete;
+DROP TRIGGER items_text_update;
+CREATE TRIGGER items_text_insert AFTER INSERT ON items
+    WHEN new.rowid <= (SELECT indexed FROM item_text_state)
+      AND new.item_type IN ('user_message', 'agent_message')
+      AND json_valid(new.body) AND json_type(new.body, '$.text') = 'text'
+BEGIN
+    INSERT OR REPLACE INTO item_text (rowid, text)
+        VALUES (new.rowid, json_extract(new.body, '$.text'));
+END;
+CREATE TRIGGER items_text_delete AFTER DELETE ON items
+    WHEN old.rowid <= (SELECT indexed FROM item_text_state)
+      AND old.item_type IN ('user_message', 'agent_message')
+BEGIN
+    DELETE FROM item_text WHERE rowid = old.rowid;
+END;
+CREATE TRIGGER items_text_update AFTER UPDATE OF item_type, body ON items
+    WHEN (old.item_type IN ('user_message', 'agent_message')
+          OR new.item_type IN ('user_message', 'agent_message'))
+      AND (old.body IS NOT new.body OR old.item_type IS NOT new.item_type
+           OR old.rowid IS NOT new.rowid)
+      AND (old.rowid <= (SELECT indexed FROM item_text_state)
+           OR new.rowid <= (SELECT indexed FROM item_text_state))
+BEGIN
+    DELETE FROM item_text WHERE rowid = old.rowid
+        AND old.rowid <= (SELECT indexed FROM item_text_state);
+    INSERT OR REPLACE INTO item_text (rowid, text)
+        SELECT new.rowid, json_extract(new.body, '$.text')
+        WHERE new.item_type IN ('user_message', 'agent_message')
+          AND json_valid(new.body) AND json_type(new.body, '$.text') = 'text'
+          AND new.rowid <= (SELECT indexed FROM item_text_state);
+END;
+"#,
 ];
 
 /// The schema version this build migrates to.

@@ -636,11 +636,29 @@ impl Store {
     ///
     /// Cost: the messages of the 32 newest conversations are read directly; past them,
     /// only the conversations the trigram text index (`item_text`, schema version 7)
-    /// names as candidates, so a query that matches little costs its matches, not the
-    /// history. Queries under 3 characters, or with a control character or a cased
-    /// letter outside ASCII, read every conversation's messages (same answers, slower).
+    /// names as candidates and those with messages the index does not hold yet (see
+    /// [`Store::index_text`]), so a query that matches little costs its matches and the
+    /// backlog, not the history. Queries under 3 characters, or with a control
+    /// character or a cased letter outside ASCII, read every conversation's messages
+    /// (same answers, slower).
     pub fn search_threads(&self, query: &str, limit: u32) -> Result<Vec<SearchHit>> {
         self.read(|tx| tx.search_threads(query, limit))
+    }
+
+    /// Adds up to `max_rows` items past the text index's watermark to the index (the
+    /// user and agent messages among them) and moves the watermark past them, in one
+    /// transaction; returns how many items it moved past (0: the index is complete).
+    ///
+    /// A message stored by a turn does not enter the index in the turn's transaction
+    /// (each transaction that writes the index writes a new segment, several pages):
+    /// [`Store::search_threads`] reads the messages past the watermark directly, and the
+    /// host calls this off the turn (its heartbeat thread) to write them in batches.
+    /// On PostgreSQL, which has no such index, it does nothing and returns 0.
+    pub fn index_text(&mut self, max_rows: usize) -> Result<usize> {
+        if self.lite().is_none() {
+            return Ok(0);
+        }
+        self.write(None, |tx| tx.index_text(max_rows))
     }
 
     // ----- turns and items -----------------------------------------------------------

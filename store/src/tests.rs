@@ -665,3 +665,139 @@ fn cached_statements_are_not_compiled_again_on_every_call() {
     );
     drop(dir);
 }
+
+/// Rowids of the messages the text index matches for `phrase` (an FTS5 query).
+fn indexed(store: &Store, phrase: &str) -> Vec<i64> {
+    let c = raw(store);
+    let mut stmt = c
+        .prepare("SELECT rowid FROM item_text WHERE item_text MATCH ?1 ORDER BY rowid")
+        .unwrap();
+    let rows = stmt.query_map([phrase], |r| r.get(0)).unwrap();
+    rows.map(Result::unwrap).collect()
+}
+
+fn watermark(store: &Store) -> i64 {
+    raw(store)
+        .query_row("SELECT indexed FROM item_text_state", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn text_index_is_written_in_batches_and_the_search_reads_past_it() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("old", "/w", 5)).unwrap();
+    store.insert_turn(&turn("old", "u1")).unwrap();
+    for (id, text) in [("m1", "where is the needle"), ("m2", "no match here")] {
+        store
+            .upsert_item(&item("old", "u1", id, "user_message", text))
+            .unwrap();
+    }
+    store
+        .upsert_item(&item("old", "u1", "r1", "reasoning", "needle in reasoning"))
+        .unwrap();
+    // Past the 32 conversations read directly.
+    for i in 0..40 {
+        store
+            .insert_thread(&thread(&format!("fill{i}"), "/w", 1_000 + i))
+            .unwrap();
+    }
+    // Stored, not indexed: the search reads the backlog.
+    assert_eq!(count(&store, "item_text"), 0);
+    assert_eq!(found(&store, "NEEDLE"), ["old"]);
+    assert!(found(&store, "haystack").is_empty());
+
+    // Two batches: the watermark moves past every item, only messages are indexed.
+    assert_eq!(store.index_text(2).unwrap(), 2);
+    assert_eq!(store.index_text(2).unwrap(), 1);
+    assert_eq!(store.index_text(2).unwrap(), 0);
+    assert_eq!(count(&store, "item_text"), 2);
+    assert_eq!(watermark(&store), 3);
+    let needle = indexed(&store, "\"needle\"");
+    assert_eq!(needle.len(), 1);
+    assert_eq!(found(&store, "needle"), ["old"]);
+
+    // Indexed rows follow updates and deletes at once.
+    store
+        .upsert_item(&item("old", "u1", "m1", "user_message", "a haystack now"))
+        .unwrap();
+    assert!(indexed(&store, "\"needle\"").is_empty());
+    assert_eq!(indexed(&store, "\"haystack\""), needle);
+    assert!(found(&store, "needle").is_empty());
+    assert_eq!(found(&store, "haystack"), ["old"]);
+    store.delete_item("old", "m2").unwrap();
+    assert!(indexed(&store, "\"match here\"").is_empty());
+    assert_eq!(count(&store, "item_text"), 1);
+
+    // A new item that gets a rowid at or below the watermark (the highest rowid was
+    // deleted and is handed out again) is indexed at once: nothing reads it otherwise.
+    let top = watermark(&store);
+    raw(&store)
+        .execute("DELETE FROM items WHERE rowid = ?1", [top])
+        .unwrap();
+    store
+        .upsert_item(&item("old", "u1", "m3", "agent_message", "reused rowid pin"))
+        .unwrap();
+    let pin = indexed(&store, "\"rowid pin\"");
+    assert!(pin.len() == 1 && pin[0] <= top, "{pin:?} {top}");
+    assert_eq!(found(&store, "rowid pin"), ["old"]);
+    assert_eq!(store.index_text(10).unwrap(), 0);
+}
+
+#[test]
+fn a_store_of_version_8_migrates_its_index_and_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wuu.db");
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for sql in &crate::schema::MIGRATIONS[..8] {
+            c.execute_batch(sql).unwrap();
+        }
+        c.pragma_update(None, "user_version", 8).unwrap();
+        c.execute_batch(
+            r#"INSERT INTO threads (id, cwd, created_at_ms, updated_at_ms, item_seq)
+                   VALUES ('old', '/w', 1, 5, 2);
+               INSERT INTO turns (thread_id, id, ordinal, kind, status, started_at_ms)
+                   VALUES ('old', 'u1', 1, 'user', 'completed', 1);
+               INSERT INTO items (thread_id, id, turn_id, seq, item_type, body) VALUES
+                   ('old', 'i1', 'u1', 1, 'user_message', '{"text":"an old needle"}'),
+                   ('old', 'i2', 'u1', 2, 'agent_message', '{"text":"an old answer"}');"#,
+        )
+        .unwrap();
+    }
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), schema::latest_version());
+    let c = raw(&store);
+    let by_cwd: i64 = c
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'threads_by_cwd'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(by_cwd, 0);
+    // Everything the old triggers indexed is behind the watermark.
+    assert_eq!(watermark(&store), 2);
+    assert_eq!(count(&store, "item_text"), 2);
+    for i in 0..40 {
+        store
+            .insert_thread(&thread(&format!("fill{i}"), "/w", 1_000 + i))
+            .unwrap();
+    }
+    assert_eq!(found(&store, "old needle"), ["old"]);
+    store.insert_turn(&turn("old", "u2")).unwrap();
+    store
+        .upsert_item(&item("old", "u2", "i3", "agent_message", "a new pin"))
+        .unwrap();
+    assert_eq!(found(&store, "new pin"), ["old"]);
+    assert_eq!(store.index_text(100).unwrap(), 1);
+    assert_eq!(indexed(&store, "\"new pin\""), [3]);
+    let listed = store
+        .list_threads(&ThreadFilter {
+            cwd: Some("/w".into()),
+            archived: Some(false),
+            limit: Some(1),
+        })
+        .unwrap();
+    assert_eq!(listed[0].id, "fill39");
+    assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "fill39");
+}

@@ -414,7 +414,49 @@ impl Tx<'_> {
                 out.insert(id);
             }
         }
+        // Messages past the watermark are not in the index yet: their conversations
+        // are candidates too (read directly, the real test decides).
+        let mut stmt = conn.prepare_cached(
+            "SELECT DISTINCT thread_id FROM items \
+             WHERE rowid > (SELECT indexed FROM item_text_state) \
+             AND item_type IN ('user_message', 'agent_message')",
+        )?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            if let Ok(id) = row.get::<_, String>(0) {
+                out.insert(id);
+            }
+        }
         Ok(Some(out))
+    }
+
+    /// See [`crate::Store::index_text`] (SQLite only).
+    pub(crate) fn index_text(&self, max_rows: usize) -> Result<usize> {
+        let conn = self.lite_conn()?;
+        let from: i64 = conn
+            .prepare_cached("SELECT indexed FROM item_text_state")?
+            .query_row([], |r| r.get(0))?;
+        let limit = i64::try_from(max_rows).unwrap_or(i64::MAX);
+        let (to, count): (Option<i64>, i64) = conn
+            .prepare_cached(
+                "SELECT max(rowid), count(*) FROM \
+                 (SELECT rowid FROM items WHERE rowid > ?1 ORDER BY rowid LIMIT ?2)",
+            )?
+            .query_row(params![from, limit], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let Some(to) = to else {
+            return Ok(0);
+        };
+        conn.prepare_cached(
+            "INSERT OR REPLACE INTO item_text (rowid, text) \
+             SELECT rowid, json_extract(body, '$.text') FROM items \
+             WHERE rowid > ?1 AND rowid <= ?2 \
+             AND item_type IN ('user_message', 'agent_message') \
+             AND json_valid(body) AND json_type(body, '$.text') = 'text'",
+        )?
+        .execute(params![from, to])?;
+        conn.prepare_cached("UPDATE item_text_state SET indexed = ?1")?
+            .execute([to])?;
+        Ok(usize::try_from(count).unwrap_or(0))
     }
 }
 

@@ -1,19 +1,24 @@
 //! The PostgreSQL schema: the same tables, columns and constraints as the SQLite one
-//! (`crate::schema`), version for version, in PostgreSQL's dialect. Versions live in
+//! (`crate::schema`), in PostgreSQL's dialect, each backend numbering its own
+//! versions (see [`MIGRATIONS`]). Versions live in
 //! `wuu_schema`; migrations run forward only, each in its own transaction, while the
 //! migrating host holds a session advisory lock, so hosts starting together migrate
-//! once. Never edit a shipped migration: append one (and its SQLite twin).
+//! once. Never edit a shipped migration: append one (and its SQLite twin, when the
+//! change is one both backends need).
 //!
 //! SQLite's integers are `BIGINT` here; tables the shared SQL orders by `rowid` get a
 //! `rowid` identity column; the SQLite JSON functions the shared SQL calls on `$.key`
 //! paths (`json_valid`, `json_type`, `json_set`, `json_insert`) are defined as SQL
 //! functions over `jsonb`. Version 7 (SQLite's FTS5 trigram text index) has no
-//! counterpart: on PostgreSQL it only takes the version number.
+//! counterpart: on PostgreSQL it only takes the version number; SQLite's version 10
+//! (the text index's watermark) has none either.
 
 /// Key of the session advisory lock held while migrating.
 pub(crate) const MIGRATION_LOCK_KEY: i64 = 0x7775_755f_6d69_6772;
 
-/// The migrations, in order; the same count as SQLite's.
+/// The migrations, in order. Numbered on their own: SQLite's list differs (version 9
+/// here, `json_extract` and the activities' `rowid`, is what SQLite has built in; its
+/// text index versions 7 and 10 have no counterpart here).
 pub(crate) const MIGRATIONS: &[&str] = &[
     // 1: the initial schema.
     r#"
@@ -253,5 +258,10 @@ BEGIN
 EXCEPTION WHEN others THEN
     RETURN NULL;
 END $f$;
+"#,
+    // 10: `threads_by_cwd` goes (SQLite's version 9): no query reads it since
+    // `threads_listing`, and every activity change of a conversation wrote it.
+    r#"
+DROP INDEX IF EXISTS threads_by_cwd;
 "#,
 ];
