@@ -115,12 +115,18 @@ impl Ops<'_> {
         Ok(())
     }
 
-    fn register_instance(&self, me: &LeaseOwner, now: i64) -> Result<()> {
+    /// Registers `me` as alive at `now`. A registration of the same pid and host whose
+    /// heartbeat is at most `fresh_ms` old is left as it is (no write): taking a lease
+    /// registers its owner, and a host taking many leases a second would otherwise
+    /// rewrite its row with each.
+    fn register_instance(&self, me: &LeaseOwner, now: i64, fresh_ms: i64) -> Result<()> {
         self.conn.exec(
             "INSERT INTO instances (instance, pid, host, started_at_ms, heartbeat_at_ms) \
              VALUES (?1, ?2, ?3, ?4, ?4) ON CONFLICT (instance) DO UPDATE SET \
-             pid = excluded.pid, host = excluded.host, heartbeat_at_ms = excluded.heartbeat_at_ms",
-            &values![&me.instance, me.pid, &me.host, now],
+             pid = excluded.pid, host = excluded.host, heartbeat_at_ms = excluded.heartbeat_at_ms \
+             WHERE instances.pid <> excluded.pid OR instances.host <> excluded.host \
+             OR instances.heartbeat_at_ms < excluded.heartbeat_at_ms - ?5",
+            &values![&me.instance, me.pid, &me.host, now, fresh_ms],
         )?;
         Ok(())
     }
@@ -294,7 +300,8 @@ impl Ops<'_> {
         self.lock_leases()?;
         let now = now_ms();
         let stale_ms = self.lease_stale_ms;
-        self.register_instance(owner, now)?;
+        // A registration a small part of the stale limit old is as good as a new one.
+        self.register_instance(owner, now, (stale_ms / 8).clamp(0, 1_000))?;
         let current = self.lease_of(thread_id)?;
         let previous = match current {
             Some((holder, _)) if holder.instance == owner.instance => {
@@ -357,7 +364,7 @@ impl Ops<'_> {
     /// See [`crate::Store::heartbeat`].
     pub(crate) fn heartbeat(&self, owner: &LeaseOwner) -> Result<()> {
         let now = now_ms();
-        self.register_instance(owner, now)?;
+        self.register_instance(owner, now, 0)?;
         self.conn.exec(
             "UPDATE leases SET heartbeat_at_ms = ?2 WHERE instance = ?1",
             &values![&owner.instance, now],
@@ -406,7 +413,7 @@ impl Ops<'_> {
     pub(crate) fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
         self.lock_leases()?;
         let now = now_ms();
-        self.register_instance(me, now)?;
+        self.register_instance(me, now, 0)?;
         let mut report = RecoveryReport::default();
 
         // 1. Dead leases.

@@ -267,11 +267,26 @@ CREATE TABLE IF NOT EXISTS activities (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS activities_by_thread ON activities (thread_id);
 "#,
-    // 9: `threads_by_cwd` goes: no query reads it since `threads_listing` (whose
-    // `cwd` prefix serves every lookup by workspace), and every activity change of a
-    // conversation wrote it.
+    // 9: fewer pages a turn writes. `threads_by_cwd` goes: no query reads it since
+    // `threads_listing` (whose `cwd` prefix serves every lookup by workspace), and
+    // every activity change of a conversation wrote it. `leases` holds only the leases
+    // held now (a released lease is deleted), a few pages at most, so it is keyed by
+    // its primary key alone (WITHOUT ROWID) and read whole by instance: taking or
+    // releasing a lease writes one B-tree instead of three.
     r#"
 DROP INDEX IF EXISTS threads_by_cwd;
+CREATE TABLE leases_keyed (
+    thread_id       TEXT    NOT NULL PRIMARY KEY,
+    pid             INTEGER NOT NULL,
+    instance        TEXT    NOT NULL,
+    host            TEXT    NOT NULL,
+    acquired_at_ms  INTEGER NOT NULL,
+    heartbeat_at_ms INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+INSERT INTO leases_keyed (thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms)
+    SELECT thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms FROM leases;
+DROP TABLE leases;
+ALTER TABLE leases_keyed RENAME TO leases;
 "#,
     // 10: the text index is written in batches off the turn (`Store::index_text`):
     // messages up to the watermark `item_text_state.indexed` (an `items` rowid) are in

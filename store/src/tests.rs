@@ -760,7 +760,9 @@ fn a_store_of_version_8_migrates_its_index_and_listing() {
                    VALUES ('old', 'u1', 1, 'user', 'completed', 1);
                INSERT INTO items (thread_id, id, turn_id, seq, item_type, body) VALUES
                    ('old', 'i1', 'u1', 1, 'user_message', '{"text":"an old needle"}'),
-                   ('old', 'i2', 'u1', 2, 'agent_message', '{"text":"an old answer"}');"#,
+                   ('old', 'i2', 'u1', 2, 'agent_message', '{"text":"an old answer"}');
+               INSERT INTO leases (thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms)
+                   VALUES ('old', 4242, 'inst-a', 'host-a', 7, 8);"#,
         )
         .unwrap();
     }
@@ -775,6 +777,22 @@ fn a_store_of_version_8_migrates_its_index_and_listing() {
         )
         .unwrap();
     assert_eq!(by_cwd, 0);
+    // The lease table, keyed by its primary key alone, keeps its rows.
+    let leases: String = c
+        .query_row(
+            "SELECT group_concat(name || ':' || coalesce(sql, ''), ' | ') FROM sqlite_schema \
+             WHERE tbl_name = 'leases'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(leases.contains("WITHOUT ROWID"), "{leases}");
+    assert!(!leases.contains("leases_by_instance"), "{leases}");
+    let (holder, heartbeat) = store.lease_of("old").unwrap().unwrap();
+    assert_eq!(
+        (holder.pid, holder.instance.as_str(), holder.host.as_str(), heartbeat),
+        (4242, "inst-a", "host-a", 8)
+    );
     // Everything the old triggers indexed is behind the watermark.
     assert_eq!(watermark(&store), 2);
     assert_eq!(count(&store, "item_text"), 2);

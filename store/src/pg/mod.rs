@@ -826,4 +826,52 @@ mod tests {
         assert_eq!(decode(oid::NUMERIC, "7".into()), Value::Int(7));
         assert_eq!(decode(25, "x".into()), Value::Text("x".into()));
     }
+
+    #[test]
+    fn a_database_of_version_9_migrates_keeping_its_rows() {
+        let Ok(base) = std::env::var("WUU_TEST_PG_URL") else {
+            eprintln!("skipped on PostgreSQL: WUU_TEST_PG_URL is not set (.ci/run sets it)");
+            return;
+        };
+        let schema_name = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let psql = |sql: &str| {
+            let out = std::process::Command::new("psql")
+                .args([&base, "-qtA", "-v", "ON_ERROR_STOP=1", "-c", sql])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let mut old = format!("CREATE SCHEMA {schema_name}; SET search_path TO {schema_name};");
+        for sql in &schema::MIGRATIONS[..9] {
+            old.push_str(sql);
+        }
+        old.push_str(
+            "CREATE TABLE wuu_schema (version BIGINT NOT NULL); \
+             INSERT INTO wuu_schema (version) VALUES (9); \
+             INSERT INTO threads (id, cwd, created_at_ms, updated_at_ms) VALUES ('old', '/w', 1, 5); \
+             INSERT INTO leases (thread_id, pid, instance, host, acquired_at_ms, heartbeat_at_ms) \
+                 VALUES ('old', 4242, 'inst-a', 'host-a', 7, 8);",
+        );
+        psql(&old);
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options=-csearch_path%3D{schema_name}");
+        let mut store = PgStore::open(&url).unwrap();
+        assert_eq!(store.schema_version().unwrap(), schema::MIGRATIONS.len() as i64);
+        let indexes = psql(&format!(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema_name}' \
+             AND indexname IN ('threads_by_cwd', 'leases_by_instance')"
+        ));
+        assert_eq!(indexes, "0");
+        let listed = store
+            .list_threads(&ThreadFilter {
+                cwd: Some("/w".into()),
+                archived: Some(false),
+                limit: None,
+            })
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        let (holder, heartbeat) = store.lease_of("old").unwrap().unwrap();
+        assert_eq!((holder.pid, holder.instance.as_str(), heartbeat), (4242, "inst-a", 8));
+    }
 }

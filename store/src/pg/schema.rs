@@ -259,9 +259,12 @@ EXCEPTION WHEN others THEN
     RETURN NULL;
 END $f$;
 "#,
-    // 10: `threads_by_cwd` goes (SQLite's version 9): no query reads it since
-    // `threads_listing`, and every activity change of a conversation wrote it.
+    // 10: (SQLite's version 9) `threads_by_cwd` goes: no query reads it since
+    // `threads_listing`, and every activity change of a conversation wrote it;
+    // `leases_by_instance` too: `leases` holds only the leases held now (a released
+    // lease is deleted), a few pages, read whole by instance.
     r#"
 DROP INDEX IF EXISTS threads_by_cwd;
+DROP INDEX IF EXISTS leases_by_instance;
 "#,
 ];
