@@ -446,8 +446,11 @@ impl Tx<'_> {
         let Some(to) = to else {
             return Ok(0);
         };
+        // A plain insert: no row past the watermark is in the index (the triggers index
+        // only rows at or below it), and `OR REPLACE` makes the index look each rowid
+        // up in every segment first.
         conn.prepare_cached(
-            "INSERT OR REPLACE INTO item_text (rowid, text) \
+            "INSERT INTO item_text (rowid, text) \
              SELECT rowid, json_extract(body, '$.text') FROM items \
              WHERE rowid > ?1 AND rowid <= ?2 \
              AND item_type IN ('user_message', 'agent_message') \
