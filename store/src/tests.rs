@@ -735,7 +735,13 @@ fn text_index_is_written_in_batches_and_the_search_reads_past_it() {
         .execute("DELETE FROM items WHERE rowid = ?1", [top])
         .unwrap();
     store
-        .upsert_item(&item("old", "u1", "m3", "agent_message", "reused rowid pin"))
+        .upsert_item(&item(
+            "old",
+            "u1",
+            "m3",
+            "agent_message",
+            "reused rowid pin",
+        ))
         .unwrap();
     let pin = indexed(&store, "\"rowid pin\"");
     assert!(pin.len() == 1 && pin[0] <= top, "{pin:?} {top}");
@@ -790,7 +796,12 @@ fn a_store_of_version_8_migrates_its_index_and_listing() {
     assert!(!leases.contains("leases_by_instance"), "{leases}");
     let (holder, heartbeat) = store.lease_of("old").unwrap().unwrap();
     assert_eq!(
-        (holder.pid, holder.instance.as_str(), holder.host.as_str(), heartbeat),
+        (
+            holder.pid,
+            holder.instance.as_str(),
+            holder.host.as_str(),
+            heartbeat
+        ),
         (4242, "inst-a", "host-a", 8)
     );
     // Everything the old triggers indexed is behind the watermark.

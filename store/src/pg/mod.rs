@@ -839,7 +839,11 @@ mod tests {
                 .args([&base, "-qtA", "-v", "ON_ERROR_STOP=1", "-c", sql])
                 .output()
                 .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         };
         let mut old = format!("CREATE SCHEMA {schema_name}; SET search_path TO {schema_name};");
@@ -857,7 +861,10 @@ mod tests {
         let sep = if base.contains('?') { '&' } else { '?' };
         let url = format!("{base}{sep}options=-csearch_path%3D{schema_name}");
         let mut store = PgStore::open(&url).unwrap();
-        assert_eq!(store.schema_version().unwrap(), schema::MIGRATIONS.len() as i64);
+        assert_eq!(
+            store.schema_version().unwrap(),
+            schema::MIGRATIONS.len() as i64
+        );
         let indexes = psql(&format!(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema_name}' \
              AND indexname IN ('threads_by_cwd', 'leases_by_instance')"
@@ -872,6 +879,9 @@ mod tests {
             .unwrap();
         assert_eq!(listed.len(), 1);
         let (holder, heartbeat) = store.lease_of("old").unwrap().unwrap();
-        assert_eq!((holder.pid, holder.instance.as_str(), heartbeat), (4242, "inst-a", 8));
+        assert_eq!(
+            (holder.pid, holder.instance.as_str(), heartbeat),
+            (4242, "inst-a", 8)
+        );
     }
 }
