@@ -800,3 +800,45 @@ fn a_build_without_postgres_refuses_a_postgresql_store() {
     assert!(stderr.contains("store.url is not a string"), "{stderr}");
     assert!(!home.path().join(wuu_store::DB_FILE).exists());
 }
+
+/// A turn's own transactions leave its messages past the text index's watermark; the
+/// heartbeat writes them into the index, and the search finds them either way.
+#[test]
+fn the_heartbeat_writes_the_messages_of_turns_into_the_text_index() {
+    let fake = support::fake_provider::FakeProvider::start();
+    fake.push(support::fake_provider::Script::text(&[
+        "a zebrafinch ",
+        "answer",
+    ]));
+    let mut app = App::start_with_env(
+        Some(config_for(&fake.base_url())),
+        &[("WUU_LEASE_STALE_MS", "1000")],
+    );
+    let th = thread_id(&app.call("thread/start", json!({})));
+    app.call(
+        "turn/start",
+        json!({"thread_id": th, "prompt": "where is the quokka"}),
+    );
+    app.notification("turn/completed");
+    let db = rusqlite::Connection::open(app.home.join("wuu.db")).unwrap();
+    let matches = |phrase: &str| -> i64 {
+        db.query_row(
+            "SELECT count(*) FROM item_text WHERE item_text MATCH ?1",
+            [phrase],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while matches("\"quokka\"") + matches("\"zebrafinch\"") < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the messages were not indexed within 10 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for query in ["quokka", "zebrafinch"] {
+        let search = app.call("thread/search", json!({"query": query}));
+        assert_eq!(search["results"][0]["thread"]["id"], json!(th), "{search}");
+    }
+}

@@ -219,9 +219,7 @@ fn main() {
             let moved = store.index_text(usize::MAX).unwrap();
             if moved > 0 {
                 index_time += t0.elapsed().as_secs_f64() * 1e6;
-                let (list, total) = frames(&wal, seen);
-                indexing = list;
-                let _ = total;
+                indexing = frames(&wal, seen).0;
             }
         }
         let names = owners(&db);
