@@ -16,8 +16,7 @@ use super::{
     Reconnecting, StepStart, TurnRequest,
 };
 use crate::provider::chat::{
-    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, ToolSpec,
-    Usage,
+    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, Tools, Usage,
 };
 use crate::provider::Provider;
 use crate::tools::{self, ToolContext, ToolEvent, ToolOutcome};
@@ -168,7 +167,7 @@ impl Engine for Builtin {
         self.usage = Usage::default();
         let turn = self.turn_frame(&req);
         let max_steps = req.limits.max_steps.max(1);
-        let mut trace = Trace::open(&req.home, &req.thread_id);
+        let mut trace = req.trace.clone();
         // Calls of the previous step the output limit cut off: the model is told.
         let mut cut_note: Option<String> = None;
         loop {
@@ -225,7 +224,7 @@ impl Engine for Builtin {
 struct TurnFrame {
     sections: Vec<context::Section>,
     system: String,
-    tool_specs: Vec<ToolSpec>,
+    tool_specs: Tools,
     provider: Arc<dyn Provider>,
     provider_id: String,
 }
@@ -241,7 +240,7 @@ impl Builtin {
             req.instructions.as_deref(),
         );
         let system = context::system_prompt(&sections);
-        let tool_specs = self.host_tools.offered(mode);
+        let tool_specs = Tools::from(self.host_tools.offered(mode));
         let provider = self.provider.clone();
         let provider_id = provider.id().to_owned();
         TurnFrame {

@@ -149,6 +149,9 @@ pub struct TurnRequest {
     /// A compact-only turn (`/compact`, `thread/compact/start`): the engine compacts
     /// the conversation's context and ends; it sends no user input to the model.
     pub compact_only: bool,
+    /// The conversation's trace file, shared with the host (which writes the turn's
+    /// settlement there).
+    pub trace: trace::Trace,
 }
 
 /// A steer handed to an engine that steers natively (`engines.md` §1.9).

@@ -7,6 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::toolset::Tools;
+
 /// A conversation role in provider-neutral history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -134,8 +136,8 @@ pub struct ChatRequest {
     pub system: String,
     /// History, normalized (see `engine::history`).
     pub messages: Vec<ChatMessage>,
-    /// Tools offered.
-    pub tools: Vec<ToolSpec>,
+    /// Tools offered (shared: a clone is a reference count).
+    pub tools: Tools,
     /// Reasoning effort (`low` | `medium` | `high` …), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<String>,

@@ -298,7 +298,7 @@ impl Provider for HttpProvider {
         cancel: &CancelToken,
         sink: &mut dyn StreamSink,
     ) {
-        let mut body = self.protocol.build_body(&self.id, &self.base_url, req);
+        let mut body = self.protocol.base_body(&self.id, &self.base_url, req);
         if req.max_output_tokens.is_none() {
             if let (Some(n), Some(o)) = (self.output_limit(&req.model), body.as_object_mut()) {
                 // The protocols' names: Responses `max_output_tokens`, Chat and Messages
@@ -310,7 +310,7 @@ impl Provider for HttpProvider {
                 o.insert(field.into(), Value::from(n));
             }
         }
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let bytes = self.protocol.body_bytes(&body, &req.tools);
         // Only the bytes live on: the `Value` tree is freed before the stream starts.
         // Shared with the head pool's thread that sends them.
         drop(body);
