@@ -240,7 +240,7 @@ impl Builtin {
             req.instructions.as_deref(),
         );
         let system = context::system_prompt(&sections);
-        let tool_specs = Tools::from(self.host_tools.offered(mode));
+        let tool_specs = self.host_tools.offered(mode);
         let provider = self.provider.clone();
         let provider_id = provider.id().to_owned();
         TurnFrame {

@@ -38,7 +38,7 @@ pub mod trace;
 
 pub use text_deltas::TextDeltas;
 
-use crate::provider::chat::{ChatMessage, ToolSpec, Usage};
+use crate::provider::chat::{ChatMessage, Tools, Usage};
 use crate::provider::CancelToken;
 use crate::tools::{PermissionMode, ToolHandle};
 use crate::util::reply::{reply, ReplyTx};
@@ -837,7 +837,7 @@ pub trait HostTools: Send + Sync {
     /// Every tool the model is offered in `mode`: the built-in tools
     /// ([`crate::tools::specs`]) plus the host's, as the host's policy allows (a
     /// `--no-tools` server offers none).
-    fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec>;
+    fn offered(&self, mode: PermissionMode) -> Tools;
     /// Whether a call to `name` is served by the host rather than the built-in tools.
     fn handles(&self, name: &str) -> bool;
     /// Starts a call on a helper thread; `mode` is the turn's permission mode.

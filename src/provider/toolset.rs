@@ -60,6 +60,34 @@ impl Tools {
     pub fn same(&self, other: &Tools) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
     }
+
+    /// `self` followed by `extras`, interned. A join of the same instance with equal
+    /// extras made before (the last [`KEPT`] are kept) is returned as is: only the
+    /// extras, usually a few, are compared, not the whole list.
+    pub fn joined(&self, extras: Vec<ToolSpec>) -> Tools {
+        static JOINED: parking_lot::Mutex<Vec<(Tools, Vec<ToolSpec>, Tools)>> =
+            parking_lot::const_mutex(Vec::new());
+        if extras.is_empty() {
+            return self.clone();
+        }
+        let mut joined = JOINED.lock();
+        if let Some(i) = joined
+            .iter()
+            .position(|(base, e, _)| base.same(self) && *e == extras)
+        {
+            let hit = joined.remove(i);
+            let tools = hit.2.clone();
+            joined.insert(0, hit);
+            return tools;
+        }
+        let mut all = Vec::with_capacity(self.len() + extras.len());
+        all.extend_from_slice(self);
+        all.extend_from_slice(&extras);
+        let tools = Tools::from(all);
+        joined.truncate(KEPT - 1);
+        joined.insert(0, (self.clone(), extras, tools.clone()));
+        tools
+    }
 }
 
 impl From<Vec<ToolSpec>> for Tools {
@@ -158,6 +186,24 @@ mod tests {
         assert!(!other.same(&a));
         assert_ne!(other, a);
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn a_join_is_the_concatenation_and_equal_joins_share_it() {
+        let _serial = SERIAL.lock();
+        let base = Tools::from(vec![spec("joined_a"), spec("joined_b")]);
+        assert!(base.joined(vec![]).same(&base));
+        let one = base.joined(vec![spec("joined_x")]);
+        let names: Vec<&str> = one.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["joined_a", "joined_b", "joined_x"]);
+        assert!(base.joined(vec![spec("joined_x")]).same(&one));
+        assert_eq!(
+            Tools::from(vec![spec("joined_a"), spec("joined_b"), spec("joined_x")]),
+            one
+        );
+        let other = base.joined(vec![spec("joined_y")]);
+        assert_eq!(other[2].name, "joined_y");
+        assert!(!other.same(&one));
     }
 
     #[test]
