@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use super::toolset::Tools;
+pub use super::toolset::{ToolSpec, Tools};
 
 /// A conversation role in provider-neutral history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -114,17 +114,6 @@ impl ChatMessage {
             item_id: None,
         }
     }
-}
-
-/// A tool offered to the model: name, description, JSON Schema of the parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// Tool name (e.g. `bash`).
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// JSON Schema (`{"type":"object","properties":{…},"required":[…]}`).
-    pub parameters: Value,
 }
 
 /// A provider-neutral request.

@@ -1,16 +1,27 @@
-//! The tools of a request as one shared, interned value (spec `providers.md` §6.1):
-//! every request of a turn, and every turn of the same workspace mode, offers the same
-//! tool schemas (tens of KiB of JSON). A [`Tools`] is a reference-counted list; lists
-//! of equal content share one instance (the last [`KEPT`] distinct lists are kept), and
-//! an instance keeps the JSON texts rendered from it ([`Tools::rendered`]: a protocol's
-//! `tools` array, the plain serialization the diagnostics hash), so a schema set is
-//! lowered and serialized once per process instead of once per request.
+//! A tool offered to the model ([`ToolSpec`]) and the tools of a request as one shared,
+//! interned value (spec `providers.md` §6.1): every request of a turn, and every turn of
+//! the same workspace mode, offers the same tool schemas (tens of KiB of JSON). A
+//! [`Tools`] is a reference-counted list; lists of equal content share one instance (the
+//! last [`KEPT`] distinct lists are kept), and an instance keeps the JSON texts rendered
+//! from it ([`Tools::rendered`]: a protocol's `tools` array, the plain serialization the
+//! diagnostics hash), so a schema set is lowered and serialized once per process instead
+//! of once per request.
 
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
 
-use super::chat::ToolSpec;
+/// A tool offered to the model: name, description, JSON Schema of the parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// Tool name (e.g. `bash`).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema (`{"type":"object","properties":{…},"required":[…]}`).
+    pub parameters: Value,
+}
 
 /// How many distinct tool lists stay interned (a few permission modes and roles, with
 /// and without client or MCP tools).
