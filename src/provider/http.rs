@@ -677,6 +677,84 @@ mod tests {
         assert_eq!(p.output_limit("m"), None);
     }
 
+    /// Answers `n` chat requests with a finished empty stream; returns their bodies.
+    fn capture_bodies(listener: std::net::TcpListener, n: usize) -> Vec<Vec<u8>> {
+        use std::io::{BufRead, Write};
+        (0..n)
+            .map(|_| {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+                write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}",
+                    sse.len()
+                )
+                .unwrap();
+                body
+            })
+            .collect()
+    }
+
+    /// The bytes sent are those of the whole body built as a `Value` (the output limit
+    /// included), the first request rendering the tools' text and the second reusing it.
+    #[test]
+    fn the_body_sent_is_the_whole_body_whether_its_tools_were_rendered_before_or_not() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || capture_bodies(listener, 2));
+        let cfg = ProviderConfig {
+            provider_type: "openai-compatible".into(),
+            base_url: url.clone(),
+            max_output_tokens: Some(321),
+            ..Default::default()
+        };
+        let p = HttpProvider::from_config("p", WireProtocol::OpenAiChat, &cfg).unwrap();
+        let mut tools = crate::tools::specs(crate::tools::PermissionMode::ReadOnly);
+        tools[0].description.push_str(" (sent-body test)");
+        let req = ChatRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            messages: vec![crate::provider::chat::ChatMessage::text(
+                crate::provider::chat::Role::User,
+                "hi",
+            )],
+            tools: tools.into(),
+            ..Default::default()
+        };
+        struct Ignore;
+        impl StreamSink for Ignore {
+            fn event(&mut self, _: crate::provider::chat::StreamEvent) -> bool {
+                true
+            }
+        }
+        for _ in 0..2 {
+            p.stream_with_cancel(&req, &CancelToken::new(), &mut Ignore);
+        }
+        let mut whole = WireProtocol::OpenAiChat.build_body("p", &url, &req);
+        whole["max_tokens"] = 321.into();
+        let whole = serde_json::to_vec(&whole).unwrap();
+        for body in server.join().unwrap() {
+            assert_eq!(
+                String::from_utf8(body).unwrap(),
+                String::from_utf8(whole.clone()).unwrap()
+            );
+        }
+    }
+
     #[test]
     fn model_lists() {
         let v = serde_json::json!({"data":[{"id":"a"},{"id":"b","display_name":"B"}]});
