@@ -327,7 +327,9 @@ impl Builtin {
             let chat = ChatRequest {
                 model: req.model.clone(),
                 system: turn.system.clone(),
-                messages: start.messages.clone(),
+                // The step's transcript goes to the request: it is read again only once a
+                // compaction after an overflow has replaced it.
+                messages: std::mem::take(&mut start.messages),
                 tools: turn.tool_specs.clone(),
                 effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
                 max_output_tokens: None,
