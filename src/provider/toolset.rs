@@ -36,8 +36,11 @@ pub struct Tools(Arc<Set>);
 struct Set {
     specs: Vec<ToolSpec>,
     /// JSON texts rendered from `specs`, by the renderer's key.
-    rendered: parking_lot::Mutex<Vec<(&'static str, Arc<[u8]>)>>,
+    rendered: parking_lot::Mutex<Vec<Rendered>>,
 }
+
+/// A JSON text rendered from a list and the key of its renderer.
+type Rendered = (&'static str, Arc<[u8]>);
 
 /// The interned lists, most recently used first.
 static INTERNED: parking_lot::Mutex<Vec<Arc<Set>>> = parking_lot::const_mutex(Vec::new());
