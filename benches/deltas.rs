@@ -145,7 +145,7 @@ fn in_process(base_url: &str, mut on_delta: impl FnMut(&[u8])) -> Vec<Instant> {
         model: "fake-model".into(),
         system: "bench".into(),
         messages: vec![ChatMessage::text(Role::User, "go")],
-        tools: vec![],
+        tools: Default::default(),
         effort: None,
         max_output_tokens: None,
         prompt_cache_key: None,

@@ -480,7 +480,7 @@ fn llama_server_function_call_arguments_are_streamed() {
         model: "m".into(),
         system: String::new(),
         messages: vec![ChatMessage::text(Role::User, "read it")],
-        tools: vec![],
+        tools: Default::default(),
         effort: None,
         max_output_tokens: None,
         prompt_cache_key: None,

@@ -58,7 +58,8 @@ fn request(messages: Vec<ChatMessage>) -> ChatRequest {
             name: "read_file".into(),
             description: "Read a file".into(),
             parameters: json!({"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}),
-        }],
+        }]
+        .into(),
         effort: None,
         max_output_tokens: None,
         prompt_cache_key: Some("thread-1".into()),

@@ -16,8 +16,7 @@ use super::{
     Reconnecting, StepStart, TurnRequest,
 };
 use crate::provider::chat::{
-    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, ToolSpec,
-    Usage,
+    ChatMessage, ChatRequest, FailureKind, ProviderError, Role, StreamEvent, ToolCall, Tools, Usage,
 };
 use crate::provider::Provider;
 use crate::tools::{self, ToolContext, ToolEvent, ToolOutcome};
@@ -168,7 +167,7 @@ impl Engine for Builtin {
         self.usage = Usage::default();
         let turn = self.turn_frame(&req);
         let max_steps = req.limits.max_steps.max(1);
-        let mut trace = Trace::open(&req.home, &req.thread_id);
+        let mut trace = req.trace.clone();
         // Calls of the previous step the output limit cut off: the model is told.
         let mut cut_note: Option<String> = None;
         loop {
@@ -225,7 +224,7 @@ impl Engine for Builtin {
 struct TurnFrame {
     sections: Vec<context::Section>,
     system: String,
-    tool_specs: Vec<ToolSpec>,
+    tool_specs: Tools,
     provider: Arc<dyn Provider>,
     provider_id: String,
 }
@@ -328,7 +327,9 @@ impl Builtin {
             let chat = ChatRequest {
                 model: req.model.clone(),
                 system: turn.system.clone(),
-                messages: start.messages.clone(),
+                // The step's transcript goes to the request: it is read again only once a
+                // compaction after an overflow has replaced it.
+                messages: std::mem::take(&mut start.messages),
                 tools: turn.tool_specs.clone(),
                 effort: Some(req.effort.clone()).filter(|e| !e.is_empty()),
                 max_output_tokens: None,

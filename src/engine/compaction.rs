@@ -12,7 +12,7 @@
 //! Token counts here are estimates (4 bytes of JSON text per token, a fixed cost per
 //! image); the provider's own count decides overflow, which compacts and retries.
 
-use crate::provider::chat::{ChatMessage, ChatRequest, Role, ToolSpec};
+use crate::provider::chat::{ChatMessage, ChatRequest, Role, Tools};
 
 /// Default fraction of the window at which a request triggers compaction.
 pub const DEFAULT_THRESHOLD: f64 = 0.8;
@@ -125,8 +125,8 @@ pub fn estimate_message(m: &ChatMessage) -> u64 {
 }
 
 /// Estimated tokens of a whole request: system prompt, messages and tool schemas.
-pub fn estimate_request(system: &str, messages: &[ChatMessage], tools: &[ToolSpec]) -> u64 {
-    let tool_bytes = serde_json::to_vec(tools).map_or(0, |v| v.len());
+pub fn estimate_request(system: &str, messages: &[ChatMessage], tools: &Tools) -> u64 {
+    let tool_bytes = tools.plain_json().len();
     (system.len() + tool_bytes) as u64 / 4 + messages.iter().map(estimate_message).sum::<u64>()
 }
 
@@ -208,7 +208,7 @@ pub fn summary_request(
         model: model.to_owned(),
         system: SUMMARY_SYSTEM.to_owned(),
         messages: vec![ChatMessage::text(Role::User, text)],
-        tools: vec![],
+        tools: Tools::default(),
         effort: None,
         max_output_tokens: None,
         prompt_cache_key: None,

@@ -2,7 +2,7 @@
 //! root down to the cwd, configured instructions), and the `request_context` /
 //! `provider_state` diagnostics emitted as `turn/event` (spec `exec.md` §4.3 rows 25–26).
 
-use crate::provider::chat::{ChatMessage, ToolSpec};
+use crate::provider::chat::{ChatMessage, Tools};
 use crate::util::short_hash;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -126,7 +126,7 @@ pub fn system_sections(
 
 /// Whether a request of `system`, `messages` and `tools` reaches `limit` estimated
 /// tokens ([`super::compaction::estimate_request`]).
-pub fn over(system: &str, messages: &[ChatMessage], tools: &[ToolSpec], limit: u64) -> bool {
+pub fn over(system: &str, messages: &[ChatMessage], tools: &Tools, limit: u64) -> bool {
     super::compaction::estimate_request(system, messages, tools) >= limit
 }
 
@@ -146,17 +146,16 @@ pub fn request_context(
     system: &str,
     messages: &[ChatMessage],
     turn_start_index: usize,
-    tools: &[ToolSpec],
+    tools: &Tools,
     prompt_cache_key: &str,
 ) -> Value {
-    let tool_json = serde_json::to_vec(tools).unwrap_or_default();
+    let tool_json = tools.plain_json();
     let msg_bytes: Vec<Vec<u8>> = messages
         .iter()
         .map(|m| serde_json::to_vec(m).unwrap_or_default())
         .collect();
     let prefix: Vec<u8> = msg_bytes[..turn_start_index.min(msg_bytes.len())].concat();
     let all: Vec<u8> = msg_bytes.concat();
-    let stable: Vec<u8> = [system.as_bytes(), &tool_json].concat();
     let mut kinds = serde_json::Map::new();
     for m in messages {
         let k = serde_json::to_value(m.role).unwrap_or_default();
@@ -179,40 +178,54 @@ pub fn request_context(
         "turn_prefix": turn_start_index,
         "dynamic_context_bytes": 0,
         "system_bytes": system.len(),
-        "stable_prefix_bytes": stable.len(),
+        "stable_prefix_bytes": system.len() + tool_json.len(),
         "turn_prefix_bytes": prefix.len(),
         "message_bytes": all.len(),
         "tool_schema_bytes": tool_json.len(),
         "loadable_tool_count": 0,
         "loadable_tool_schema_bytes": 0,
         "loadable_tool_surface_hash": "",
-        "system_hash": stable_hash(system.as_bytes()),
-        "stable_prefix_hash": stable_hash(&stable),
+        "system_hash": stable_hash(&[system.as_bytes()]),
+        "stable_prefix_hash": stable_hash(&[system.as_bytes(), &tool_json]),
         "turn_prefix_hash": short_hash(&prefix),
-        "tool_surface_hash": stable_hash(&tool_json),
+        "tool_surface_hash": stable_hash(&[&tool_json]),
         "prompt_cache_key": prompt_cache_key,
         "system_sections": sections.iter().map(|s| json!({
             "key": s.key, "static": s.is_static, "bytes": s.text.len(),
-            "hash": stable_hash(s.text.as_bytes()),
+            "hash": stable_hash(&[s.text.as_bytes()]),
         })).collect::<Vec<_>>(),
     })
 }
 
-/// [`short_hash`] of a part every request of a workspace and mode sends alike (the
-/// system prompt and its sections, the tool schemas, the two together): the last
-/// [`STABLE_KEPT`] parts hashed and their hashes are kept, so a part seen before costs a
-/// comparison instead of a SHA-256 digest of its bytes (tool schemas are tens of KiB).
-fn stable_hash(bytes: &[u8]) -> String {
+/// [`short_hash`] of the concatenation of `parts`, a text every request of a workspace
+/// and mode sends alike (the system prompt and its sections, the tool schemas, the two
+/// together): the last [`STABLE_KEPT`] texts hashed and their hashes are kept, so a text
+/// seen before costs a comparison instead of a SHA-256 digest of its bytes (tool schemas
+/// are tens of KiB).
+fn stable_hash(parts: &[&[u8]]) -> String {
     static SEEN: parking_lot::Mutex<Vec<(Vec<u8>, String)>> = parking_lot::const_mutex(Vec::new());
-    if let Some((_, hash)) = SEEN.lock().iter().find(|(b, _)| b.as_slice() == bytes) {
+    let equal = |b: &[u8]| {
+        b.len() == parts.iter().map(|p| p.len()).sum::<usize>() && {
+            let mut rest = b;
+            parts.iter().all(|p| match rest.split_at_checked(p.len()) {
+                Some((head, tail)) => {
+                    rest = tail;
+                    head == *p
+                }
+                None => false,
+            })
+        }
+    };
+    if let Some((_, hash)) = SEEN.lock().iter().find(|(b, _)| equal(b)) {
         return hash.clone();
     }
-    let hash = short_hash(bytes);
+    let bytes = parts.concat();
+    let hash = short_hash(&bytes);
     let mut seen = SEEN.lock();
     if seen.len() >= STABLE_KEPT {
         seen.remove(0);
     }
-    seen.push((bytes.to_vec(), hash.clone()));
+    seen.push((bytes, hash.clone()));
     hash
 }
 
@@ -270,10 +283,20 @@ mod tests {
         // Seen once, seen again while kept, and again after being pushed out.
         for _ in 0..2 {
             for p in &parts {
-                assert_eq!(super::stable_hash(p), short_hash(p));
-                assert_eq!(super::stable_hash(p), short_hash(p));
+                assert_eq!(super::stable_hash(&[p]), short_hash(p));
+                assert_eq!(super::stable_hash(&[p]), short_hash(p));
+                let (a, b) = p.split_at(p.len() / 3);
+                assert_eq!(super::stable_hash(&[a, b]), short_hash(p));
+                assert_eq!(super::stable_hash(&[a, b, &[]]), short_hash(p));
             }
         }
-        assert_ne!(super::stable_hash(&parts[0]), super::stable_hash(&parts[1]));
+        assert_ne!(
+            super::stable_hash(&[&parts[0]]),
+            super::stable_hash(&[&parts[1]])
+        );
+        // Parts whose concatenation differs from a kept text by a split point only.
+        let (a, b) = parts[2].split_at(10);
+        assert_eq!(super::stable_hash(&[a, b]), short_hash(&parts[2]));
+        assert_ne!(super::stable_hash(&[a]), short_hash(&parts[2]));
     }
 }

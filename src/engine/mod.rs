@@ -38,7 +38,7 @@ pub mod trace;
 
 pub use text_deltas::TextDeltas;
 
-use crate::provider::chat::{ChatMessage, ToolSpec, Usage};
+use crate::provider::chat::{ChatMessage, Tools, Usage};
 use crate::provider::CancelToken;
 use crate::tools::{PermissionMode, ToolHandle};
 use crate::util::reply::{reply, ReplyTx};
@@ -149,6 +149,9 @@ pub struct TurnRequest {
     /// A compact-only turn (`/compact`, `thread/compact/start`): the engine compacts
     /// the conversation's context and ends; it sends no user input to the model.
     pub compact_only: bool,
+    /// The conversation's trace file, shared with the host (which writes the turn's
+    /// settlement there).
+    pub trace: trace::Trace,
 }
 
 /// A steer handed to an engine that steers natively (`engines.md` §1.9).
@@ -834,7 +837,7 @@ pub trait HostTools: Send + Sync {
     /// Every tool the model is offered in `mode`: the built-in tools
     /// ([`crate::tools::specs`]) plus the host's, as the host's policy allows (a
     /// `--no-tools` server offers none).
-    fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec>;
+    fn offered(&self, mode: PermissionMode) -> Tools;
     /// Whether a call to `name` is served by the host rather than the built-in tools.
     fn handles(&self, name: &str) -> bool;
     /// Starts a call on a helper thread; `mode` is the turn's permission mode.

@@ -8,26 +8,40 @@
 use serde_json::Value;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// An append-only trace file. Write failures are logged, never fatal.
+/// An append-only trace file. Write failures are logged, never fatal. A clone shares
+/// the open file (the host and the engine of a turn write to one handle).
+#[derive(Debug, Clone)]
 pub struct Trace {
     path: PathBuf,
-    file: Option<std::fs::File>,
+    file: Option<Arc<std::fs::File>>,
 }
 
 impl Trace {
-    /// Opens (appends to) the trace of `thread_id` under `home/traces`.
+    /// Opens (appends to) the trace of `thread_id` under `home/traces`, creating the
+    /// directory when it is missing.
     pub fn open(home: &Path, thread_id: &str) -> Trace {
         let dir = home.join("traces");
         let path = dir.join(format!("{thread_id}.jsonl"));
-        let file = std::fs::create_dir_all(&dir).ok().and_then(|_| {
+        let open = || {
             std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
                 .open(&path)
-                .map_err(|e| log::warn!("trace {}: {e}", path.display()))
-                .ok()
-        });
+        };
+        // The directory exists but for a conversation's first turn on a new home: it is
+        // created only when the open says it is missing.
+        let file = match open() {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&dir).and_then(|_| open())
+            }
+            other => other,
+        };
+        let file = file
+            .map_err(|e| log::warn!("trace {}: {e}", path.display()))
+            .ok()
+            .map(Arc::new);
         Trace { path, file }
     }
 
@@ -36,12 +50,12 @@ impl Trace {
         if let Value::Object(o) = &mut record {
             o.insert("ts_ms".into(), crate::util::now_ms().into());
         }
-        if let Some(f) = self.file.as_mut() {
+        if let Some(f) = &self.file {
             let mut line = crate::util::escape_line_separators(crate::secrets::redact_vec(
                 serde_json::to_vec(&record).unwrap_or_default(),
             ));
             line.push(b'\n');
-            if let Err(e) = f.write_all(&line) {
+            if let Err(e) = (&**f).write_all(&line) {
                 log::warn!("trace {}: {e}", self.path.display());
                 self.file = None;
             }

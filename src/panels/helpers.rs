@@ -130,7 +130,7 @@ fn ask(
         model: model.to_owned(),
         system: system.to_owned(),
         messages: vec![ChatMessage::text(Role::User, user)],
-        tools: vec![],
+        tools: Default::default(),
         effort: None,
         max_output_tokens: Some(max_output_tokens),
         prompt_cache_key: None,

@@ -445,7 +445,7 @@ fn prepare(
                 "{SIDE_PROMPT}\n\n<main_conversation>\n{transcript}</main_conversation>"
             ),
             messages,
-            tools: vec![],
+            tools: Default::default(),
             effort: None,
             max_output_tokens: None,
             prompt_cache_key: None,

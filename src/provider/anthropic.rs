@@ -35,7 +35,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::chat::{ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::chat::{ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, ToolSpec, Usage};
 use super::request::{normalize_schema, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
@@ -50,6 +50,23 @@ pub const CONTINUE_GUIDE: &str = "Continue from where you left off.";
 
 /// The request body for `req` (see the module docs for the rules).
 pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
+    let mut body = base_body(provider_id, req);
+    if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
+        o.insert("tools".into(), tools_json(&req.tools));
+    }
+    body
+}
+
+/// The `tools` array of a request offering `tools` (`input_schema`).
+pub fn tools_json(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": normalize_schema(&t.parameters)}))
+        .collect()
+}
+
+/// [`build_body`] without the `tools` array.
+pub fn base_body(provider_id: &str, req: &ChatRequest) -> Value {
     let mut msgs: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in &req.messages {
         let (role, blocks) = match m.role {
@@ -148,14 +165,6 @@ pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
     let o = body.as_object_mut().expect("object");
     if !req.system.is_empty() {
         o.insert("system".into(), json!(req.system));
-    }
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": normalize_schema(&t.parameters)}))
-            .collect();
-        o.insert("tools".into(), Value::Array(tools));
     }
     if let Some(effort) = &req.effort {
         o.insert("thinking".into(), json!({"type": "adaptive"}));
@@ -674,7 +683,7 @@ mod tests {
                 ChatMessage::text(Role::User, "more"),
                 ChatMessage::text(Role::Assistant, "partial"),
             ],
-            tools: vec![],
+            tools: Default::default(),
             effort: None,
             max_output_tokens: None,
             prompt_cache_key: None,

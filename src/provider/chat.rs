@@ -7,6 +7,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use super::toolset::{ToolSpec, Tools};
+
 /// A conversation role in provider-neutral history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -114,17 +116,6 @@ impl ChatMessage {
     }
 }
 
-/// A tool offered to the model: name, description, JSON Schema of the parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSpec {
-    /// Tool name (e.g. `bash`).
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// JSON Schema (`{"type":"object","properties":{…},"required":[…]}`).
-    pub parameters: Value,
-}
-
 /// A provider-neutral request.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChatRequest {
@@ -134,8 +125,8 @@ pub struct ChatRequest {
     pub system: String,
     /// History, normalized (see `engine::history`).
     pub messages: Vec<ChatMessage>,
-    /// Tools offered.
-    pub tools: Vec<ToolSpec>,
+    /// Tools offered (shared: a clone is a reference count).
+    pub tools: Tools,
     /// Reasoning effort (`low` | `medium` | `high` …), when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<String>,

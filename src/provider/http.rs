@@ -298,7 +298,7 @@ impl Provider for HttpProvider {
         cancel: &CancelToken,
         sink: &mut dyn StreamSink,
     ) {
-        let mut body = self.protocol.build_body(&self.id, &self.base_url, req);
+        let mut body = self.protocol.base_body(&self.id, &self.base_url, req);
         if req.max_output_tokens.is_none() {
             if let (Some(n), Some(o)) = (self.output_limit(&req.model), body.as_object_mut()) {
                 // The protocols' names: Responses `max_output_tokens`, Chat and Messages
@@ -310,7 +310,7 @@ impl Provider for HttpProvider {
                 o.insert(field.into(), Value::from(n));
             }
         }
-        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let bytes = self.protocol.body_bytes(&body, &req.tools);
         // Only the bytes live on: the `Value` tree is freed before the stream starts.
         // Shared with the head pool's thread that sends them.
         drop(body);
@@ -675,6 +675,84 @@ mod tests {
         let attempts = 1 + p.policy.max_retry_time.as_secs() / p.idle_timeout.as_secs();
         assert!(attempts <= 2);
         assert_eq!(p.output_limit("m"), None);
+    }
+
+    /// Answers `n` chat requests with a finished empty stream; returns their bodies.
+    fn capture_bodies(listener: std::net::TcpListener, n: usize) -> Vec<Vec<u8>> {
+        use std::io::{BufRead, Write};
+        (0..n)
+            .map(|_| {
+                let (mut s, _) = listener.accept().unwrap();
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut line = String::new();
+                    r.read_line(&mut line).unwrap();
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+                write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{sse}",
+                    sse.len()
+                )
+                .unwrap();
+                body
+            })
+            .collect()
+    }
+
+    /// The bytes sent are those of the whole body built as a `Value` (the output limit
+    /// included), the first request rendering the tools' text and the second reusing it.
+    #[test]
+    fn the_body_sent_is_the_whole_body_whether_its_tools_were_rendered_before_or_not() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let server = std::thread::spawn(move || capture_bodies(listener, 2));
+        let cfg = ProviderConfig {
+            provider_type: "openai-compatible".into(),
+            base_url: url.clone(),
+            max_output_tokens: Some(321),
+            ..Default::default()
+        };
+        let p = HttpProvider::from_config("p", WireProtocol::OpenAiChat, &cfg).unwrap();
+        let mut tools = crate::tools::specs(crate::tools::PermissionMode::ReadOnly);
+        tools[0].description.push_str(" (sent-body test)");
+        let req = ChatRequest {
+            model: "m".into(),
+            system: "sys".into(),
+            messages: vec![crate::provider::chat::ChatMessage::text(
+                crate::provider::chat::Role::User,
+                "hi",
+            )],
+            tools: tools.into(),
+            ..Default::default()
+        };
+        struct Ignore;
+        impl StreamSink for Ignore {
+            fn event(&mut self, _: crate::provider::chat::StreamEvent) -> bool {
+                true
+            }
+        }
+        for _ in 0..2 {
+            p.stream_with_cancel(&req, &CancelToken::new(), &mut Ignore);
+        }
+        let mut whole = WireProtocol::OpenAiChat.build_body("p", &url, &req);
+        whole["max_tokens"] = 321.into();
+        let whole = serde_json::to_vec(&whole).unwrap();
+        for body in server.join().unwrap() {
+            assert_eq!(
+                String::from_utf8(body).unwrap(),
+                String::from_utf8(whole.clone()).unwrap()
+            );
+        }
     }
 
     #[test]

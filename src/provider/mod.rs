@@ -35,6 +35,7 @@ pub(crate) mod request;
 pub mod retry;
 pub mod sse;
 pub mod stream;
+pub mod toolset;
 pub(crate) mod transport;
 pub mod wake;
 pub mod wire;

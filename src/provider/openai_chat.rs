@@ -29,7 +29,9 @@ use serde_json::{json, Value};
 mod chunk;
 use chunk::{Chunk, Fragment};
 
-use super::chat::{ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::chat::{
+    ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, ToolSpec, Usage,
+};
 use super::request::{normalize_schema, output_schema_parts, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
@@ -48,6 +50,30 @@ fn is_deepseek(model: &str) -> bool {
 
 /// The request body for `req`; `base_url` selects OpenRouter's effort shape.
 pub fn build_body(provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
+    let mut body = base_body(provider_id, base_url, req);
+    if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
+        o.insert("tools".into(), tools_json(&req.tools));
+    }
+    body
+}
+
+/// The `tools` array of a request offering `tools` (function tools nested under
+/// `function`).
+pub fn tools_json(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": normalize_schema(&t.parameters),
+            }})
+        })
+        .collect()
+}
+
+/// [`build_body`] without the `tools` array.
+pub fn base_body(provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
     let mut messages: Vec<Value> = Vec::new();
     if !req.system.is_empty() {
         messages.push(json!({"role": "system", "content": req.system}));
@@ -83,18 +109,6 @@ pub fn build_body(provider_id: &str, base_url: &str, req: &ChatRequest) -> Value
     });
     let o = body.as_object_mut().expect("object");
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": normalize_schema(&t.parameters),
-                }})
-            })
-            .collect();
-        o.insert("tools".into(), Value::Array(tools));
         o.insert("tool_choice".into(), json!("auto"));
     }
     if let Some(n) = req.max_output_tokens {
@@ -639,7 +653,7 @@ mod tests {
                 a1,
                 t1,
             ],
-            tools: vec![],
+            tools: Default::default(),
             effort: Some("high".into()),
             max_output_tokens: None,
             prompt_cache_key: None,

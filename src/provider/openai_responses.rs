@@ -28,7 +28,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{json, Value};
 
-use super::chat::{ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
+use super::chat::{
+    ChatMessage, ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, ToolSpec, Usage,
+};
 use super::request::{normalize_schema, output_schema_parts, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
@@ -39,6 +41,31 @@ pub const MAX_PROMPT_CACHE_KEY: usize = 64;
 
 /// The request body for `req` (see the module docs for the rules).
 pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
+    let mut body = base_body(provider_id, req);
+    if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
+        o.insert("tools".into(), tools_json(&req.tools));
+    }
+    body
+}
+
+/// The `tools` array of a request offering `tools` (flat function tools, `strict:false`).
+pub fn tools_json(tools: &[ToolSpec]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            json!({
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": normalize_schema(&t.parameters),
+                "strict": false,
+            })
+        })
+        .collect()
+}
+
+/// [`build_body`] without the `tools` array.
+pub fn base_body(provider_id: &str, req: &ChatRequest) -> Value {
     let mut input = Vec::new();
     for m in &req.messages {
         lower_message(provider_id, req, m, &mut input);
@@ -54,20 +81,6 @@ pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
         o.insert("instructions".into(), json!(req.system));
     }
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": normalize_schema(&t.parameters),
-                    "strict": false,
-                })
-            })
-            .collect();
-        o.insert("tools".into(), Value::Array(tools));
         o.insert("tool_choice".into(), json!("auto"));
     }
     if let Some(k) = &req.prompt_cache_key {
@@ -825,7 +838,8 @@ mod tests {
                 name: "t".into(),
                 description: "d".into(),
                 parameters: json!({"type":"object"}),
-            }],
+            }]
+            .into(),
             effort: Some("low".into()),
             max_output_tokens: Some(100),
             prompt_cache_key: Some("k".repeat(100)),

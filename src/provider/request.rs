@@ -44,3 +44,70 @@ pub(crate) fn output_schema_parts(v: &Value) -> (String, Value, bool) {
 pub(crate) fn same_origin(provider: &str, model: &str, provider_id: &str, req_model: &str) -> bool {
     provider == provider_id && model == req_model
 }
+
+/// `body` serialized exactly as `serde_json::to_vec` serializes it with the entries of
+/// `raw` added, each `(key, json)` an entry whose value is the JSON text `json` (written
+/// as is), placed among the object's entries in key order, the order serde_json keeps a
+/// map in. `raw` is sorted by key and its keys are not in `body`. A body that is not an
+/// object is serialized alone.
+pub(crate) fn to_vec_with(body: &Value, raw: &[(&str, &[u8])]) -> Vec<u8> {
+    let Value::Object(map) = body else {
+        return serde_json::to_vec(body).unwrap_or_default();
+    };
+    let mut out = Vec::with_capacity(
+        raw.iter()
+            .map(|(k, j)| k.len() + j.len() + 4)
+            .sum::<usize>()
+            + 1024,
+    );
+    out.push(b'{');
+    let mut raw = raw.iter().peekable();
+    let mut first = true;
+    let mut key = |out: &mut Vec<u8>, k: &str| {
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        let _ = serde_json::to_writer(&mut *out, k);
+        out.push(b':');
+    };
+    for (k, v) in map {
+        while let Some((rk, json)) = raw.next_if(|(rk, _)| *rk < k.as_str()) {
+            key(&mut out, rk);
+            out.extend_from_slice(json);
+        }
+        key(&mut out, k);
+        let _ = serde_json::to_writer(&mut out, v);
+    }
+    for (rk, json) in raw {
+        key(&mut out, rk);
+        out.extend_from_slice(json);
+    }
+    out.push(b'}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn raw_entries_land_where_serde_json_puts_their_keys() {
+        let body = json!({"b": 1, "model": "m\u{2028}\"x", "z": [1, {"y": null}], "é": true});
+        for key in ["a", "c", "tools", "zz", "\u{ff}"] {
+            let value = json!([{"name": "t", "parameters": {"type": "object"}}]);
+            let mut whole = body.clone();
+            whole[key] = value.clone();
+            let text = serde_json::to_vec(&value).unwrap();
+            assert_eq!(
+                String::from_utf8(super::to_vec_with(&body, &[(key, &text)])).unwrap(),
+                serde_json::to_string(&whole).unwrap(),
+                "{key}"
+            );
+        }
+        assert_eq!(
+            super::to_vec_with(&json!({}), &[("tools", b"[]")]),
+            b"{\"tools\":[]}"
+        );
+        assert_eq!(super::to_vec_with(&json!({"a": 1}), &[]), b"{\"a\":1}");
+    }
+}

@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use ureq::unversioned::transport::{
-    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, LazyBuffers, NextTimeout,
+    Buffers, ConnectProxyConnector, ConnectionDetails, Connector, Either, NextTimeout,
     RustlsConnector, ShutdownHandle, Transport,
 };
 use ureq::{Error, Timeout};
@@ -63,7 +63,7 @@ impl<In: Transport> Connector<In> for WakeTcpConnector {
         let config = details.config;
         Ok(Some(Either::B(WakeTransport {
             socket,
-            buffers: LazyBuffers::new(config.input_buffer_size(), config.output_buffer_size()),
+            buffers: ZeroedBuffers::new(config.input_buffer_size(), config.output_buffer_size()),
             wake: self.wake.clone(),
             read_timeout: None,
             write_timeout: None,
@@ -114,10 +114,119 @@ fn connect(details: &ConnectionDetails) -> Result<TcpStream, Error> {
 #[derive(Debug)]
 pub(crate) struct WakeTransport {
     socket: Arc<Socket>,
-    buffers: LazyBuffers,
+    buffers: ZeroedBuffers,
     wake: Option<Arc<ReadWake>>,
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+}
+
+/// A connection's buffers as ureq's `LazyBuffers` keeps them (allocated at first use,
+/// an input buffer read from its consumed end, an output buffer written from 0), but
+/// allocated zeroed by the allocator (`calloc`: memory fresh from the system is not
+/// written) instead of grown and zero-filled, so the pages of a buffer a short answer
+/// never reaches are never touched.
+#[derive(Debug)]
+struct ZeroedBuffers {
+    input_size: usize,
+    output_size: usize,
+    input: Vec<u8>,
+    /// End of the bytes read into `input`.
+    filled: usize,
+    /// End of the bytes of `input` consumed.
+    consumed: usize,
+    output: Vec<u8>,
+    /// The last consume took some bytes (the input left may be usable as is).
+    progress: bool,
+}
+
+/// Free input space below which [`ZeroedBuffers::tmp_and_output`] grows the input
+/// buffer (ureq's `LazyBuffers` figure): scratch space to read a request body into.
+const MIN_TMP_SIZE: usize = 10 * 1024;
+
+impl ZeroedBuffers {
+    fn new(input_size: usize, output_size: usize) -> Self {
+        ZeroedBuffers {
+            input_size: input_size.max(1),
+            output_size: output_size.max(1),
+            input: Vec::new(),
+            filled: 0,
+            consumed: 0,
+            output: Vec::new(),
+            progress: false,
+        }
+    }
+
+    fn ensure_allocation(&mut self) {
+        if self.output.len() < self.output_size {
+            self.output = vec![0; self.output_size];
+        }
+        self.grow_input(self.input_size);
+    }
+
+    /// Makes the input buffer at least `size` bytes, keeping what it holds.
+    fn grow_input(&mut self, size: usize) {
+        if self.input.is_empty() {
+            self.input = vec![0; size];
+        } else if self.input.len() < size {
+            self.input.resize(size, 0);
+        }
+    }
+
+    /// The free end of the input buffer, the unconsumed bytes first moved to its start
+    /// when all were consumed or they fill more than half of it.
+    fn free_input(&mut self) -> &mut [u8] {
+        if self.consumed > 0 {
+            if self.consumed == self.filled {
+                (self.consumed, self.filled) = (0, 0);
+            } else if self.filled > self.input.len() / 2 {
+                self.input.copy_within(self.consumed..self.filled, 0);
+                self.filled -= self.consumed;
+                self.consumed = 0;
+            }
+        }
+        self.input.get_mut(self.filled..).unwrap_or_default()
+    }
+}
+
+impl Buffers for ZeroedBuffers {
+    fn output(&mut self) -> &mut [u8] {
+        self.ensure_allocation();
+        &mut self.output
+    }
+
+    fn input(&self) -> &[u8] {
+        self.input
+            .get(self.consumed..self.filled)
+            .unwrap_or_default()
+    }
+
+    fn input_append_buf(&mut self) -> &mut [u8] {
+        self.ensure_allocation();
+        self.free_input()
+    }
+
+    fn input_appended(&mut self, amount: usize) {
+        self.filled = (self.filled + amount).min(self.input.len());
+    }
+
+    fn input_consume(&mut self, amount: usize) {
+        self.progress = amount > 0;
+        self.consumed = (self.consumed + amount).min(self.filled);
+    }
+
+    fn tmp_and_output(&mut self) -> (&mut [u8], &mut [u8]) {
+        self.ensure_allocation();
+        if self.free_input().len() < MIN_TMP_SIZE {
+            self.grow_input(self.filled + MIN_TMP_SIZE);
+        }
+        let filled = self.filled.min(self.input.len());
+        let (_, free) = self.input.split_at_mut(filled);
+        (free, &mut self.output)
+    }
+
+    fn can_use_input(&self) -> bool {
+        self.filled > self.consumed && self.progress
+    }
 }
 
 /// Sets a socket timeout when it changed since the last call.
@@ -301,6 +410,52 @@ mod tests {
         chunk(&mut s, &format!("{c2}{}{end}", chat_delta("D")));
         // The client may hang up as soon as it read `[DONE]`.
         let _ = s.write_all(b"0\r\n\r\n");
+    }
+
+    /// The same operations on our buffers and on ureq's `LazyBuffers` leave the same
+    /// unconsumed input (a request body's scratch use, then pseudo-random reads and
+    /// consumes).
+    #[test]
+    fn zeroed_buffers_hold_what_ureqs_buffers_hold() {
+        use ureq::unversioned::transport::LazyBuffers;
+        let (mut ours, mut theirs) = (ZeroedBuffers::new(4096, 1024), LazyBuffers::new(4096, 1024));
+        let mut seed = 0x2545_f491_u64;
+        let mut next = |n: usize| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) as usize % n
+        };
+        let mut byte = 0u8;
+        // A request's body goes through the scratch space first, then the answer is read.
+        for _ in 0..3 {
+            let ((t1, o1), (_, o2)) = (ours.tmp_and_output(), theirs.tmp_and_output());
+            assert!(t1.len() >= MIN_TMP_SIZE);
+            assert_eq!(o1.len(), o2.len());
+        }
+        for step in 0..5000 {
+            match next(4) {
+                0 | 1 => {
+                    let (a, b) = (ours.input_append_buf(), theirs.input_append_buf());
+                    let n = next(a.len().min(b.len()) + 1);
+                    for i in 0..n {
+                        byte = byte.wrapping_add(1);
+                        a[i] = byte;
+                        b[i] = byte;
+                    }
+                    ours.input_appended(n);
+                    theirs.input_appended(n);
+                }
+                _ => {
+                    let n = next(ours.input().len() + 1);
+                    ours.input_consume(n);
+                    theirs.input_consume(n);
+                }
+            }
+            assert_eq!(ours.input(), theirs.input(), "step {step}");
+            assert_eq!(ours.can_use_input(), theirs.can_use_input(), "step {step}");
+            assert_eq!(ours.output().len(), theirs.output().len());
+        }
     }
 
     #[test]

@@ -6,8 +6,10 @@
 
 use serde_json::Value;
 
-use super::chat::{ChatRequest, StreamEvent};
-use super::{anthropic, openai_chat, openai_responses, retry, sse, CancelToken, StreamSink};
+use super::chat::{ChatRequest, StreamEvent, Tools};
+use super::{
+    anthropic, openai_chat, openai_responses, request, retry, sse, CancelToken, StreamSink,
+};
 
 /// One of the three HTTP wire protocols (used by both the HTTP and the replay provider).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,13 +42,42 @@ impl WireProtocol {
         }
     }
 
-    /// The JSON request body for `req`, sent by provider `provider_id`.
+    /// The JSON request body for `req`, sent by provider `provider_id` (what
+    /// [`Self::body_bytes`] of [`Self::base_body`] serializes).
     pub fn build_body(self, provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
         match self {
             WireProtocol::OpenAiResponses => openai_responses::build_body(provider_id, req),
             WireProtocol::OpenAiChat => openai_chat::build_body(provider_id, base_url, req),
             WireProtocol::Anthropic => anthropic::build_body(provider_id, req),
         }
+    }
+
+    /// [`Self::build_body`] without its `tools` array (an object).
+    pub fn base_body(self, provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
+        match self {
+            WireProtocol::OpenAiResponses => openai_responses::base_body(provider_id, req),
+            WireProtocol::OpenAiChat => openai_chat::base_body(provider_id, base_url, req),
+            WireProtocol::Anthropic => anthropic::base_body(provider_id, req),
+        }
+    }
+
+    /// The bytes of the request body: `base` (a [`Self::base_body`], possibly amended)
+    /// serialized with the `tools` array of `tools` when there are any, the same bytes
+    /// `serde_json::to_vec` makes of the whole [`Self::build_body`]. The array's text is
+    /// rendered once per tool list and protocol ([`Tools::rendered`]).
+    pub fn body_bytes(self, base: &Value, tools: &Tools) -> Vec<u8> {
+        if tools.is_empty() {
+            return serde_json::to_vec(base).unwrap_or_default();
+        }
+        let text = tools.rendered(self.name(), |specs| {
+            let array = match self {
+                WireProtocol::OpenAiResponses => openai_responses::tools_json(specs),
+                WireProtocol::OpenAiChat => openai_chat::tools_json(specs),
+                WireProtocol::Anthropic => anthropic::tools_json(specs),
+            };
+            serde_json::to_vec(&array).unwrap_or_default()
+        });
+        request::to_vec_with(base, &[("tools", &text)])
     }
 
     /// A fresh stream parser for one attempt.
@@ -469,5 +500,107 @@ mod tests {
             at("flush C") < at("read \"data: [DONE]\\n\\n\""),
             "{log:#?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod body_tests {
+    use super::*;
+    use crate::provider::chat::{
+        ChatMessage, ImageInput, ReasoningBlock, Role, ToolCall, ToolSpec,
+    };
+    use serde_json::json;
+
+    /// A request with every kind of message and option, offering the built-in tools
+    /// plus schemas the lowering amends (no `properties`, null).
+    fn request(variant: usize) -> ChatRequest {
+        let mut tools = crate::tools::specs(crate::tools::PermissionMode::Standard);
+        tools.push(ToolSpec {
+            name: "bare".into(),
+            description: "an object schema without properties \u{2028} \"quoted\"".into(),
+            parameters: json!({"type": "object"}),
+        });
+        tools.push(ToolSpec {
+            name: "none".into(),
+            description: String::new(),
+            parameters: Value::Null,
+        });
+        let mut user = ChatMessage::text(Role::User, "look at this");
+        user.images.push(ImageInput {
+            media_type: "image/png".into(),
+            data: "iVBORw0KGgo=".into(),
+        });
+        let mut assistant = ChatMessage::text(Role::Assistant, "");
+        assistant.reasoning.push(ReasoningBlock {
+            provider: "p".into(),
+            model: "m".into(),
+            text: "thinking".into(),
+            signature: Some("sig".into()),
+            redacted: None,
+            raw: None,
+        });
+        assistant.tool_calls.push(ToolCall {
+            id: "call_1".into(),
+            name: "read_file".into(),
+            arguments: r#"{"path":"a.txt"}"#.into(),
+            item_id: Some("fc_1".into()),
+        });
+        let mut result = ChatMessage::text(Role::Tool, "contents");
+        result.tool_call_id = Some("call_1".into());
+        ChatRequest {
+            model: "m".into(),
+            system: "You are a test.\nÉtienne's rules: \u{0}".into(),
+            messages: vec![
+                user,
+                assistant,
+                result,
+                ChatMessage::text(Role::User, "go on"),
+            ],
+            tools: tools.into(),
+            effort: (variant % 2 == 1).then(|| "high".into()),
+            max_output_tokens: (variant % 3 == 1).then_some(1000),
+            prompt_cache_key: Some("thread-1".into()),
+            output_schema: (variant % 3 == 2)
+                .then(|| json!({"name": "final_answer", "schema": {"type": "object"}})),
+            temperature: (variant % 4 == 3).then_some(0.25),
+        }
+    }
+
+    #[test]
+    fn body_bytes_are_the_bytes_of_the_whole_body_rendered_or_not() {
+        for protocol in [
+            WireProtocol::OpenAiResponses,
+            WireProtocol::OpenAiChat,
+            WireProtocol::Anthropic,
+        ] {
+            for variant in 0..12 {
+                let mut req = request(variant);
+                if variant == 11 {
+                    req.tools = Tools::default();
+                }
+                let base_url =
+                    ["https://openrouter.ai/api/v1", "http://127.0.0.1:9/v1"][variant % 2];
+                let whole = serde_json::to_vec(&protocol.build_body("p", base_url, &req)).unwrap();
+                let mut base = protocol.base_body("p", base_url, &req);
+                assert!(base.get("tools").is_none());
+                // The first call renders the tools' text, the second reuses it.
+                for _ in 0..2 {
+                    let bytes = protocol.body_bytes(&base, &req.tools);
+                    assert_eq!(
+                        String::from_utf8(bytes).unwrap(),
+                        String::from_utf8(whole.clone()).unwrap(),
+                        "{protocol:?} variant {variant}"
+                    );
+                }
+                // An amended base (the HTTP provider's output limit) as the whole body.
+                let mut amended = protocol.build_body("p", base_url, &req);
+                amended["max_tokens"] = json!(77);
+                base["max_tokens"] = json!(77);
+                assert_eq!(
+                    protocol.body_bytes(&base, &req.tools),
+                    serde_json::to_vec(&amended).unwrap()
+                );
+            }
+        }
     }
 }

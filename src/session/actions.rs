@@ -262,11 +262,11 @@ impl Session {
             cfg.config.instructions.as_deref(),
         );
         let system = context::system_prompt(&sections);
-        let tools = super::client_tools::offered_now(
+        let tools = crate::provider::chat::Tools::from(super::client_tools::offered_now(
             &self.shared,
             mode,
             &super::agents::role_of(&self.thread),
-        );
+        ));
         let settled: Vec<TurnState> = self
             .turns
             .iter()

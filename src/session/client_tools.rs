@@ -9,7 +9,7 @@
 //! thread and reports one [`ToolEvent::Done`]; [`ToolHandle::cancel`] (an interrupt)
 //! revokes its question or stops waiting for its reverse request.
 
-use crate::provider::chat::ToolSpec;
+use crate::provider::chat::{ToolSpec, Tools};
 use crate::session::Host;
 use crate::tools::{ToolEvent, ToolHandle, ToolOutcome};
 use std::sync::atomic::AtomicBool;
@@ -36,16 +36,15 @@ pub fn offered(
     shared: &Host,
     mode: crate::tools::PermissionMode,
     role: &super::agents::Role,
-) -> Vec<ToolSpec> {
+) -> Tools {
     if shared.opts.no_tools {
-        return vec![];
+        return Tools::default();
     }
-    let mut out = crate::tools::specs(mode);
-    out.extend(specs(shared));
-    out.extend(super::agents::tools::specs(role));
+    let mut extras = specs(shared);
+    extras.extend(super::agents::tools::specs(role));
     // MCP servers start here, at the first turn that asks for tools.
-    out.extend(shared.mcp.specs(&shared.config(), mode));
-    out
+    extras.extend(shared.mcp.specs(&shared.config(), mode));
+    crate::tools::shared_specs(mode).joined(extras)
 }
 
 /// [`offered`] without starting MCP servers (views such as the context composition).

@@ -10,7 +10,7 @@
 use super::Session;
 use crate::engine::builtin::Builtin;
 use crate::engine::{Engine, FailingEngine, HostTools, BUILTIN};
-use crate::provider::chat::ToolSpec;
+use crate::provider::chat::Tools;
 use crate::session::Host;
 use crate::tools::{PermissionMode, ToolHandle};
 use std::sync::Arc;
@@ -29,7 +29,7 @@ pub struct ClientTools {
 }
 
 impl HostTools for ClientTools {
-    fn offered(&self, mode: PermissionMode) -> Vec<ToolSpec> {
+    fn offered(&self, mode: PermissionMode) -> Tools {
         super::client_tools::offered(&self.shared, mode, &self.role)
     }
 

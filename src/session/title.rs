@@ -94,7 +94,7 @@ pub fn after_turn(s: &Session, succeeded: bool) {
                 clip(&answer, CONTEXT_CHARS)
             ),
         )],
-        tools: vec![],
+        tools: Default::default(),
         effort: None,
         max_output_tokens: Some(64),
         prompt_cache_key: None,

@@ -214,6 +214,18 @@ pub fn specs(mode: PermissionMode) -> Vec<ToolSpec> {
     args::specs(mode)
 }
 
+/// [`specs`] as one shared list, built once per process and mode.
+pub fn shared_specs(mode: PermissionMode) -> crate::provider::chat::Tools {
+    static BY_MODE: [std::sync::OnceLock<crate::provider::chat::Tools>; 3] =
+        [const { std::sync::OnceLock::new() }; 3];
+    let slot = match mode {
+        PermissionMode::ReadOnly => 0,
+        PermissionMode::Standard => 1,
+        PermissionMode::Unconfined => 2,
+    };
+    BY_MODE[slot].get_or_init(|| specs(mode).into()).clone()
+}
+
 /// Whether a tool is "at most once": its effect must not be repeated when its outcome
 /// is unknown (e.g. the host crashed mid-call). True for `bash`, `process`,
 /// `write_file`, `edit_file` and `apply_patch`; false for everything else (including

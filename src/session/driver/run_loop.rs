@@ -312,6 +312,7 @@ impl Driver<'_> {
             },
             background: self.s.shared.background.of(&self.s.id, true).ok(),
             compact_only: self.s.turns[self.turn_idx].row.kind == "compact",
+            trace: self.trace.clone(),
         }
     }
 
