@@ -38,6 +38,7 @@ use serde_json::{json, Value};
 use super::chat::{ChatRequest, ReasoningBlock, Role, StreamEvent, ToolCall, Usage};
 use super::request::{normalize_schema, same_origin};
 use super::retry::{classify_stream_error, error_fields, AttemptError};
+use super::scan::{Scan, Str};
 use super::sse::SseEvent;
 use super::wire::{finished_arguments, parse_data, Out, WireParser};
 
@@ -203,6 +204,99 @@ pub struct Parser {
     cut_off: bool,
     /// Calls whose block stopped without any input, decided at `message_stop`.
     empty_calls: Vec<(String, String)>,
+    /// Block deltas are scanned ([`scan_block_delta`]) before the `Value` path (false
+    /// only in tests, to compare the two).
+    scan: bool,
+    /// Unescaped strings of the scanned event, kept from event to event.
+    scratch: String,
+}
+
+/// What a `content_block_delta` event says, read by either path.
+#[derive(Debug, Default, PartialEq)]
+struct BlockDelta<'a> {
+    /// `index` (0 when absent or not a non-negative integer).
+    index: u64,
+    /// `delta.type`, when `delta` is there and its `type` a string.
+    kind: Option<&'a str>,
+    /// `delta.text`, `delta.thinking`, `delta.partial_json`, `delta.signature`: each
+    /// `""` when absent or not a string.
+    text: &'a str,
+    thinking: &'a str,
+    partial_json: &'a str,
+    signature: &'a str,
+}
+
+impl<'a> BlockDelta<'a> {
+    /// The reference reading, from the parsed event (`index` already read).
+    fn from_value(index: u64, v: &'a Value) -> Self {
+        let d = v.get("delta");
+        let s = |k: &str| {
+            d.and_then(|d| d.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        };
+        BlockDelta {
+            index,
+            kind: d.and_then(|d| d.get("type")).and_then(Value::as_str),
+            text: s("text"),
+            thinking: s("thinking"),
+            partial_json: s("partial_json"),
+            signature: s("signature"),
+        }
+    }
+}
+
+/// The scanned reading of a `data:` payload (`provider::scan`): a `content_block_delta`
+/// event (its JSON `type` says so) whose `index` is a non-negative integer or null and
+/// whose `delta` is an object of string (or null) fields; `None` for any other payload
+/// (the `Value` path decides). Whenever it answers, the answer equals
+/// [`BlockDelta::from_value`] of the same payload.
+fn scan_block_delta<'a>(data: &'a str, scratch: &'a mut String) -> Option<BlockDelta<'a>> {
+    let mut s = Scan::new(data, scratch);
+    let (mut ty, mut index, mut delta) = (None, None, None);
+    s.object(|s, key| {
+        match key {
+            b"type" => ty = s.opt_str()?,
+            b"index" => index = s.opt_u64()?,
+            b"delta" => {
+                let mut d: [Option<Str>; 5] = [None; 5];
+                s.object(|s, key| {
+                    let slot = match key {
+                        b"type" => 0,
+                        b"text" => 1,
+                        b"thinking" => 2,
+                        b"partial_json" => 3,
+                        b"signature" => 4,
+                        _ => return s.skip(),
+                    };
+                    d[slot] = s.opt_str()?;
+                    Some(())
+                })?;
+                delta = Some(d);
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    let t = s.finish()?;
+    if ty.map(|x| t.get(x)) != Some("content_block_delta") {
+        return None;
+    }
+    let Some(d) = delta else {
+        return Some(BlockDelta {
+            index: index.unwrap_or(0),
+            ..BlockDelta::default()
+        });
+    };
+    let get = |x: Option<Str>| x.map_or("", |x| t.get(x));
+    Some(BlockDelta {
+        index: index.unwrap_or(0),
+        kind: d[0].map(|x| t.get(x)),
+        text: get(d[1]),
+        thinking: get(d[2]),
+        partial_json: get(d[3]),
+        signature: get(d[4]),
+    })
 }
 
 impl Parser {
@@ -218,6 +312,8 @@ impl Parser {
             any_tool_call: false,
             cut_off: false,
             empty_calls: Vec::new(),
+            scan: true,
+            scratch: String::new(),
         }
     }
 
@@ -323,17 +419,15 @@ impl Parser {
     }
 
     /// `content_block_delta`: text, tool input JSON, thinking text or signature of block
-    /// `index`.
-    fn block_delta(&mut self, index: u64, v: &Value, out: &mut Out) {
-        let Some(d) = v.get("delta") else { return };
-        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
-        let block = self.blocks.get_mut(&index);
-        match (d.get("type").and_then(Value::as_str), block) {
-            (Some("text_delta"), _) if !s("text").is_empty() => {
-                out.text(false, s("text"));
+    /// `d.index`.
+    fn block_delta(&mut self, d: BlockDelta, out: &mut Out) {
+        let block = self.blocks.get_mut(&d.index);
+        match (d.kind, block) {
+            (Some("text_delta"), _) if !d.text.is_empty() => {
+                out.text(false, d.text);
             }
             (Some("input_json_delta"), Some(Block::Tool { id, json, .. })) => {
-                let piece = s("partial_json");
+                let piece = d.partial_json;
                 if !piece.is_empty() {
                     json.push_str(piece);
                     out.push(StreamEvent::ToolCallDelta {
@@ -343,14 +437,14 @@ impl Parser {
                 }
             }
             (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
-                let piece = s("thinking");
+                let piece = d.thinking;
                 if !piece.is_empty() {
                     text.push_str(piece);
                     out.text(true, piece);
                 }
             }
             (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
-                signature.push_str(s("signature"));
+                signature.push_str(d.signature);
             }
             _ => {}
         }
@@ -468,6 +562,17 @@ impl WireParser for Parser {
         ev: &SseEvent,
         out: &mut Out,
     ) -> Option<Result<StreamEvent, AttemptError>> {
+        if self.scan {
+            // The usual event, a block's delta, read straight from its bytes.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            let scanned =
+                scan_block_delta(&ev.data, &mut scratch).map(|d| self.block_delta(d, out));
+            self.scratch = scratch;
+            if scanned.is_some() {
+                return None;
+            }
+        }
         let v = parse_data(ev)?;
         let ty = v
             .get("type")
@@ -478,7 +583,7 @@ impl WireParser for Parser {
         match ty {
             "message_start" => self.message_start(&v),
             "content_block_start" => self.block_start(index, &v, out),
-            "content_block_delta" => self.block_delta(index, &v, out),
+            "content_block_delta" => self.block_delta(BlockDelta::from_value(index, &v), out),
             "content_block_stop" => self.block_stop(index, out),
             "message_delta" => self.message_delta(&v),
             "message_stop" => return Some(Ok(self.message_stop(out))),
@@ -532,6 +637,153 @@ impl WireParser for Parser {
 mod tests {
     use super::*;
     use crate::provider::chat::{ChatMessage, FailureKind};
+
+    use crate::provider::scan::fuzz::{mutate, object, opt, Rng, TEXTS};
+
+    /// A `content_block_delta` payload of many shapes (and a few other events).
+    fn gen_block_delta(rng: &mut Rng) -> String {
+        let field = |rng: &mut Rng, p| opt(rng, p, |r| r.pick(TEXTS).into());
+        let delta = opt(rng, 90, |rng| {
+            if rng.chance(8) {
+                return rng.pick(&["null", "5", "\"d\"", "[]"]).into();
+            }
+            let kinds = [
+                "\"text_delta\"",
+                "\"text_delta\"",
+                "\"thinking_delta\"",
+                "\"input_json_delta\"",
+                "\"signature_delta\"",
+                "\"other\"",
+                "null",
+                "3",
+            ];
+            let e = [
+                ("type", opt(rng, 90, |r| r.pick(&kinds).into())),
+                ("text", field(rng, 60)),
+                ("thinking", field(rng, 30)),
+                ("partial_json", field(rng, 30)),
+                ("signature", field(rng, 20)),
+            ];
+            object(rng, &e)
+        });
+        let types = [
+            "\"content_block_delta\"",
+            "\"content_block_delta\"",
+            "\"content_block_delta\"",
+            "\"ping\"",
+            "null",
+            "1",
+            "\"content_block_d\\u0065lta\"",
+        ];
+        let indexes = [
+            "0",
+            "1",
+            "2",
+            "0",
+            "null",
+            "-1",
+            "1.5",
+            "\"0\"",
+            "18446744073709551616",
+        ];
+        let e = [
+            ("type", opt(rng, 95, |r| r.pick(&types).into())),
+            ("index", opt(rng, 85, |r| r.pick(&indexes).into())),
+            ("delta", delta),
+        ];
+        object(rng, &e)
+    }
+
+    #[test]
+    fn scanned_block_deltas_read_like_values() {
+        let usual = [
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"tok "}}"#,
+            r#"{"delta":{"text":"a\"b\n\u00e9\ud83e\udd80","type":"text_delta"},"index":3,"type":"content_block_delta"}"#,
+            r#"{"type":"content_block_delta","index":1,"delta":{"type":"thinking_delta","thinking":"hm"}}"#,
+            r#"{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"a\":"}}"#,
+            r#"{"type":"content_block_delta","delta":{}}"#,
+            r#"{"type":"content_block_delta"}"#,
+        ];
+        let check = |data: &str| {
+            let mut scratch = String::new();
+            let Some(scanned) = scan_block_delta(data, &mut scratch) else {
+                return false;
+            };
+            let v: Value = serde_json::from_str(data)
+                .unwrap_or_else(|e| panic!("scanned what Value refuses ({e}): {data}"));
+            assert_eq!(v["type"], "content_block_delta", "{data}");
+            let index = v.get("index").and_then(Value::as_u64).unwrap_or(0);
+            assert_eq!(scanned, BlockDelta::from_value(index, &v), "{data}");
+            true
+        };
+        for data in usual {
+            assert!(check(data), "the scan reads {data}");
+        }
+        for data in [
+            r#"{"type":"ping"}"#,
+            r#"{"index":0,"delta":{"type":"text_delta","text":"no type: the event line decides"}}"#,
+            r#"{"type":"content_block_delta","index":-1,"delta":{"type":"text_delta","text":"x"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":null}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":5}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\ud800"}}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}"#,
+        ] {
+            assert!(!check(data), "the scan leaves {data}");
+        }
+        let mut rng = Rng(0x3C6E_F372_FE94_F82B);
+        let (mut scanned, total) = (0, 20_000);
+        for i in 0..total {
+            let mut data = gen_block_delta(&mut rng);
+            if i % 2 == 1 {
+                data = mutate(&mut rng, &data);
+            }
+            scanned += check(&data) as usize;
+        }
+        assert!(
+            scanned > total / 8,
+            "the scan read only {scanned} of {total}"
+        );
+    }
+
+    #[test]
+    fn scanned_block_deltas_stream_the_same_events_as_the_value_path() {
+        let start = concat!(
+            "data: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1}}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"x\",\"input\":{}}}\n\n",
+        );
+        let end = concat!(
+            "data: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+            "data: {\"type\":\"content_block_stop\",\"index\":2}\n\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":3}}\n\n",
+            "data: {\"type\":\"message_stop\"}\n\n",
+        );
+        let mut rng = Rng(0xA54F_F53A_5F1D_36F1);
+        for round in 0..2000 {
+            let mut body = start.to_string();
+            for _ in 0..1 + rng.below(8) {
+                let mut data = gen_block_delta(&mut rng);
+                if rng.chance(20) {
+                    data = mutate(&mut rng, &data).replace('\n', " ");
+                }
+                if rng.chance(30) {
+                    body.push_str("event: content_block_delta\n");
+                }
+                body.push_str(&format!("data: {data}\n\n"));
+            }
+            body.push_str(end);
+            let mut scanning = Parser::new("a", "claude");
+            let mut reference = Parser::new("a", "claude");
+            reference.scan = false;
+            assert_eq!(
+                crate::provider::wire::parse_body(&mut scanning, &body),
+                crate::provider::wire::parse_body(&mut reference, &body),
+                "round {round}: {body}"
+            );
+        }
+    }
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
         crate::provider::wire::parse_body(&mut Parser::new("a", "claude"), body)

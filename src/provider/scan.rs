@@ -365,8 +365,117 @@ impl<'a> Scan<'a> {
     }
 }
 
+/// Helpers of the protocols' fuzz-style tests: a reproducible generator, objects of
+/// shuffled entries and random edits of a payload.
+#[cfg(test)]
+pub(crate) mod fuzz {
+    /// A tiny deterministic generator (xorshift64*), so failures reproduce.
+    pub struct Rng(pub u64);
+
+    impl Rng {
+        pub fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next() % n.max(1) as u64) as usize
+        }
+        pub fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
+            xs[self.below(xs.len())]
+        }
+        pub fn chance(&mut self, percent: u64) -> bool {
+            self.next() % 100 < percent
+        }
+    }
+
+    /// String-ish values: escapes, unicode, surrogates, and other types.
+    pub const TEXTS: &[&str] = &[
+        "\"hi\"",
+        "\"\"",
+        "\"a\\nb \\\"q\\\" \\u00e9\"",
+        "\"\\ud83e\\udd80 🦀 é\"",
+        "\"\\ud800\"",
+        "null",
+        "5",
+        "[\"a\"]",
+        "{\"t\":1}",
+        "\"\\/\"",
+    ];
+
+    /// Values of unknown keys: nested, numbers, some of them refused by `serde_json` too.
+    pub const UNKNOWN: &[&str] = &[
+        "null",
+        "1",
+        "-2",
+        "1.5e3",
+        "true",
+        "\"s\"",
+        "[1,{\"a\":[null]}]",
+        "{\"b\":{}}",
+        "1e999",
+        "\"\\ud800\"",
+        "18446744073709551616",
+        "[]",
+    ];
+
+    /// `Some(v(rng))` in `percent` % of the cases.
+    pub fn opt(rng: &mut Rng, percent: u64, v: impl FnOnce(&mut Rng) -> String) -> Option<String> {
+        rng.chance(percent).then(|| v(rng))
+    }
+
+    /// `{"k":v,…}` of the present entries (`None` = absent), shuffled, sometimes with an
+    /// unknown key, a repeated key or whitespace.
+    pub fn object(rng: &mut Rng, entries: &[(&str, Option<String>)]) -> String {
+        let mut parts: Vec<String> = entries
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("\"{k}\":{v}")))
+            .collect();
+        if rng.chance(30) {
+            let k = rng.pick(&["x", "logprobs", "sequence_number", "obfuscation"]);
+            parts.push(format!("\"{k}\":{}", rng.pick(UNKNOWN)));
+        }
+        if rng.chance(8) && !parts.is_empty() {
+            let i = rng.below(parts.len());
+            parts.push(parts[i].clone());
+        }
+        for i in (1..parts.len()).rev() {
+            parts.swap(i, rng.below(i + 1));
+        }
+        let sep = if rng.chance(10) { " ,\n " } else { "," };
+        format!("{{{}}}", parts.join(sep))
+    }
+
+    /// Random edits of a payload: a byte dropped, doubled or replaced, a cut, an escape or
+    /// a number put in.
+    pub fn mutate(rng: &mut Rng, s: &str) -> String {
+        let mut b = s.as_bytes().to_vec();
+        for _ in 0..1 + rng.below(3) {
+            if b.is_empty() {
+                break;
+            }
+            let i = rng.below(b.len());
+            match rng.below(5) {
+                0 => {
+                    b.remove(i);
+                }
+                1 => b.insert(i, b[i]),
+                2 => b[i] = b"{}[]\",:\\ u0e-.1\x01\xff"[rng.below(17)],
+                3 => b.truncate(i),
+                _ => {
+                    let piece = rng.pick(&["\\u00e9", "\\ud83e", "\\n", "1e5", "-0", " ", "\\"]);
+                    b.splice(i..i, piece.bytes());
+                }
+            }
+        }
+        String::from_utf8_lossy(&b).into_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::fuzz::{mutate, Rng};
     use super::*;
     use serde_json::Value;
 
@@ -384,20 +493,6 @@ mod tests {
         let v = s.string()?;
         let texts = s.finish()?;
         Some(texts.get(v).to_owned())
-    }
-
-    /// A tiny deterministic generator (xorshift64*), so failures reproduce.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
     }
 
     const ATOMS: &[&str] = &[
@@ -466,26 +561,6 @@ mod tests {
                 format!("{{{}}}", items.join(","))
             }
         }
-    }
-
-    /// Random edits of a text: a byte dropped, doubled or replaced, a cut.
-    fn mutate(rng: &mut Rng, s: &str) -> String {
-        let mut b = s.as_bytes().to_vec();
-        for _ in 0..1 + rng.below(3) {
-            if b.is_empty() {
-                break;
-            }
-            let i = rng.below(b.len());
-            match rng.below(4) {
-                0 => {
-                    b.remove(i);
-                }
-                1 => b.insert(i, b[i]),
-                2 => b[i] = b"{}[]\",:\\ u0e-.\x01\xff"[rng.below(16)],
-                _ => b.truncate(i),
-            }
-        }
-        String::from_utf8_lossy(&b).into_owned()
     }
 
     #[test]
