@@ -42,7 +42,7 @@ fn piece(i: usize, escapes: bool) -> String {
 /// `data:` lines (and `event:` lines for Responses and Anthropic) of one answer.
 fn body(protocol: &str, n: usize, escapes: bool) -> String {
     let mut s = String::new();
-    let mut push = |event: Option<&str>, data: &Value| {
+    let push = |s: &mut String, event: Option<&str>, data: &Value| {
         if let Some(e) = event {
             s.push_str("event: ");
             s.push_str(e);
@@ -65,10 +65,12 @@ fn body(protocol: &str, n: usize, escapes: bool) -> String {
                 ));
             }
             push(
+                &mut s,
                 None,
                 &json!({"id":"chatcmpl-B9","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}),
             );
             push(
+                &mut s,
                 None,
                 &json!({"id":"chatcmpl-B9","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":n}}),
             );
@@ -77,10 +79,12 @@ fn body(protocol: &str, n: usize, escapes: bool) -> String {
         "openai-responses" => {
             let msg = "msg_67c9fdcecf488190bdd9a0409de3a1dec07";
             push(
+                &mut s,
                 Some("response.created"),
                 &json!({"type":"response.created","response":{"id":"resp_1","status":"in_progress"}}),
             );
             push(
+                &mut s,
                 Some("response.output_item.added"),
                 &json!({"type":"response.output_item.added","output_index":0,"item":{"id":msg,"type":"message","status":"in_progress","content":[],"role":"assistant"}}),
             );
@@ -94,16 +98,19 @@ fn body(protocol: &str, n: usize, escapes: bool) -> String {
                 ));
             }
             push(
+                &mut s,
                 Some("response.completed"),
                 &json!({"type":"response.completed","response":{"id":"resp_1","status":"completed","output":[],"usage":{"input_tokens":10,"output_tokens":n}}}),
             );
         }
         _ => {
             push(
+                &mut s,
                 Some("message_start"),
                 &json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":10,"output_tokens":1}}}),
             );
             push(
+                &mut s,
                 Some("content_block_start"),
                 &json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
             );
@@ -115,14 +122,20 @@ fn body(protocol: &str, n: usize, escapes: bool) -> String {
                 ));
             }
             push(
+                &mut s,
                 Some("content_block_stop"),
                 &json!({"type":"content_block_stop","index":0}),
             );
             push(
+                &mut s,
                 Some("message_delta"),
                 &json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":n}}),
             );
-            push(Some("message_stop"), &json!({"type":"message_stop"}));
+            push(
+                &mut s,
+                Some("message_stop"),
+                &json!({"type":"message_stop"}),
+            );
         }
     }
     s

@@ -132,12 +132,7 @@ impl<'a> Scan<'a> {
         loop {
             self.eat(b"\"")?;
             let start = self.pos;
-            let len = self
-                .src
-                .as_bytes()
-                .get(start..)?
-                .iter()
-                .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
+            let len = self.plain_run()?;
             let end = start + len;
             if self.byte_at(end)? != b'"' {
                 return None;
@@ -246,10 +241,8 @@ impl<'a> Scan<'a> {
     /// control character or the end of input. Returns the run's length.
     fn plain_run(&mut self) -> Option<usize> {
         let rest = self.src.as_bytes().get(self.pos..)?;
-        let len = rest
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)?;
-        if *rest.get(len)? < 0x20 {
+        let len = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest.get(..len)?.iter().any(|&b| b < 0x20) {
             return None;
         }
         self.pos += len;
