@@ -22,9 +22,6 @@ pub(crate) const MAX_DEPTH: usize = 16;
 /// the reference path).
 pub(crate) const MAX_NUMBER_BYTES: usize = 24;
 
-/// Bytes of a string searched byte by byte before the vector search takes over.
-const SHORT_RUN: usize = 32;
-
 /// A string value found by [`Scan`]: a byte range of the input (no escapes) or of the
 /// scratch buffer (unescaped). Read it with [`Texts::get`] once the scan is over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -244,18 +241,8 @@ impl<'a> Scan<'a> {
     /// control character or the end of input. Returns the run's length.
     fn plain_run(&mut self) -> Option<usize> {
         let rest = self.src.as_bytes().get(self.pos..)?;
-        // Most keys and deltas are short: a plain loop finds their end sooner than the
-        // vector search, which takes over past the first bytes.
-        let head = rest.len().min(SHORT_RUN);
-        let len = match rest
-            .get(..head)?
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-        {
-            Some(i) => i,
-            None => head + memchr::memchr2(b'"', b'\\', rest.get(head..)?)?,
-        };
-        if *rest.get(len)? < 0x20 || rest.get(..len)?.iter().any(|&b| b < 0x20) {
+        let len = memchr::memchr2(b'"', b'\\', rest)?;
+        if rest.get(..len)?.iter().any(|&b| b < 0x20) {
             return None;
         }
         self.pos += len;
