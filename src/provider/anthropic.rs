@@ -41,6 +41,9 @@ use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
 use super::wire::{finished_arguments, parse_data, Out, WireParser};
 
+mod block_delta;
+use block_delta::{scan_block_delta, BlockDelta};
+
 /// `max_tokens` when the request sets none.
 pub const DEFAULT_MAX_TOKENS: u32 = 8192;
 /// `max_tokens` when the request sets none and thinking is on.
@@ -212,6 +215,11 @@ pub struct Parser {
     cut_off: bool,
     /// Calls whose block stopped without any input, decided at `message_stop`.
     empty_calls: Vec<(String, String)>,
+    /// Block deltas are scanned ([`scan_block_delta`]) before the `Value` path (false
+    /// only in tests, to compare the two).
+    scan: bool,
+    /// Unescaped strings of the scanned event, kept from event to event.
+    scratch: String,
 }
 
 impl Parser {
@@ -227,6 +235,8 @@ impl Parser {
             any_tool_call: false,
             cut_off: false,
             empty_calls: Vec::new(),
+            scan: true,
+            scratch: String::new(),
         }
     }
 
@@ -332,17 +342,15 @@ impl Parser {
     }
 
     /// `content_block_delta`: text, tool input JSON, thinking text or signature of block
-    /// `index`.
-    fn block_delta(&mut self, index: u64, v: &Value, out: &mut Out) {
-        let Some(d) = v.get("delta") else { return };
-        let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
-        let block = self.blocks.get_mut(&index);
-        match (d.get("type").and_then(Value::as_str), block) {
-            (Some("text_delta"), _) if !s("text").is_empty() => {
-                out.text(false, s("text"));
+    /// `d.index`.
+    fn block_delta(&mut self, d: BlockDelta, out: &mut Out) {
+        let block = self.blocks.get_mut(&d.index);
+        match (d.kind, block) {
+            (Some("text_delta"), _) if !d.text.is_empty() => {
+                out.text(false, d.text);
             }
             (Some("input_json_delta"), Some(Block::Tool { id, json, .. })) => {
-                let piece = s("partial_json");
+                let piece = d.partial_json;
                 if !piece.is_empty() {
                     json.push_str(piece);
                     out.push(StreamEvent::ToolCallDelta {
@@ -352,14 +360,14 @@ impl Parser {
                 }
             }
             (Some("thinking_delta"), Some(Block::Thinking { text, .. })) => {
-                let piece = s("thinking");
+                let piece = d.thinking;
                 if !piece.is_empty() {
                     text.push_str(piece);
                     out.text(true, piece);
                 }
             }
             (Some("signature_delta"), Some(Block::Thinking { signature, .. })) => {
-                signature.push_str(s("signature"));
+                signature.push_str(d.signature);
             }
             _ => {}
         }
@@ -477,6 +485,17 @@ impl WireParser for Parser {
         ev: &SseEvent,
         out: &mut Out,
     ) -> Option<Result<StreamEvent, AttemptError>> {
+        if self.scan {
+            // The usual event, a block's delta, read straight from its bytes.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            let scanned =
+                scan_block_delta(&ev.data, &mut scratch).map(|d| self.block_delta(d, out));
+            self.scratch = scratch;
+            if scanned.is_some() {
+                return None;
+            }
+        }
         let v = parse_data(ev)?;
         let ty = v
             .get("type")
@@ -487,7 +506,7 @@ impl WireParser for Parser {
         match ty {
             "message_start" => self.message_start(&v),
             "content_block_start" => self.block_start(index, &v, out),
-            "content_block_delta" => self.block_delta(index, &v, out),
+            "content_block_delta" => self.block_delta(BlockDelta::from_value(index, &v), out),
             "content_block_stop" => self.block_stop(index, out),
             "message_delta" => self.message_delta(&v),
             "message_stop" => return Some(Ok(self.message_stop(out))),

@@ -33,6 +33,7 @@ pub mod registry;
 pub mod replay;
 pub(crate) mod request;
 pub mod retry;
+pub(crate) mod scan;
 pub mod sse;
 pub mod stream;
 pub mod toolset;

@@ -236,9 +236,23 @@ pub struct Parser {
     saw_choice: bool,
     /// A started call was withdrawn ([`StreamEvent::ToolCallCutOff`]).
     cut_off: bool,
-    /// Chunks are read by the typed fast path first (false only in tests, to compare
-    /// with the `Value` path).
-    typed: bool,
+    /// The readings a chunk goes through, fastest first ([`Readings::All`] but in
+    /// tests, which compare them with the `Value` path).
+    readings: Readings,
+    /// Unescaped strings of the scanned chunk, kept from chunk to chunk.
+    scratch: String,
+}
+
+/// Which readings of a chunk [`Parser`] tries before the `Value` path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(test), allow(dead_code))]
+enum Readings {
+    /// The scan ([`chunk::scan`]), then the typed path ([`chunk::parse_typed`]).
+    All,
+    /// The typed path only.
+    Typed,
+    /// The `Value` path only.
+    Value,
 }
 
 impl Parser {
@@ -256,7 +270,8 @@ impl Parser {
             response_id: None,
             saw_choice: false,
             cut_off: false,
-            typed: true,
+            readings: Readings::All,
+            scratch: String::new(),
         }
     }
 
@@ -493,7 +508,16 @@ impl WireParser for Parser {
             }
             return Some(Ok(self.done(out)));
         }
-        if self.typed {
+        if self.readings == Readings::All {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            let scanned = chunk::scan(&ev.data, &mut scratch).map(|c| self.apply(c, None, out));
+            self.scratch = scratch;
+            if let Some(step) = scanned {
+                return step;
+            }
+        }
+        if self.readings != Readings::Value {
             if let Some(chunk) = chunk::parse_typed(&ev.data) {
                 return self.apply(chunk, None, out);
             }

@@ -36,6 +36,9 @@ use super::retry::{classify_stream_error, error_fields, AttemptError};
 use super::sse::SseEvent;
 use super::wire::{finished_arguments, parse_data, Out, WireParser};
 
+mod text_delta;
+use text_delta::TextDelta;
+
 /// Longest `prompt_cache_key` sent (wuu clamps to 64).
 pub const MAX_PROMPT_CACHE_KEY: usize = 64;
 
@@ -230,6 +233,11 @@ pub struct Parser {
     last_slot: u64,
     /// A started call was withdrawn.
     cut_off: bool,
+    /// Text deltas are scanned ([`text_delta::scan`]) before the `Value` path (false only
+    /// in tests, to compare the two).
+    scan: bool,
+    /// Unescaped strings of the scanned event, kept from event to event.
+    scratch: String,
 }
 
 impl Parser {
@@ -248,6 +256,8 @@ impl Parser {
             next_slot: 0,
             last_slot: 0,
             cut_off: false,
+            scan: true,
+            scratch: String::new(),
         }
     }
 
@@ -256,23 +266,30 @@ impl Parser {
     /// `output_item.added` (`added`) with an unknown key opens a new slot, any other
     /// keyless event belongs to the item added last. Every key seen is remembered.
     fn slot(&mut self, v: &Value, added: bool) -> u64 {
-        let mut keys: Vec<&str> = Vec::new();
-        if let Some(k) = v.get("item_id").and_then(Value::as_str) {
-            keys.push(k);
-        }
-        if let Some(item) = v.get("item") {
-            for f in ["id", "call_id"] {
-                if let Some(k) = item.get(f).and_then(Value::as_str) {
-                    keys.push(k);
-                }
-            }
-        }
-        keys.retain(|k| !k.is_empty());
-        let idx = if let Some(i) = v.get("output_index").and_then(Value::as_u64) {
+        let item = v.get("item");
+        let of_item = |f: &str| item.and_then(|i| i.get(f)).and_then(Value::as_str);
+        let keys = [
+            v.get("item_id").and_then(Value::as_str),
+            of_item("id"),
+            of_item("call_id"),
+        ];
+        let output_index = v.get("output_index").and_then(Value::as_u64);
+        self.slot_of(keys, output_index, added)
+    }
+
+    /// [`Parser::slot`] of an event's fields: its `item_id`, `item.id`, `item.call_id`
+    /// (each when a string) and `output_index` (when a non-negative integer).
+    fn slot_of(&mut self, keys: [Option<&str>; 3], output_index: Option<u64>, added: bool) -> u64 {
+        let keys = keys.map(|k| k.filter(|k| !k.is_empty()));
+        let idx = if let Some(i) = output_index {
             i
-        } else if let Some(i) = keys.iter().find_map(|k| self.keys.get(*k).copied()) {
+        } else if let Some(i) = keys
+            .iter()
+            .flatten()
+            .find_map(|k| self.keys.get(*k).copied())
+        {
             i
-        } else if added || !keys.is_empty() {
+        } else if added || keys.iter().any(Option::is_some) {
             self.next_slot
         } else {
             self.last_slot
@@ -281,10 +298,21 @@ impl Parser {
         if added {
             self.last_slot = idx;
         }
-        for k in keys {
-            self.keys.entry(k.to_string()).or_insert(idx);
+        for k in keys.into_iter().flatten() {
+            if !self.keys.contains_key(k) {
+                self.keys.insert(k.to_string(), idx);
+            }
         }
         idx
+    }
+
+    /// A text delta of the message in its slot.
+    fn text_delta(&mut self, d: TextDelta, out: &mut Out) {
+        let idx = self.slot_of([d.item_id, None, None], d.output_index, false);
+        self.text_streamed.insert(idx, true);
+        if !d.delta.is_empty() {
+            out.text(false, d.delta);
+        }
     }
 
     /// The slot of an item of the final `output` array at `pos`: the slot keyed by its id
@@ -515,6 +543,16 @@ impl WireParser for Parser {
     ) -> Option<Result<StreamEvent, AttemptError>> {
         if ev.data.trim() == "[DONE]" {
             return None;
+        }
+        if self.scan {
+            // The usual event, a text delta, read straight from its bytes.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            let scanned = text_delta::scan(&ev.data, &mut scratch).map(|d| self.text_delta(d, out));
+            self.scratch = scratch;
+            if scanned.is_some() {
+                return None;
+            }
         }
         let v = parse_data(ev)?;
         let ty = v

@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use super::parse_usage;
 use crate::provider::chat::Usage;
+use crate::provider::scan::{Scan, Str};
 
 /// What the parser reads of one chunk.
 #[derive(Debug, Default, PartialEq)]
@@ -325,10 +326,10 @@ impl<'de> Deserialize<'de> for FirstChoice<'de> {
 }
 
 /// A `delta`/`message` key: absent, `null`, or an object.
-enum Slot<'a> {
+enum Slot<D> {
     Absent,
     Null,
-    Delta(Delta<'a>),
+    Delta(D),
 }
 
 fn visit_choice<'de, A: MapAccess<'de>>(map: A) -> Result<Choice<'de>, A::Error> {
@@ -522,431 +523,188 @@ impl<'de> Deserialize<'de> for TokenDetails {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::provider::chat::StreamEvent;
-    use crate::provider::openai_chat::Parser;
-    use crate::provider::retry::AttemptError;
-    use crate::provider::sse::SseEvent;
-    use crate::provider::wire::WireParser;
+// ---------------------------------------------------------------------------------------
+// The scanned reading (`provider::scan`): the usual chunk read straight from its bytes.
+// ---------------------------------------------------------------------------------------
 
-    /// A tiny deterministic generator (xorshift64*), so failures reproduce.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-            xs[(self.next() % xs.len() as u64) as usize]
-        }
-        fn chance(&mut self, percent: u64) -> bool {
-            self.next() % 100 < percent
-        }
-    }
-
-    /// `{"k":v,…}` of the present entries (`None` = key absent), in a shuffled order,
-    /// sometimes with an unknown key or a repeated key.
-    fn object(rng: &mut Rng, entries: &[(&str, Option<String>)]) -> String {
-        let mut parts: Vec<String> = entries
-            .iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| format!("\"{k}\":{v}")))
-            .collect();
-        if rng.chance(30) {
-            parts.push(format!(
-                "\"{}\":{}",
-                rng.pick(&["x", "logprobs", "role", "type"]),
-                rng.pick(UNKNOWN)
-            ));
-        }
-        if rng.chance(8) && !parts.is_empty() {
-            let i = (rng.next() % parts.len() as u64) as usize;
-            parts.push(parts[i].clone()); // repeated key, same value
-        }
-        for i in (1..parts.len()).rev() {
-            parts.swap(i, (rng.next() % (i as u64 + 1)) as usize);
-        }
-        let sep = if rng.chance(10) { " , " } else { "," };
-        format!("{{{}}}", parts.join(sep))
-    }
-
-    /// Values of unknown keys: some of them are refused by the `Value` parser too.
-    const UNKNOWN: &[&str] = &[
-        "null",
-        "1",
-        "-2",
-        "1.5e3",
-        "true",
-        "\"s\"",
-        "[1,{\"a\":[null]}]",
-        "{\"b\":{}}",
-        "1e999",
-        "\"\\ud800\"",
-        "\"\\uD83E\\uDD80\"",
-        "18446744073709551616",
-    ];
-    /// String-ish values, including escapes and wrong types.
-    const TEXTS: &[&str] = &[
-        "\"hi\"",
-        "\"\"",
-        "\"a\\nb \\\"q\\\" \\u00e9\"",
-        "\"\\ud83e\\udd80 🦀 é\"",
-        "null",
-        "5",
-        "[\"a\"]",
-        "{\"t\":1}",
-        "\"\\/\"",
-    ];
-    const COUNTS: &[&str] = &[
-        "0",
-        "7",
-        "100",
-        "null",
-        "-1",
-        "2.5",
-        "\"3\"",
-        "18446744073709551615",
-    ];
-
-    fn opt(rng: &mut Rng, percent: u64, v: impl FnOnce(&mut Rng) -> String) -> Option<String> {
-        rng.chance(percent).then(|| v(rng))
-    }
-
-    fn gen_usage(rng: &mut Rng) -> String {
-        match rng.next() % 6 {
-            0 => "null".into(),
-            1 => rng.pick(&["5", "\"u\"", "[]"]).into(),
-            _ => {
-                let details = |rng: &mut Rng, key: &str| {
-                    opt(rng, 60, |rng| {
-                        if rng.chance(15) {
-                            rng.pick(&["null", "3", "[1]"]).to_string()
-                        } else {
-                            let e = [
-                                (key, opt(rng, 80, |r| r.pick(COUNTS).into())),
-                                ("audio_tokens", opt(rng, 30, |r| r.pick(COUNTS).into())),
-                            ];
-                            object(rng, &e)
-                        }
-                    })
-                };
-                let e = [
-                    ("prompt_tokens", opt(rng, 85, |r| r.pick(COUNTS).into())),
-                    ("completion_tokens", opt(rng, 85, |r| r.pick(COUNTS).into())),
-                    ("total_tokens", opt(rng, 50, |r| r.pick(COUNTS).into())),
-                    (
-                        "prompt_cache_hit_tokens",
-                        opt(rng, 30, |r| r.pick(COUNTS).into()),
-                    ),
-                    ("prompt_tokens_details", details(rng, "cached_tokens")),
-                    (
-                        "completion_tokens_details",
-                        details(rng, "reasoning_tokens"),
-                    ),
-                ];
-                object(rng, &e)
-            }
-        }
-    }
-
-    fn gen_fragment(rng: &mut Rng) -> String {
-        if rng.chance(5) {
-            return rng.pick(&["null", "3", "\"f\""]).into();
-        }
-        let function = opt(rng, 85, |rng| {
-            if rng.chance(8) {
-                return rng.pick(&["null", "\"f\"", "[]"]).into();
-            }
-            let e = [
-                (
-                    "name",
-                    opt(rng, 60, |r| {
-                        r.pick(&["\"bash\"", "\"\"", "null", "\"e\\u0078ec\"", "4"])
-                            .into()
-                    }),
-                ),
-                (
-                    "arguments",
-                    opt(rng, 80, |r| {
-                        r.pick(&[
-                            "\"\"",
-                            "\"{\\\"a\\\":\"",
-                            "\"1}\"",
-                            "\"{}\"",
-                            "\"{\\\"c\\\":\\\"\\u00e9\\\"}\"",
-                            "null",
-                            "{\"a\":1}",
-                            "7",
-                        ])
-                        .into()
-                    }),
-                ),
-            ];
-            object(rng, &e)
-        });
-        let e = [
-            (
-                "index",
-                opt(rng, 80, |r| {
-                    r.pick(&["0", "1", "null", "-1", "1.0", "\"0\""]).into()
-                }),
-            ),
-            (
-                "id",
-                opt(rng, 50, |r| {
-                    r.pick(&["\"call_a\"", "\"call_b\"", "\"\"", "null", "9"])
-                        .into()
-                }),
-            ),
-            ("type", opt(rng, 40, |_| "\"function\"".into())),
-            ("function", function),
-        ];
-        object(rng, &e)
-    }
-
-    fn gen_delta(rng: &mut Rng) -> String {
-        if rng.chance(6) {
-            return rng.pick(&["null", "\"d\"", "[]", "3"]).into();
-        }
-        let e = [
-            ("content", opt(rng, 70, |r| r.pick(TEXTS).into())),
-            ("reasoning_content", opt(rng, 25, |r| r.pick(TEXTS).into())),
-            ("reasoning", opt(rng, 25, |r| r.pick(TEXTS).into())),
-            ("role", opt(rng, 20, |_| "\"assistant\"".into())),
-            (
-                "tool_calls",
-                opt(rng, 35, |rng| {
-                    if rng.chance(10) {
-                        return rng.pick(&["null", "{}", "\"t\""]).into();
+/// The scanned reading of a `data:` payload: the usual delta chunk (text, reasoning,
+/// tool call fragments, a finish reason; `error` and `usage` null or absent), keys in any
+/// order, strings borrowed from `data` or unescaped into `scratch`. `None` for any other
+/// payload (then [`parse_typed`] and the `Value` path decide); whenever it answers, the
+/// answer equals [`Chunk::from_value`] of the same payload (see `provider::scan`).
+pub(crate) fn scan<'a>(data: &'a str, scratch: &'a mut String) -> Option<Chunk<'a>> {
+    let mut s = Scan::new(data, scratch);
+    let (mut id, mut choice) = (None, None);
+    s.object(|s, key| {
+        match key {
+            b"id" => id = s.opt_str()?,
+            b"object" => {
+                if let Some(o) = s.opt_str()? {
+                    if s.text(o) == "error" {
+                        return None;
                     }
-                    let n = rng.next() % 3;
-                    let items: Vec<String> = (0..n).map(|_| gen_fragment(rng)).collect();
-                    format!("[{}]", items.join(","))
-                }),
-            ),
-        ];
-        object(rng, &e)
-    }
-
-    fn gen_choice(rng: &mut Rng) -> String {
-        if rng.chance(4) {
-            return rng.pick(&["null", "1", "[]"]).into();
-        }
-        let e = [
-            ("index", opt(rng, 60, |_| "0".into())),
-            ("delta", opt(rng, 80, gen_delta)),
-            ("message", opt(rng, 15, gen_delta)),
-            (
-                "finish_reason",
-                opt(rng, 40, |r| {
-                    r.pick(&[
-                        "null",
-                        "\"stop\"",
-                        "\"length\"",
-                        "\"tool_calls\"",
-                        "\"error\"",
-                        "3",
-                        "\"st\\u006fp\"",
-                    ])
-                    .into()
-                }),
-            ),
-        ];
-        object(rng, &e)
-    }
-
-    fn gen_chunk(rng: &mut Rng) -> String {
-        let error = opt(rng, 6, |r| {
-            r.pick(&[
-                "null",
-                "{\"message\":\"Overloaded\",\"code\":529}",
-                "\"boom\"",
-                "{\"code\":502,\"message\":\"up\\u0073tream\"}",
-            ])
-            .into()
-        });
-        let e = [
-            (
-                "id",
-                opt(rng, 70, |r| {
-                    r.pick(&["\"chatcmpl-1\"", "\"c\\u0032\"", "null", "4", "\"\""])
-                        .into()
-                }),
-            ),
-            (
-                "object",
-                opt(rng, 50, |r| {
-                    r.pick(&["\"chat.completion.chunk\"", "\"error\"", "null", "1"])
-                        .into()
-                }),
-            ),
-            ("created", opt(rng, 40, |_| "1700000000".into())),
-            ("model", opt(rng, 40, |_| "\"m\"".into())),
-            (
-                "choices",
-                opt(rng, 85, |rng| {
-                    if rng.chance(8) {
-                        return rng.pick(&["null", "{}", "\"c\""]).into();
-                    }
-                    let n = rng.next() % 3;
-                    let items: Vec<String> = (0..n).map(|_| gen_choice(rng)).collect();
-                    format!("[{}]", items.join(","))
-                }),
-            ),
-            ("usage", opt(rng, 35, gen_usage)),
-            ("error", error),
-            ("message", opt(rng, 4, |_| "\"boom\"".into())),
-            ("code", opt(rng, 4, |_| "500".into())),
-        ];
-        let s = object(rng, &e);
-        match rng.next() % 40 {
-            0 => s.chars().take(s.chars().count() / 2).collect(), // truncated: not JSON
-            1 => format!("{s} x"),                                // trailing garbage
-            2 => rng
-                .pick(&["[1,2]", "42", "\"s\"", "null", "", "[DONE"])
-                .into(),
-            3 => format!(" {s}\n"),
-            _ => s,
-        }
-    }
-
-    /// Synthesized call ids (`call_<24 hex>`) renamed by order of appearance.
-    fn normalize(events: Vec<StreamEvent>) -> Vec<StreamEvent> {
-        let mut seen: Vec<String> = vec![];
-        let mut norm = |id: &mut String| {
-            let synth = id.len() == 29
-                && id.starts_with("call_")
-                && id[5..].bytes().all(|b| b.is_ascii_hexdigit());
-            if synth {
-                let k = match seen.iter().position(|s| s == id) {
-                    Some(k) => k,
-                    None => {
-                        seen.push(id.clone());
-                        seen.len() - 1
-                    }
-                };
-                *id = format!("synth#{k}");
-            }
-        };
-        events
-            .into_iter()
-            .map(|mut e| {
-                match &mut e {
-                    StreamEvent::ToolCallStart { id, .. }
-                    | StreamEvent::ToolCallDelta { id, .. }
-                    | StreamEvent::ToolCallCutOff { id, .. } => norm(id),
-                    StreamEvent::ToolCallEnd { call } => norm(&mut call.id),
-                    _ => {}
                 }
-                e
-            })
-            .collect()
-    }
-
-    type Run = (Vec<StreamEvent>, Option<Result<StreamEvent, AttemptError>>);
-
-    /// Feeds `datas` through a parser (typed fast path on or off), then `[DONE]`/EOF.
-    fn run(datas: &[String], typed: bool, end_with_done: bool) -> Run {
-        let mut p = Parser::new("p", "m");
-        p.typed = typed;
-        let mut out = crate::provider::wire::Out::default();
-        let mut datas: Vec<String> = datas.to_vec();
-        if end_with_done {
-            datas.push("[DONE]".into());
-        }
-        for data in datas {
-            let ev = SseEvent {
-                event: None,
-                data,
-                id: None,
-            };
-            if let Some(t) = p.on_event(&ev, &mut out) {
-                return (normalize(out.into_events()), Some(t));
             }
+            // An error object, or the usage chunk (once a stream): the typed path.
+            b"error" | b"usage" => s.null()?,
+            b"choices" => {
+                choice = None;
+                s.array(|s, i| {
+                    if i == 0 {
+                        choice = Some(scan_choice(s)?);
+                        Some(())
+                    } else {
+                        s.skip()
+                    }
+                })?
+            }
+            _ => s.skip()?,
         }
-        let t = p.on_eof(&mut out);
-        (normalize(out.into_events()), Some(t))
-    }
-
-    /// The typed reading equals the `Value` reading whenever it answers, and it answers
-    /// for the usual shapes.
-    fn check_chunk(data: &str) -> bool {
-        let Some(typed) = parse_typed(data) else {
-            return false;
-        };
-        let v: Value = serde_json::from_str(data)
-            .unwrap_or_else(|e| panic!("typed path accepted what Value refuses ({e}): {data}"));
-        assert!(
-            !(v.get("error").is_some_and(|e| !e.is_null())
-                || v.get("object").and_then(Value::as_str) == Some("error")),
-            "typed path accepted an error object: {data}"
-        );
-        assert_eq!(typed, Chunk::from_value(&v), "chunk {data}");
-        true
-    }
-
-    #[test]
-    fn typed_chunks_read_like_values() {
-        let usual = [
-            r#"{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1700000000,"model":"m","choices":[{"index":0,"delta":{"content":"tok "},"finish_reason":null}],"usage":null}"#,
-            r#"{"id":"c","choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b\\c\n\u00e9\ud83e\udd80"},"logprobs":null,"finish_reason":null}]}"#,
-            r#"{"choices":[{"delta":{"reasoning_content":"th","content":null}}]}"#,
-            r#"{"choices":[{"delta":{"reasoning":"ink"}}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"bash","arguments":"{\"command\":"}}]}}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"ls\"}"}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
-            r#"{"id":"x","choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"total_tokens":105,"prompt_tokens_details":{"cached_tokens":60},"completion_tokens_details":{"reasoning_tokens":2}}}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":5,"prompt_cache_hit_tokens":60,"prompt_cache_miss_tokens":40}}"#,
-            r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"whole"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}"#,
-            r#"{"choices":[{"delta":null,"message":{"content":"ignored: delta is there"}}]}"#,
-        ];
-        for data in usual {
-            assert!(
-                check_chunk(data),
-                "the typed path reads the usual shape {data}"
-            );
+        Some(())
+    })?;
+    let t = s.finish()?;
+    let choice = match choice {
+        None => None,
+        Some(c) => {
+            let finish_reason = c.finish_reason.map(|f| t.get(f));
+            if finish_reason == Some("error") {
+                return None;
+            }
+            Some(Choice {
+                delta: c.delta.map(|d| Delta {
+                    reasoning: d
+                        .reasoning_content
+                        .or(d.reasoning)
+                        .map(|r| Cow::Borrowed(t.get(r))),
+                    content: d.content.map(|c| Cow::Borrowed(t.get(c))),
+                    tool_calls: d
+                        .tool_calls
+                        .into_iter()
+                        .map(|f| Fragment {
+                            index: f.index,
+                            id: f.id.map(|x| Cow::Borrowed(t.get(x))),
+                            name: f.name.map(|x| Cow::Borrowed(t.get(x))),
+                            arguments: Cow::Borrowed(f.arguments.map_or("", |x| t.get(x))),
+                        })
+                        .collect(),
+                }),
+                finish_reason: finish_reason.map(Cow::Borrowed),
+            })
         }
-        let fallback = [
-            r#"{"error":{"message":"Overloaded","code":529}}"#,
-            r#"{"object":"error","message":"boom","code":500}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"error"}],"error":{"code":502,"message":"upstream"}}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"error"}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":{"a":1}}}]}}]}"#,
-            r#"{"choices":[{"delta":{"content":["part"]}}]}"#,
-            r#"{"choices":[[{"delta":{"content":"positional"}}]]}"#,
-            r#"[{"choices":[]}]"#,
-            r#"{"choices":[{"delta":{"content":"x"}}],"n":1e999}"#,
-            r#"{"choices":[{"delta":{"content":"x"}}],"usage":{"prompt_tokens":1.0}}"#,
-            r#"{"choices":[{"delta":{"content":"x"}}"#,
-            "not json",
-        ];
-        for data in fallback {
-            assert!(!check_chunk(data), "the Value path reads {data}");
-        }
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let (mut typed, total) = (0, 4000);
-        for _ in 0..total {
-            typed += check_chunk(&gen_chunk(&mut rng)) as usize;
-        }
-        assert!(
-            typed > total / 4,
-            "the typed path read only {typed} of {total}"
-        );
-    }
-
-    #[test]
-    fn typed_path_streams_the_same_events_as_the_value_path() {
-        let mut rng = Rng(0xD1B5_4A32_D192_ED03);
-        for round in 0..3000 {
-            let n = 1 + rng.next() % 6;
-            let datas: Vec<String> = (0..n).map(|_| gen_chunk(&mut rng)).collect();
-            let done = rng.chance(50);
-            let fast = run(&datas, true, done);
-            let value = run(&datas, false, done);
-            assert_eq!(fast, value, "round {round}: {datas:#?}");
-        }
-    }
+    };
+    Some(Chunk {
+        id: id.map(|i| Cow::Borrowed(t.get(i))),
+        usage: None,
+        choice,
+    })
 }
+
+/// A choice as scanned (strings as [`Str`] until the scan is over).
+struct ScannedChoice {
+    delta: Option<ScannedDelta>,
+    finish_reason: Option<Str>,
+}
+
+#[derive(Default)]
+struct ScannedDelta {
+    reasoning_content: Option<Str>,
+    reasoning: Option<Str>,
+    content: Option<Str>,
+    tool_calls: Vec<ScannedFragment>,
+}
+
+#[derive(Default)]
+struct ScannedFragment {
+    index: Option<u64>,
+    id: Option<Str>,
+    name: Option<Str>,
+    arguments: Option<Str>,
+}
+
+fn scan_choice(s: &mut Scan) -> Option<ScannedChoice> {
+    let (mut delta, mut message, mut finish_reason) = (Slot::Absent, Slot::Absent, None);
+    s.object(|s, key| {
+        let slot = match key {
+            b"delta" => &mut delta,
+            b"message" => &mut message,
+            b"finish_reason" => {
+                finish_reason = s.opt_str()?;
+                return Some(());
+            }
+            _ => return s.skip(),
+        };
+        *slot = match s.peek()? {
+            b'n' => s.null().map(|()| Slot::Null)?,
+            _ => Slot::Delta(scan_delta(s)?),
+        };
+        Some(())
+    })?;
+    // As in `visit_choice`: `delta` wins whenever the key is there; null reads as empty.
+    let delta = match (delta, message) {
+        (Slot::Delta(d), _) | (Slot::Absent, Slot::Delta(d)) => Some(d),
+        (Slot::Null, _) | (Slot::Absent, Slot::Null) => Some(ScannedDelta::default()),
+        (Slot::Absent, Slot::Absent) => None,
+    };
+    Some(ScannedChoice {
+        delta,
+        finish_reason,
+    })
+}
+
+fn scan_delta(s: &mut Scan) -> Option<ScannedDelta> {
+    let mut d = ScannedDelta::default();
+    s.object(|s, key| {
+        match key {
+            b"content" => d.content = s.opt_str()?,
+            b"reasoning_content" => d.reasoning_content = s.opt_str()?,
+            b"reasoning" => d.reasoning = s.opt_str()?,
+            b"tool_calls" => {
+                d.tool_calls.clear();
+                if s.peek()? == b'n' {
+                    s.null()?;
+                } else {
+                    s.array(|s, _| {
+                        d.tool_calls.push(scan_fragment(s)?);
+                        Some(())
+                    })?;
+                }
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    Some(d)
+}
+
+fn scan_fragment(s: &mut Scan) -> Option<ScannedFragment> {
+    let mut f = ScannedFragment::default();
+    s.object(|s, key| {
+        match key {
+            b"index" => f.index = s.opt_u64()?,
+            b"id" => f.id = s.opt_str()?,
+            b"function" => {
+                (f.name, f.arguments) = (None, None);
+                if s.peek()? == b'n' {
+                    s.null()?;
+                } else {
+                    s.object(|s, key| {
+                        match key {
+                            b"name" => f.name = s.opt_str()?,
+                            // A non-string `arguments` is sent as its JSON text: the
+                            // `Value` path.
+                            b"arguments" => f.arguments = s.opt_str()?,
+                            _ => s.skip()?,
+                        }
+                        Some(())
+                    })?;
+                }
+            }
+            _ => s.skip()?,
+        }
+        Some(())
+    })?;
+    Some(f)
+}
+
+#[cfg(test)]
+mod tests;
