@@ -273,6 +273,7 @@ fn search_on_an_older_store_builds_the_text_index_and_finds_old_messages() {
     c.execute_batch(
         "DROP TRIGGER IF EXISTS items_text_insert; DROP TRIGGER IF EXISTS items_text_delete;
          DROP TRIGGER IF EXISTS items_text_update; DROP TABLE IF EXISTS item_text;
+         DROP TABLE IF EXISTS item_text_state;
          PRAGMA user_version = 6;",
     )
     .unwrap();

@@ -294,11 +294,11 @@ ALTER TABLE leases_keyed RENAME TO leases;
     // triggers keep indexed rows right on update and delete; a row inserted at or below
     // the watermark (a reused rowid) is indexed at once.
     r#"
-CREATE TABLE item_text_state (
+CREATE TABLE IF NOT EXISTS item_text_state (
     id      INTEGER NOT NULL PRIMARY KEY CHECK (id = 1),
     indexed INTEGER NOT NULL
 ) STRICT;
-INSERT INTO item_text_state (id, indexed) SELECT 1, coalesce(max(rowid), 0) FROM items;
+INSERT OR REPLACE INTO item_text_state (id, indexed) SELECT 1, coalesce(max(rowid), 0) FROM items;
 DROP TRIGGER items_text_insert;
 DROP TRIGGER items_text_delete;
 DROP TRIGGER items_text_update;
