@@ -189,6 +189,11 @@ pub const EVENT_CAPACITY: usize = 256;
 /// (timeout, [`ToolHandle::cancel`], or leftovers after the main child exited).
 pub const KILL_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// While a killed command waits out [`KILL_GRACE`], what is left of it gets `SIGTERM`
+/// again this often: a process that missed the first (forked while it was sent) or
+/// ignored only the first ends without waiting for `SIGKILL`.
+pub const TERM_AGAIN: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Names of all built-in tools, in the order [`specs`] lists them.
 pub const TOOL_NAMES: [&str; 10] = [
     "bash",

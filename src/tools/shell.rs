@@ -21,7 +21,9 @@
 
 use super::args::BashArgs;
 use super::paths::{self, Access};
-use super::{Cancel, Fail, PermissionMode, ToolContext, ToolEvent, ToolOutcome, KILL_GRACE};
+use super::{
+    Cancel, Fail, PermissionMode, ToolContext, ToolEvent, ToolOutcome, KILL_GRACE, TERM_AGAIN,
+};
 use crossbeam_channel::{Receiver, RecvTimeoutError, SendTimeoutError, Sender};
 use rustix::process::{kill_process_group, test_kill_process_group, Pid, Signal};
 use serde_json::json;
@@ -662,6 +664,8 @@ struct Watch {
     status: Option<ExitStatus>,
     exited_at: Option<Instant>,
     term_at: Option<Instant>,
+    /// When SIGTERM was last sent (see [`TERM_AGAIN`]).
+    termed_at: Option<Instant>,
     kill_sent: bool,
     timed_out: bool,
     interrupted: bool,
@@ -674,6 +678,7 @@ impl Watch {
             status: None,
             exited_at: None,
             term_at: None,
+            termed_at: None,
             kill_sent: false,
             timed_out: false,
             interrupted: false,
@@ -685,6 +690,20 @@ impl Watch {
         if self.term_at.is_none() {
             signal_group(pgid, Signal::TERM);
             self.term_at = Some(now);
+            self.termed_at = Some(now);
+        }
+    }
+
+    /// SIGTERM again while the group waits out the grace: a process the first one
+    /// missed (forked while it was delivered: a shell's handler records it, then the
+    /// child execs and forgets it) or one that ignored only the first gets it, so the
+    /// group rarely waits out the whole grace.
+    fn term_again(&mut self, pgid: Pid, now: Instant) {
+        if let Some(last) = self.termed_at {
+            if !self.kill_sent && now >= last + TERM_AGAIN {
+                signal_group(pgid, Signal::TERM);
+                self.termed_at = Some(now);
+            }
         }
     }
 
@@ -698,6 +717,7 @@ impl Watch {
             self.timed_out = true;
             self.term(pgid, now);
         }
+        self.term_again(pgid, now);
         if let Some(t) = self.term_at {
             if !self.kill_sent && now >= t + KILL_GRACE {
                 signal_group(pgid, Signal::KILL);
@@ -734,10 +754,12 @@ impl Watch {
         // No process of the group may outlive the call.
         let term_at = self.term_at.unwrap_or_else(Instant::now);
         while !self.kill_sent && group_alive(pgid) {
-            if Instant::now() >= term_at + KILL_GRACE {
+            let now = Instant::now();
+            if now >= term_at + KILL_GRACE {
                 signal_group(pgid, Signal::KILL);
                 self.kill_sent = true;
             } else {
+                self.term_again(pgid, now);
                 thread::sleep(TICK);
             }
         }

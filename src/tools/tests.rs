@@ -837,6 +837,27 @@ fn bash_kills_background_jobs_when_the_command_exits() {
 }
 
 #[test]
+fn a_background_job_that_survives_the_first_sigterm_gets_another_before_the_grace() {
+    let ws = Ws::new();
+    let m = marker();
+    let start = Instant::now();
+    // The job ignores the first SIGTERM only (its trap resets itself), as a process
+    // forked while the signal was delivered misses it.
+    let (_, o) = bash(
+        &ws,
+        json!({"command": format!(
+            "bash -c 'trap \"trap - TERM\" TERM; while :; do sleep 0.05; done; : {m}' & \
+             sleep 0.3; echo started"
+        )}),
+    );
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(1500), "{took:?}");
+    assert!(!o.is_error, "{o:?}");
+    assert!(o.output.contains("started"));
+    assert_no_procs(&m);
+}
+
+#[test]
 fn bash_timeout_kills_the_process_group() {
     let ws = Ws::new();
     let m = marker();

@@ -19,6 +19,8 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use crate::tools::TERM_AGAIN;
+
 /// How often a tear-down looks again.
 const TICK: Duration = Duration::from_millis(20);
 /// After `SIGKILL`, how long a tear-down waits for the last processes (e.g. in
@@ -93,13 +95,18 @@ pub(crate) fn reap(watch: Option<Pid>) -> Option<WaitStatus> {
     found
 }
 
-/// Ends every descendant: `SIGTERM` (unless `grace` is zero), then `SIGKILL` to what is
+/// Ends every descendant: `SIGTERM` (unless `grace` is zero; at once to a process that
+/// appears meanwhile, and again to all every [`TERM_AGAIN`]), then `SIGKILL` to what is
 /// left after `grace`, reaping meanwhile. Returns once none is left (or, after
 /// `SIGKILL`, [`KILL_WAIT`] passed). The status of `watch`, if it was reaped here.
 pub(crate) fn tear_down(grace: Duration, watch: Option<Pid>) -> Option<WaitStatus> {
     let start = Instant::now();
     let mut status = None;
-    let mut termed = false;
+    // The processes sent SIGTERM, and when all of them last were: one forked after a
+    // round (a shell starting its next command) gets it at once, and every one again
+    // each [`TERM_AGAIN`] (one that ignored only the first).
+    let mut termed: std::collections::HashSet<Pid> = Default::default();
+    let mut termed_at: Option<Instant> = None;
     let mut killed_at: Option<Instant> = None;
     loop {
         if let Some(st) = reap(watch) {
@@ -109,18 +116,21 @@ pub(crate) fn tear_down(grace: Duration, watch: Option<Pid>) -> Option<WaitStatu
         if left.is_empty() || killed_at.is_some_and(|k| k.elapsed() >= KILL_WAIT) {
             return status;
         }
-        let sig = if start.elapsed() >= grace {
+        if start.elapsed() >= grace {
             killed_at.get_or_insert_with(Instant::now);
-            Some(Signal::KILL)
-        } else if !termed {
-            termed = true;
-            Some(Signal::TERM)
-        } else {
-            None
-        };
-        if let Some(sig) = sig {
             for p in left {
-                let _ = rustix::process::kill_process(p, sig);
+                let _ = rustix::process::kill_process(p, Signal::KILL);
+            }
+        } else {
+            let again = termed_at.is_none_or(|t| t.elapsed() >= TERM_AGAIN);
+            if again {
+                termed_at = Some(Instant::now());
+            }
+            for p in left {
+                if again || !termed.contains(&p) {
+                    let _ = rustix::process::kill_process(p, Signal::TERM);
+                    termed.insert(p);
+                }
             }
         }
         std::thread::sleep(TICK);
