@@ -51,15 +51,6 @@ pub const DEFAULT_MAX_TOKENS_THINKING: u32 = 32000;
 /// The user message appended (in the request only) after a trailing assistant message.
 pub const CONTINUE_GUIDE: &str = "Continue from where you left off.";
 
-/// The request body for `req` (see the module docs for the rules).
-pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
-    let mut body = base_body(provider_id, req);
-    if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
-        o.insert("tools".into(), tools_json(&req.tools));
-    }
-    body
-}
-
 /// The `tools` array of a request offering `tools` (`input_schema`).
 pub fn tools_json(tools: &[ToolSpec]) -> Value {
     tools
@@ -68,7 +59,10 @@ pub fn tools_json(tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-/// [`build_body`] without the `tools` array.
+/// The request body for `req` without its `tools` array ([`WireProtocol::build_body`]
+/// adds [`tools_json`]).
+///
+/// [`WireProtocol::build_body`]: crate::provider::wire::WireProtocol::build_body
 pub fn base_body(provider_id: &str, req: &ChatRequest) -> Value {
     let mut msgs: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in &req.messages {
@@ -560,6 +554,7 @@ impl WireParser for Parser {
 mod tests {
     use super::*;
     use crate::provider::chat::{ChatMessage, FailureKind};
+    use crate::provider::wire::WireProtocol;
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
         crate::provider::wire::parse_body(&mut Parser::new("a", "claude"), body)
@@ -709,7 +704,7 @@ mod tests {
             output_schema: None,
             temperature: None,
         };
-        let b = build_body("a", &req);
+        let b = WireProtocol::Anthropic.build_body("a", "", &req);
         assert_eq!(b["system"], "sys");
         assert_eq!(b["max_tokens"], DEFAULT_MAX_TOKENS);
         assert!(b.get("temperature").is_none());
@@ -717,12 +712,18 @@ mod tests {
             temperature: Some(0.5),
             ..req.clone()
         };
-        assert_eq!(build_body("a", &hot)["temperature"], 0.5);
+        assert_eq!(
+            WireProtocol::Anthropic.build_body("a", "", &hot)["temperature"],
+            0.5
+        );
         let thinking = ChatRequest {
             effort: Some("high".into()),
             ..hot
         };
-        assert!(build_body("a", &thinking).get("temperature").is_none());
+        assert!(WireProtocol::Anthropic
+            .build_body("a", "", &thinking)
+            .get("temperature")
+            .is_none());
         let m = b["messages"].as_array().unwrap();
         assert_eq!(m.len(), 5);
         assert_eq!(m[0]["content"][0]["text"], " ");

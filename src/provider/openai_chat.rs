@@ -48,15 +48,6 @@ fn is_deepseek(model: &str) -> bool {
     model.to_ascii_lowercase().contains("deepseek")
 }
 
-/// The request body for `req`; `base_url` selects OpenRouter's effort shape.
-pub fn build_body(provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
-    let mut body = base_body(provider_id, base_url, req);
-    if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
-        o.insert("tools".into(), tools_json(&req.tools));
-    }
-    body
-}
-
 /// The `tools` array of a request offering `tools` (function tools nested under
 /// `function`).
 pub fn tools_json(tools: &[ToolSpec]) -> Value {
@@ -72,7 +63,10 @@ pub fn tools_json(tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-/// [`build_body`] without the `tools` array.
+/// The request body for `req` without its `tools` array ([`WireProtocol::build_body`]
+/// adds [`tools_json`]).
+///
+/// [`WireProtocol::build_body`]: crate::provider::wire::WireProtocol::build_body
 pub fn base_body(provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
     let mut messages: Vec<Value> = Vec::new();
     if !req.system.is_empty() {
@@ -557,6 +551,7 @@ impl WireParser for Parser {
 mod tests {
     use super::*;
     use crate::provider::chat::FailureKind;
+    use crate::provider::wire::WireProtocol;
 
     fn run(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
         crate::provider::wire::parse_body(&mut Parser::new("p", "m"), body)
@@ -684,7 +679,7 @@ mod tests {
             output_schema: Some(json!({"type":"object"})),
             temperature: Some(0.3),
         };
-        let b = build_body("p", "https://api.deepseek.com", &req);
+        let b = WireProtocol::OpenAiChat.build_body("p", "https://api.deepseek.com", &req);
         assert_eq!(b["stream_options"]["include_usage"], true);
         assert_eq!(b["reasoning_effort"], "high");
         assert_eq!(b["temperature"], 0.3);
@@ -699,7 +694,7 @@ mod tests {
             "DeepSeek always gets reasoning_content"
         );
         assert_eq!(m[3]["tool_call_id"], "call_1");
-        let b = build_body(
+        let b = WireProtocol::OpenAiChat.build_body(
             "p",
             "https://openrouter.ai/api/v1",
             &ChatRequest {

@@ -42,15 +42,6 @@ use text_delta::TextDelta;
 /// Longest `prompt_cache_key` sent (wuu clamps to 64).
 pub const MAX_PROMPT_CACHE_KEY: usize = 64;
 
-/// The request body for `req` (see the module docs for the rules).
-pub fn build_body(provider_id: &str, req: &ChatRequest) -> Value {
-    let mut body = base_body(provider_id, req);
-    if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
-        o.insert("tools".into(), tools_json(&req.tools));
-    }
-    body
-}
-
 /// The `tools` array of a request offering `tools` (flat function tools, `strict:false`).
 pub fn tools_json(tools: &[ToolSpec]) -> Value {
     tools
@@ -67,7 +58,10 @@ pub fn tools_json(tools: &[ToolSpec]) -> Value {
         .collect()
 }
 
-/// [`build_body`] without the `tools` array.
+/// The request body for `req` without its `tools` array ([`WireProtocol::build_body`]
+/// adds [`tools_json`]).
+///
+/// [`WireProtocol::build_body`]: crate::provider::wire::WireProtocol::build_body
 pub fn base_body(provider_id: &str, req: &ChatRequest) -> Value {
     let mut input = Vec::new();
     for m in &req.messages {

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::chat::{ChatRequest, StreamEvent, Tools};
+use super::chat::{ChatRequest, StreamEvent, ToolSpec, Tools};
 use super::{
     anthropic, openai_chat, openai_responses, request, retry, sse, CancelToken, StreamSink,
 };
@@ -45,10 +45,19 @@ impl WireProtocol {
     /// The JSON request body for `req`, sent by provider `provider_id` (what
     /// [`Self::body_bytes`] of [`Self::base_body`] serializes).
     pub fn build_body(self, provider_id: &str, base_url: &str, req: &ChatRequest) -> Value {
+        let mut body = self.base_body(provider_id, base_url, req);
+        if let (false, Some(o)) = (req.tools.is_empty(), body.as_object_mut()) {
+            o.insert("tools".into(), self.tools_json(&req.tools));
+        }
+        body
+    }
+
+    /// The request's `tools` array offering `specs`, in this protocol's shape.
+    fn tools_json(self, specs: &[ToolSpec]) -> Value {
         match self {
-            WireProtocol::OpenAiResponses => openai_responses::build_body(provider_id, req),
-            WireProtocol::OpenAiChat => openai_chat::build_body(provider_id, base_url, req),
-            WireProtocol::Anthropic => anthropic::build_body(provider_id, req),
+            WireProtocol::OpenAiResponses => openai_responses::tools_json(specs),
+            WireProtocol::OpenAiChat => openai_chat::tools_json(specs),
+            WireProtocol::Anthropic => anthropic::tools_json(specs),
         }
     }
 
@@ -70,12 +79,7 @@ impl WireProtocol {
             return serde_json::to_vec(base).unwrap_or_default();
         }
         let text = tools.rendered(self.name(), |specs| {
-            let array = match self {
-                WireProtocol::OpenAiResponses => openai_responses::tools_json(specs),
-                WireProtocol::OpenAiChat => openai_chat::tools_json(specs),
-                WireProtocol::Anthropic => anthropic::tools_json(specs),
-            };
-            serde_json::to_vec(&array).unwrap_or_default()
+            serde_json::to_vec(&self.tools_json(specs)).unwrap_or_default()
         });
         request::to_vec_with(base, &[("tools", &text)])
     }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::provider::chat::{ImageInput, ToolSpec};
+use crate::provider::wire::WireProtocol;
 
 fn events(body: &str) -> (Vec<StreamEvent>, Result<StreamEvent, AttemptError>) {
     crate::provider::wire::parse_body(&mut Parser::new("openai", "m"), body)
@@ -215,7 +216,7 @@ fn request_body_lowering() {
     let mut tool = ChatMessage::text(Role::Tool, "result");
     tool.tool_call_id = Some("call_1".into());
     r.messages = vec![user, asst, tool];
-    let b = build_body("openai", &r);
+    let b = WireProtocol::OpenAiResponses.build_body("openai", "", &r);
     assert_eq!(b["store"], false);
     assert_eq!(b["stream"], true);
     assert_eq!(b["instructions"], "sys");
@@ -262,7 +263,7 @@ fn fc_id_dropped_without_reasoning_or_prefix() {
         item_id: Some("fc_1".into()),
     });
     r.messages = vec![ChatMessage::text(Role::User, "hi"), asst];
-    let b = build_body("openai", &r);
+    let b = WireProtocol::OpenAiResponses.build_body("openai", "", &r);
     assert!(b["input"][1].get("id").is_none());
     assert_eq!(
         b["input"].as_array().unwrap().len(),
