@@ -679,24 +679,13 @@ mod tests {
 
     /// Answers `n` chat requests with a finished empty stream; returns their bodies.
     fn capture_bodies(listener: std::net::TcpListener, n: usize) -> Vec<Vec<u8>> {
-        use std::io::{BufRead, Write};
+        use std::io::Write;
         (0..n)
             .map(|_| {
                 let (mut s, _) = listener.accept().unwrap();
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut len = 0usize;
-                loop {
-                    let mut line = String::new();
-                    r.read_line(&mut line).unwrap();
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0; len];
-                r.read_exact(&mut body).unwrap();
+                let body = crate::provider::transport::read_request(&mut BufReader::new(
+                    s.try_clone().unwrap(),
+                ));
                 let sse = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
                 write!(
                     s,

@@ -331,6 +331,26 @@ impl Transport for WakeTransport {
     }
 }
 
+/// Test servers' side of a request: reads its head and its `content-length` body from
+/// `r`; returns the body.
+#[cfg(test)]
+pub(crate) fn read_request(r: &mut impl io::BufRead) -> Vec<u8> {
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap();
+        }
+        if line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let mut body = vec![0; len];
+    r.read_exact(&mut body).unwrap();
+    body
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,7 +358,6 @@ mod tests {
     use crate::provider::chat::{ChatRequest, StreamEvent};
     use crate::provider::wire::WireProtocol;
     use crate::provider::{CancelToken, HttpProvider, Provider, StreamSink, Wake};
-    use std::io::BufRead;
     use std::net::TcpListener;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
@@ -377,20 +396,7 @@ mod tests {
     /// event), holds, then sends the rest in one chunked body.
     fn serve(listener: TcpListener, holding: Arc<AtomicBool>, hold: Duration) {
         let (mut s, _) = listener.accept().unwrap();
-        let mut r = io::BufReader::new(s.try_clone().unwrap());
-        let mut len = 0usize;
-        loop {
-            let mut line = String::new();
-            r.read_line(&mut line).unwrap();
-            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap();
-            }
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let mut body = vec![0; len];
-        r.read_exact(&mut body).unwrap();
+        read_request(&mut io::BufReader::new(s.try_clone().unwrap()));
         let chunk = |s: &mut TcpStream, text: &str| {
             write!(s, "{:x}\r\n{text}\r\n", text.len()).unwrap();
             s.flush().unwrap();

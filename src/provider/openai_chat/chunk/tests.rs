@@ -4,25 +4,9 @@ use super::*;
 use crate::provider::chat::StreamEvent;
 use crate::provider::openai_chat::{Parser, Readings};
 use crate::provider::retry::AttemptError;
+use crate::provider::scan::fuzz::{opt, Rng};
 use crate::provider::sse::SseEvent;
 use crate::provider::wire::WireParser;
-
-/// A tiny deterministic generator (xorshift64*), so failures reproduce.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[(self.next() % xs.len() as u64) as usize]
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
 
 /// `{"k":v,…}` of the present entries (`None` = key absent), in a shuffled order,
 /// sometimes with an unknown key or a repeated key.
@@ -86,10 +70,6 @@ const COUNTS: &[&str] = &[
     "\"3\"",
     "18446744073709551615",
 ];
-
-fn opt(rng: &mut Rng, percent: u64, v: impl FnOnce(&mut Rng) -> String) -> Option<String> {
-    rng.chance(percent).then(|| v(rng))
-}
 
 fn gen_usage(rng: &mut Rng) -> String {
     match rng.next() % 6 {
