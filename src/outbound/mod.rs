@@ -8,6 +8,7 @@
 pub mod deferred;
 pub mod frames;
 mod notify;
+mod park;
 pub mod responder;
 pub mod transport;
 

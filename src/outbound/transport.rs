@@ -7,8 +7,10 @@
 //! blank lines ignored. A line over the cap is reported as [`LineRead::TooLong`] after
 //! the rest of it has been drained, so memory stays bounded and the next line is served.
 
-use crossbeam_channel::{bounded, Receiver, SendTimeoutError, Sender};
+use super::park::{Refused, Room, WriterSleep};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, BufRead, Write};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -27,13 +29,13 @@ pub const OUTBOX_FRAMES: usize = 65536;
 pub const OUTBOX_CAPACITY: usize = OUTBOX_FRAMES / LANE_CHUNK_LINES;
 
 /// How many of one [`Lane`]'s frames may wait in the outbox while other producers'
-/// frames wait there too. A lane past it waits until half of its frames were written.
+/// frames wait there too. A lane past it waits until the writer has taken half of them.
 pub const LANE_FRAMES: usize = 256;
 
 /// One producer's fair share of the outbox, so that many conversations streaming at
 /// once share it fairly. Sent through [`Outbox::send_lane`], at most [`LANE_FRAMES`] of a lane's frames
 /// are queued while the outbox also holds other frames; past that the producer waits
-/// until half of them were written, then enqueues its next ones behind everyone
+/// until the writer has taken half of them, then enqueues its next ones behind everyone
 /// else's. The queue stays one FIFO, so the order of frames is what it was; the lane
 /// only delays a flooding producer's next enqueue. Without it whichever conversation's
 /// thread is on a CPU fills the queue with its whole stream (one scheduler time slice
@@ -44,12 +46,36 @@ pub const LANE_FRAMES: usize = 256;
 #[derive(Clone, Default)]
 pub struct Lane(Arc<LaneState>);
 
+/// A lane's counts are atomics, so the writer giving claims back never waits for a
+/// producer (with hundreds of threads on a few CPUs, a lock holder is often preempted);
+/// the lock is taken only by a producer that waits and by the writer waking it.
 #[derive(Default)]
 struct LaneState {
-    /// The lane's frames in the outbox (enqueued, not yet written or dropped).
-    queued: parking_lot::Mutex<LaneCount>,
-    /// Signalled when `queued.lines` falls to half of [`LANE_FRAMES`].
+    /// The lane's frames in the outbox (enqueued, not yet taken by the writer or dropped).
+    lines: AtomicUsize,
+    /// The outbox slots holding them.
+    slots: AtomicUsize,
+    /// Held by a waiting producer between its check of the counts and its sleep.
+    lock: parking_lot::Mutex<()>,
+    /// Signalled when `lines` falls to half of [`LANE_FRAMES`].
     room: parking_lot::Condvar,
+}
+
+impl LaneState {
+    /// What the lane has in the outbox now.
+    fn count(&self) -> LaneCount {
+        LaneCount {
+            lines: self.lines.load(SeqCst),
+            slots: self.slots.load(SeqCst),
+        }
+    }
+
+    /// Whether a hand-off must wait: the lane has [`LANE_FRAMES`] queued and the outbox
+    /// (of `queued` slots) also holds other producers' frames.
+    fn full(&self, queued: usize) -> bool {
+        let q = self.count();
+        q.lines >= LANE_FRAMES && queued > q.slots
+    }
 }
 
 /// What one lane has in the outbox: frames (lines), and the outbox slots that hold them
@@ -60,9 +86,9 @@ struct LaneCount {
     slots: usize,
 }
 
-/// A lane's claim on one queued slot of `lines` frames, given back when the writer is
-/// done with it (written, or discarded after the output broke) and when it is dropped
-/// unwritten (an enqueue that timed out, an outbox dropped with frames in it).
+/// A lane's claim on one queued slot of `lines` frames, given back when the writer takes
+/// the slot out of the outbox (it writes what it took before it takes more) and when it is
+/// dropped untaken (an enqueue that timed out, an outbox dropped with frames in it).
 struct Ticket {
     lane: Arc<LaneState>,
     lines: usize,
@@ -70,12 +96,13 @@ struct Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        let mut q = self.lane.queued.lock();
-        let before = q.lines;
-        q.lines = q.lines.saturating_sub(self.lines);
-        q.slots = q.slots.saturating_sub(1);
-        if before > LANE_FRAMES / 2 && q.lines <= LANE_FRAMES / 2 {
-            self.lane.room.notify_all();
+        let lane = &self.lane;
+        lane.slots.fetch_sub(1, SeqCst);
+        let before = lane.lines.fetch_sub(self.lines, SeqCst);
+        if before > LANE_FRAMES / 2 && before - self.lines <= LANE_FRAMES / 2 {
+            // Under the lock: a producer that saw the lane full is asleep by now.
+            let _guard = lane.lock.lock();
+            lane.room.notify_all();
         }
     }
 }
@@ -255,6 +282,11 @@ pub trait FrameSink: Send {
             .split(|&b| b == b'\n')
             .try_for_each(|f| self.write_frame(f))
     }
+    /// Writes several slots in order, each as [`FrameSink::write_lines`] takes it (one
+    /// frame, or frames joined by `\n`). By default one `write_lines` per slot.
+    fn write_slots(&mut self, slots: &[&[u8]]) -> io::Result<()> {
+        slots.iter().try_for_each(|s| self.write_lines(s))
+    }
     /// Flushes buffered frames.
     fn flush(&mut self) -> io::Result<()>;
 }
@@ -270,8 +302,27 @@ impl<W: Write + Send> FrameSink for WriteSink<W> {
         self.write_frame(lines)
     }
     fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
-        let mut parts = [io::IoSlice::new(frame), io::IoSlice::new(b"\n")];
-        let mut parts = &mut parts[..];
+        self.write_all_vectored(&mut [io::IoSlice::new(frame), io::IoSlice::new(b"\n")])
+    }
+    /// Every slot with its newline in one vectored write (a `BufWriter` copies them when
+    /// they fit its buffer, and passes them on in one `writev` when they do not).
+    fn write_slots(&mut self, slots: &[&[u8]]) -> io::Result<()> {
+        let mut parts: Vec<io::IoSlice<'_>> = Vec::with_capacity(slots.len() * 2);
+        for s in slots {
+            parts.push(io::IoSlice::new(s));
+            parts.push(io::IoSlice::new(b"\n"));
+        }
+        self.write_all_vectored(&mut parts)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write + Send> WriteSink<W> {
+    /// Writes all of `parts`, retrying short and interrupted writes.
+    fn write_all_vectored(&mut self, parts: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+        let mut parts = parts;
         while !parts.is_empty() {
             match self.0.write_vectored(parts) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -281,9 +332,6 @@ impl<W: Write + Send> FrameSink for WriteSink<W> {
             }
         }
         Ok(())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.0.flush()
     }
 }
 
@@ -324,7 +372,8 @@ impl std::fmt::Display for Overflow {
 /// Producer side of the outbox. Cheap to clone.
 #[derive(Clone)]
 pub struct Outbox {
-    tx: Sender<Frame>,
+    /// The queue's sender and the waits on it; the last clone's drop ends the writer.
+    tx: Arc<Producers>,
     inflight: std::sync::Arc<InFlight>,
     out: std::sync::Arc<Output>,
     /// The client asked for deferred content (`capabilities.deferred_notification_content`):
@@ -340,6 +389,37 @@ struct Output {
     sink: parking_lot::Mutex<Box<dyn FrameSink>>,
     queued: std::sync::atomic::AtomicUsize,
     broken: std::sync::atomic::AtomicBool,
+}
+
+/// The producers' hold on the outbox queue, with the two waits on it ([`super::park`]).
+/// When the last [`Outbox`] clone is dropped, the sender goes and the writer is woken to
+/// write what is queued and end.
+struct Producers {
+    tx: Sender<Frame>,
+    sleep: Arc<WriterSleep>,
+    room: Arc<Room>,
+}
+
+impl Producers {
+    /// Slots queued (not yet taken by the writer).
+    fn len(&self) -> usize {
+        self.tx.len()
+    }
+
+    /// Enqueues one slot, waiting while the outbox is full (at most `deadline`; `None`:
+    /// as long as it takes), and wakes the writer if it sleeps.
+    fn send(&self, frame: Frame, deadline: Option<Duration>) -> Result<(), Refused> {
+        self.room.send(&self.tx, frame, deadline)?;
+        self.sleep.enqueued();
+        Ok(())
+    }
+}
+
+impl Drop for Producers {
+    fn drop(&mut self) {
+        drop(std::mem::replace(&mut self.tx, bounded(0).0));
+        self.sleep.unpark();
+    }
 }
 
 /// Requests read but not yet answered (so shutdown can wait for their answers).
@@ -388,20 +468,19 @@ impl Outbox {
         // The clock is read only by a lane that has to wait (the hot path of every
         // hand-off does not).
         let mut until: Option<Instant> = None;
-        {
-            let mut q = lane.0.queued.lock();
-            while q.lines >= LANE_FRAMES && self.tx.len() > q.slots {
+        let q = &lane.0;
+        if q.full(self.tx.len()) {
+            let mut guard = q.lock.lock();
+            while q.full(self.tx.len()) {
                 let end = *until.get_or_insert_with(|| Instant::now() + deadline);
-                if lane.0.room.wait_until(&mut q, end).timed_out()
-                    && q.lines >= LANE_FRAMES
-                    && self.tx.len() > q.slots
-                {
+                if q.room.wait_until(&mut guard, end).timed_out() && q.full(self.tx.len()) {
                     return Err(Overflow);
                 }
             }
-            q.lines += n;
-            q.slots += 1;
         }
+        // One producer per lane: nothing is added between the check and here.
+        q.lines.fetch_add(n, SeqCst);
+        q.slots.fetch_add(1, SeqCst);
         let ticket = Ticket {
             lane: lane.0.clone(),
             lines: n,
@@ -415,16 +494,22 @@ impl Outbox {
     }
 
     fn enqueue_within(&self, frame: Frame, deadline: Duration) -> Result<(), Overflow> {
-        use std::sync::atomic::Ordering::SeqCst;
+        self.enqueue(frame, Some(deadline))
+    }
+
+    /// Enqueues one slot (waiting at most `deadline` for room, `None`: as long as it
+    /// takes; parked, see [`super::park::Room`]). A frame that cannot be delivered is
+    /// dropped (its lane claim given back).
+    fn enqueue(&self, frame: Frame, deadline: Option<Duration>) -> Result<(), Overflow> {
         self.out.queued.fetch_add(1, SeqCst);
-        match self.tx.send_timeout(frame, deadline) {
+        match self.tx.send(frame, deadline) {
             Ok(()) => Ok(()),
-            Err(SendTimeoutError::Timeout(_)) => {
+            Err(Refused::Full) => {
                 self.out.queued.fetch_sub(1, SeqCst);
                 Err(Overflow)
             }
             // The writer is gone (output closed): nothing can be delivered any more.
-            Err(SendTimeoutError::Disconnected(_)) => {
+            Err(Refused::Closed) => {
                 self.out.queued.fetch_sub(1, SeqCst);
                 Ok(())
             }
@@ -433,19 +518,14 @@ impl Outbox {
 
     /// Enqueues a frame, waiting as long as it takes (responses: the client asked).
     pub fn send(&self, frame: Vec<u8>) {
-        use std::sync::atomic::Ordering::SeqCst;
         let frame = outgoing(frame);
-        self.out.queued.fetch_add(1, SeqCst);
-        if self.tx.send(Frame::Line(frame)).is_err() {
-            self.out.queued.fetch_sub(1, SeqCst);
-        }
+        let _ = self.enqueue(Frame::Line(frame), None);
     }
 
     /// Writes a response frame at once when the output is idle (nothing queued, the
     /// writer not writing), saving the hand-off to the writer thread; otherwise
     /// enqueues it behind what is queued. Order is kept either way.
     pub fn send_direct(&self, frame: Vec<u8>) {
-        use std::sync::atomic::Ordering::SeqCst;
         let frame = outgoing(frame);
         if let Some(mut sink) = self.out.sink.try_lock() {
             if self.out.queued.load(SeqCst) == 0 && !self.out.broken.load(SeqCst) {
@@ -501,86 +581,67 @@ impl Outbox {
     /// Waits until every frame enqueued before this call has been written and flushed.
     pub fn flush(&self) {
         let (tx, rx) = bounded(1);
-        if self.tx.send(Frame::Flush(tx)).is_ok() {
+        if self.tx.send(Frame::Flush(tx), None).is_ok() {
             let _ = rx.recv_timeout(Duration::from_secs(10));
         }
     }
 }
 
-/// Starts the writer thread over `sink`. It writes frames in order and flushes whenever
-/// the outbox is momentarily empty (bursts are batched). A write error (the client
-/// closed the stream) is logged once; later frames are discarded so producers never block
-/// on a dead client. `on_closed` runs once when that happens.
+/// The most slots the writer takes for one write (a vectored write of at most twice as
+/// many parts), and the most bytes it gathers so.
+const WRITER_TAKE: usize = 16;
+const WRITER_TAKE_BYTES: usize = 256 * 1024;
+
+/// Starts the writer thread over `sink`. It takes the slots queued (up to
+/// [`WRITER_TAKE`] at a time), writes them in order in one vectored write, and flushes
+/// whenever the outbox is then momentarily empty (bursts are batched); it sleeps only
+/// while the outbox is empty, woken once per burst ([`super::park`]). A write error (the
+/// client closed the stream) is logged once; later frames are discarded so producers
+/// never block on a dead client. `on_closed` runs once when that happens.
 pub fn start_writer(
     sink: Box<dyn FrameSink>,
     on_closed: Box<dyn Fn() + Send>,
 ) -> (Outbox, JoinHandle<()>) {
-    use std::sync::atomic::Ordering::SeqCst;
-    let (tx, rx) = bounded::<Frame>(OUTBOX_CAPACITY);
-    let out = std::sync::Arc::new(Output {
+    start_writer_with(OUTBOX_CAPACITY, sink, on_closed)
+}
+
+/// [`start_writer`] with an outbox of `capacity` slots (tests use small ones).
+fn start_writer_with(
+    capacity: usize,
+    sink: Box<dyn FrameSink>,
+    on_closed: Box<dyn Fn() + Send>,
+) -> (Outbox, JoinHandle<()>) {
+    let (tx, rx) = bounded::<Frame>(capacity);
+    let out = Arc::new(Output {
         sink: parking_lot::Mutex::new(sink),
         queued: Default::default(),
         broken: Default::default(),
     });
-    let out2 = out.clone();
+    let sleep = Arc::new(WriterSleep::default());
+    let room = Arc::new(Room::new(capacity, capacity / 2));
+    let (out2, sleep2, room2) = (out.clone(), sleep.clone(), room.clone());
     let handle = std::thread::Builder::new()
         .name("wuu-writer".into())
         .spawn(move || {
-            let mut told = false;
-            // Writes one slot (one frame, or joined frames), flushing when the outbox
-            // is empty.
-            let write = |bytes: &[u8], joined: bool| {
-                let mut sink = out2.sink.lock();
-                if !out2.broken.load(SeqCst) {
-                    // One record per frame: a joined hand-off logged whole would put
-                    // its later frames on stderr as bare protocol lines.
-                    if log::log_enabled!(log::Level::Trace) {
-                        for frame in bytes.split(|&b| b == b'\n') {
-                            log::trace!("out: {}", String::from_utf8_lossy(frame));
-                        }
-                    }
-                    let mut r = if joined {
-                        sink.write_lines(bytes)
-                    } else {
-                        sink.write_frame(bytes)
-                    };
-                    if r.is_ok() && rx.is_empty() {
-                        r = sink.flush();
-                    }
-                    if let Err(e) = r {
-                        log::warn!("output closed: {e}");
-                        out2.broken.store(true, SeqCst);
-                    }
-                }
-                out2.queued.fetch_sub(1, SeqCst);
-            };
-            for frame in rx.iter() {
-                match frame {
-                    Frame::Line(bytes) => write(&bytes, false),
-                    Frame::Lines(bytes, ticket) => {
-                        write(&bytes, true);
-                        drop(ticket);
-                    }
-                    Frame::Flush(ack) => {
-                        if !out2.broken.load(SeqCst) {
-                            let _ = out2.sink.lock().flush();
-                        }
-                        let _ = ack.send(());
-                    }
-                }
-                if out2.broken.load(SeqCst) && !told {
-                    told = true;
-                    on_closed();
+            // However the writer ends, producers waiting for room are woken and find the
+            // queue closed.
+            struct Gone(Option<Receiver<Frame>>, Arc<Room>);
+            impl Drop for Gone {
+                fn drop(&mut self) {
+                    drop(self.0.take());
+                    self.1.close();
                 }
             }
-            if !out2.broken.load(SeqCst) {
-                let _ = out2.sink.lock().flush();
+            let gone = Gone(Some(rx), room2);
+            if let Some(rx) = gone.0.as_ref() {
+                run_writer(rx, &sleep2, &gone.1, &out2, on_closed);
             }
         })
         .expect("spawn writer thread");
+    sleep.set_writer(handle.thread().clone());
     (
         Outbox {
-            tx,
+            tx: Arc::new(Producers { tx, sleep, room }),
             inflight: Default::default(),
             out,
             defer: Default::default(),
@@ -589,337 +650,116 @@ pub fn start_writer(
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Cursor;
-
-    fn lines(input: &[u8], cap: usize) -> Vec<Result<String, usize>> {
-        let mut src = CappedLines::new(Cursor::new(input.to_vec()), cap);
-        let mut out = vec![];
-        let mut buf = vec![];
-        loop {
-            match src.next_line(&mut buf).unwrap() {
-                LineRead::Line => out.push(Ok(String::from_utf8(buf.clone()).unwrap())),
-                LineRead::TooLong(n) => out.push(Err(n)),
-                LineRead::Eof => return out,
+/// The writer thread's loop: takes slots until every producer is gone.
+fn run_writer(
+    rx: &Receiver<Frame>,
+    sleep: &WriterSleep,
+    room: &Room,
+    out: &Output,
+    on_closed: Box<dyn Fn() + Send>,
+) {
+    let mut told = false;
+    let mut taken: Vec<Slot> = Vec::with_capacity(WRITER_TAKE);
+    while let Some(first) = sleep.next(rx) {
+        let mut bytes = Slot::take(first, &mut taken);
+        while taken.len() < WRITER_TAKE && bytes < WRITER_TAKE_BYTES {
+            match rx.try_recv() {
+                Ok(f) => bytes += Slot::take(f, &mut taken),
+                Err(_) => break,
             }
         }
-    }
-
-    #[test]
-    fn crlf_blank_and_last_line_without_newline() {
-        assert_eq!(
-            lines(b"a\r\n\r\n  \nb", 100),
-            vec![
-                Ok("a".into()),
-                Ok("".into()),
-                Ok("  ".into()),
-                Ok("b".into())
-            ]
-        );
-    }
-
-    #[test]
-    fn too_long_is_drained_and_next_line_served() {
-        let mut input = vec![b'x'; 50];
-        input.extend_from_slice(b"\nok\n");
-        let got = lines(&input, 10);
-        assert_eq!(got, vec![Err(51), Ok("ok".into())]);
-    }
-
-    #[test]
-    fn exactly_cap_is_accepted() {
-        let mut input = vec![b'y'; 10];
-        input.extend_from_slice(b"\r\n");
-        assert_eq!(lines(&input, 10), vec![Ok("y".repeat(10))]);
-    }
-
-    /// A sink that holds every write until the test opens its gate, and records frames.
-    struct GatedSink {
-        gate: crossbeam_channel::Receiver<()>,
-        open: bool,
-        out: Sender<Vec<u8>>,
-    }
-
-    impl FrameSink for GatedSink {
-        fn write_frame(&mut self, frame: &[u8]) -> io::Result<()> {
-            if !self.open && self.gate.recv().is_err() {
-                self.open = true;
+        room.taken(taken.len());
+        let mut rest = &taken[..];
+        while !rest.is_empty() {
+            // The run of frames before the next flush request, written together.
+            let n = rest
+                .iter()
+                .position(|f| matches!(f, Slot::Flush(_)))
+                .unwrap_or(rest.len());
+            if n > 0 {
+                write_run(&rest[..n], n == rest.len() && rx.is_empty(), out);
             }
-            let _ = self.out.send(frame.to_vec());
-            Ok(())
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
-        }
-    }
-
-    /// Frames in, a gate that lets one write through per `()` (drop it: all), frames out.
-    fn gated_writer() -> (Outbox, Sender<()>, crossbeam_channel::Receiver<Vec<u8>>) {
-        let (gate_tx, gate) = bounded(0);
-        let (out, out_rx) = crossbeam_channel::unbounded();
-        let sink = GatedSink {
-            gate,
-            open: false,
-            out,
-        };
-        let (outbox, _join) = start_writer(Box::new(sink), Box::new(|| {}));
-        (outbox, gate_tx, out_rx)
-    }
-
-    /// A hand-off of one frame.
-    fn one(frame: &str) -> Lines {
-        let mut l = Lines::default();
-        l.next_frame().extend_from_slice(frame.as_bytes());
-        l
-    }
-
-    /// A hand-off of `frames`.
-    fn joined(frames: &[String]) -> Lines {
-        let mut l = Lines::default();
-        for f in frames {
-            l.next_frame().extend_from_slice(f.as_bytes());
-        }
-        l
-    }
-
-    /// Waits (at most 5 s) until `done` holds.
-    fn wait_until(done: impl Fn() -> bool) {
-        let end = Instant::now() + Duration::from_secs(5);
-        while !done() && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    fn wait_queued(outbox: &Outbox, n: usize) {
-        wait_until(|| outbox.tx.len() == n);
-        assert_eq!(outbox.tx.len(), n, "frames queued");
-    }
-
-    /// Short producer deadline of the lane tests.
-    const SHORT: Duration = Duration::from_millis(100);
-
-    /// A gated writer stuck on lane B's frame `b0`, with `b1` queued behind it: the
-    /// outbox holds another producer's frame, so lane A gets only its share.
-    fn stuck_on_b() -> (
-        Outbox,
-        Sender<()>,
-        crossbeam_channel::Receiver<Vec<u8>>,
-        Lane,
-        Lane,
-    ) {
-        let (outbox, gate, out) = gated_writer();
-        let (a, b) = (Lane::default(), Lane::default());
-        outbox.send_lane(&b, &mut one("b0"), SHORT).unwrap();
-        wait_queued(&outbox, 0); // the writer holds b0 at the gate
-        outbox.send_lane(&b, &mut one("b1"), SHORT).unwrap();
-        (outbox, gate, out, a, b)
-    }
-
-    /// The next `n` frames written, as text.
-    fn written(out: &crossbeam_channel::Receiver<Vec<u8>>, n: usize) -> Vec<String> {
-        out.iter()
-            .take(n)
-            .map(|f| String::from_utf8(f).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn a_lane_alone_is_not_held_back() {
-        // One conversation streaming by itself fills the outbox as before.
-        let (outbox, gate, out) = gated_writer();
-        let lane = Lane::default();
-        // Well past the lane's share, within the outbox's slots (one frame a slot).
-        let n = LANE_FRAMES * 3 / 2;
-        assert!(n < OUTBOX_CAPACITY);
-        for i in 0..n {
-            outbox
-                .send_lane(
-                    &lane,
-                    &mut one(&format!("a{i}")),
-                    Duration::from_millis(200),
-                )
-                .expect("a lane alone never waits");
-        }
-        drop(gate);
-        let got: Vec<Vec<u8>> = out.iter().take(n).collect();
-        assert_eq!(got.last(), Some(&format!("a{}", n - 1).into_bytes()));
-    }
-
-    #[test]
-    fn a_flooding_lane_waits_behind_the_others_and_order_is_kept() {
-        // The writer is stuck on frame b0 and b1 waits; lane A may queue
-        // LANE_FRAMES frames beside b1, not one more, until half of them are written.
-        let (outbox, gate, out, a, _b) = stuck_on_b();
-        for i in 0..LANE_FRAMES {
-            outbox
-                .send_lane(&a, &mut one(&format!("a{i}")), SHORT)
-                .unwrap();
-        }
-        assert_eq!(
-            outbox.send_lane(&a, &mut one("late"), SHORT),
-            Err(Overflow),
-            "a lane with LANE_FRAMES queued among others' frames waits"
-        );
-        // A producer on another thread waits for room and goes on once half of A's
-        // frames were written.
-        let (outbox2, a2) = (outbox.clone(), a.clone());
-        let producer = std::thread::spawn(move || {
-            outbox2.send_lane(&a2, &mut one("a-next"), Duration::from_secs(10))
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(!producer.is_finished(), "waits while its lane is full");
-        for _ in 0..2 + LANE_FRAMES / 2 {
-            gate.send(()).unwrap(); // b0 (held), b1, then A's frames one by one
-        }
-        assert_eq!(producer.join().unwrap(), Ok(()));
-        drop(gate);
-        let got = written(&out, 3 + LANE_FRAMES);
-        let mut want = vec!["b0".to_owned(), "b1".to_owned()];
-        want.extend((0..LANE_FRAMES).map(|i| format!("a{i}")));
-        want.push("a-next".into());
-        assert_eq!(
-            got, want,
-            "one FIFO: frames leave in the order they entered"
-        );
-    }
-
-    #[test]
-    fn a_lane_gets_its_claims_back_from_frames_never_written() {
-        // Frames that are never written (the outbox is dropped with them queued) still
-        // give their lane's claims back.
-        let (tx, rx) = bounded::<Frame>(OUTBOX_CAPACITY);
-        let outbox = Outbox {
-            tx,
-            inflight: Default::default(),
-            out: std::sync::Arc::new(Output {
-                sink: parking_lot::Mutex::new(Box::new(WriteSink(io::sink()))),
-                queued: Default::default(),
-                broken: Default::default(),
-            }),
-            defer: Default::default(),
-        };
-        let lane = Lane::default();
-        for _ in 0..LANE_FRAMES {
-            outbox
-                .send_lane(&lane, &mut one("x"), Duration::from_millis(100))
-                .unwrap();
-        }
-        assert_eq!(lane.0.queued.lock().lines, LANE_FRAMES);
-        drop(outbox);
-        drop(rx);
-        assert_eq!(
-            *lane.0.queued.lock(),
-            LaneCount::default(),
-            "dropped frames give their claims back"
-        );
-    }
-
-    #[test]
-    fn joined_frames_leave_one_by_one_and_a_lane_counts_each() {
-        // A hand-off of several frames takes one slot but counts as that many frames
-        // of its lane, and reaches a frame sink (in-memory connections) as separate
-        // frames, in order, between the frames around it.
-        let (outbox, gate, out, a, b) = stuck_on_b();
-        let first: Vec<String> = (0..LANE_CHUNK_LINES).map(|i| format!("a{i}")).collect();
-        let second: Vec<String> = (LANE_CHUNK_LINES..LANE_FRAMES)
-            .map(|i| format!("a{i}"))
-            .collect();
-        let mut lines = joined(&first);
-        outbox.send_lane(&a, &mut lines, SHORT).unwrap();
-        assert!(lines.is_empty(), "a hand-off empties the set");
-        outbox.send_lane(&a, &mut joined(&second), SHORT).unwrap();
-        assert_eq!(
-            *a.0.queued.lock(),
-            LaneCount {
-                lines: LANE_FRAMES,
-                slots: 2
+            if let Some(Slot::Flush(ack)) = rest.get(n) {
+                if !out.broken.load(SeqCst) {
+                    let _ = out.sink.lock().flush();
+                }
+                let _ = ack.send(());
             }
-        );
-        wait_queued(&outbox, 3);
-        assert_eq!(
-            outbox.send_lane(&a, &mut one("late"), SHORT),
-            Err(Overflow),
-            "LANE_FRAMES frames in two slots fill the lane"
-        );
-        outbox.send_lane(&b, &mut one("b2"), SHORT).unwrap();
-        outbox.send_lane(&a, &mut Lines::default(), SHORT).unwrap();
-        wait_queued(&outbox, 4);
-        drop(gate);
-        let got = written(&out, 3 + LANE_FRAMES);
-        let mut want = vec!["b0".to_owned(), "b1".to_owned()];
-        want.extend(first);
-        want.extend(second);
-        want.push("b2".into());
-        assert_eq!(got, want);
-        wait_until(|| *a.0.queued.lock() == LaneCount::default());
-        assert_eq!(
-            *a.0.queued.lock(),
-            LaneCount::default(),
-            "claims given back"
-        );
-    }
-
-    #[test]
-    fn joined_frames_are_written_as_lines() {
-        let mut lines = joined(&["{\"a\":1}".into(), "{\"b\":2}".into()]);
-        assert_eq!(lines.len(), 2);
-        let mut sink = WriteSink(Recording {
-            writes: vec![],
-            max: usize::MAX,
-        });
-        sink.write_lines(lines.as_bytes()).unwrap();
-        assert_eq!(sink.0.writes.concat(), b"{\"a\":1}\n{\"b\":2}\n");
-        let (bytes, n) = lines.take();
-        assert_eq!((bytes.len(), n), (15, 2));
-        assert!(lines.is_empty() && lines.as_bytes().is_empty());
-    }
-
-    /// Records every write it gets; takes at most `max` bytes per call.
-    struct Recording {
-        writes: Vec<Vec<u8>>,
-        max: usize,
-    }
-
-    impl Write for Recording {
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.write_vectored(&[io::IoSlice::new(buf)])
+            rest = rest.get(n + 1..).unwrap_or_default();
         }
-        fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-            let all: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
-            let n = all.len().min(self.max);
-            self.writes.push(all[..n].to_vec());
-            Ok(n)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            Ok(())
+        taken.clear();
+        if out.broken.load(SeqCst) && !told {
+            told = true;
+            on_closed();
         }
     }
-
-    #[test]
-    fn a_large_frame_leaves_with_its_newline_in_one_write() {
-        // (A `BufWriter` over a vectored writer such as a `File` passes both parts on
-        // in one call when they exceed its buffer.)
-        let frame = vec![b'x'; 100];
-        let mut sink = WriteSink(Recording {
-            writes: vec![],
-            max: usize::MAX,
-        });
-        sink.write_frame(&frame).unwrap();
-        let writes = &sink.0.writes;
-        assert_eq!(writes.len(), 1, "one write, not frame then newline");
-        assert_eq!(writes[0].len(), 101);
-        assert_eq!(writes[0].last(), Some(&b'\n'));
-    }
-
-    #[test]
-    fn short_writes_still_deliver_the_whole_frame() {
-        let mut sink = WriteSink(Recording {
-            writes: vec![],
-            max: 3,
-        });
-        sink.write_frame(b"{\"id\":1}").unwrap();
-        assert_eq!(sink.0.writes.concat(), b"{\"id\":1}\n");
+    if !out.broken.load(SeqCst) {
+        let _ = out.sink.lock().flush();
     }
 }
+
+/// A slot the writer took: [`Frame`] without the lane's claim.
+enum Slot {
+    Line(Vec<u8>),
+    Lines(Vec<u8>),
+    Flush(Sender<()>),
+}
+
+impl Slot {
+    /// Takes frame `f` out of the outbox into `taken` (its lane's claim is given back);
+    /// returns its length in bytes.
+    fn take(f: Frame, taken: &mut Vec<Slot>) -> usize {
+        let (slot, n) = match f {
+            Frame::Line(b) => {
+                let n = b.len();
+                (Slot::Line(b), n)
+            }
+            Frame::Lines(b, ticket) => {
+                drop(ticket);
+                let n = b.len();
+                (Slot::Lines(b), n)
+            }
+            Frame::Flush(ack) => (Slot::Flush(ack), 0),
+        };
+        taken.push(slot);
+        n
+    }
+}
+
+/// Writes a run of frame slots (no flush request among them) in one call, flushing after
+/// them when `flush` (the outbox is empty), and counts them written.
+fn write_run(run: &[Slot], flush: bool, out: &Output) {
+    let mut sink = out.sink.lock();
+    if !out.broken.load(SeqCst) {
+        let slots: Vec<&[u8]> = run
+            .iter()
+            .filter_map(|f| match f {
+                Slot::Line(b) | Slot::Lines(b) => Some(b.as_slice()),
+                Slot::Flush(_) => None,
+            })
+            .collect();
+        // One record per frame: a joined hand-off logged whole would put its later
+        // frames on stderr as bare protocol lines.
+        if log::log_enabled!(log::Level::Trace) {
+            for frame in slots.iter().flat_map(|s| s.split(|&b| b == b'\n')) {
+                log::trace!("out: {}", String::from_utf8_lossy(frame));
+            }
+        }
+        let mut r = match (run, slots.as_slice()) {
+            ([Slot::Line(one)], _) => sink.write_frame(one),
+            (_, [one]) => sink.write_lines(one),
+            _ => sink.write_slots(&slots),
+        };
+        if r.is_ok() && flush {
+            r = sink.flush();
+        }
+        if let Err(e) = r {
+            log::warn!("output closed: {e}");
+            out.broken.store(true, SeqCst);
+        }
+    }
+    out.queued.fetch_sub(run.len(), SeqCst);
+}
+
+#[cfg(test)]
+mod tests;
