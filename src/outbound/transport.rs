@@ -618,7 +618,11 @@ fn start_writer_with(
         broken: Default::default(),
     });
     let sleep = Arc::new(WriterSleep::default());
-    let room = Arc::new(Room::new(capacity, capacity / 2));
+    // Producers waiting for room are admitted as soon as one take of the writer's worth
+    // of slots is free: under load the line never empties, so the room goes round the
+    // producers one slot each in their order (admitting at half let those woken first
+    // refill the rest ahead of the line, the same ones round after round).
+    let room = Arc::new(Room::new(capacity, capacity.saturating_sub(WRITER_TAKE)));
     let (out2, sleep2, room2) = (out.clone(), sleep.clone(), room.clone());
     let handle = std::thread::Builder::new()
         .name("wuu-writer".into())

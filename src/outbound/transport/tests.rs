@@ -525,3 +525,31 @@ fn queued_slots_leave_in_one_vectored_write() {
     short.write_slots(&[b"abcdefgh", b"ij"]).unwrap();
     assert_eq!(short.0.writes.concat(), b"abcdefgh\nij\n");
 }
+
+#[test]
+fn producers_parked_on_a_full_outbox_are_written_in_the_order_they_parked() {
+    // One slot: the writer holds p0 at the gate and p1 fills the outbox; five producers
+    // park one after another, each on its own thread. However the scheduler wakes them,
+    // the outbox admits them first come first, so their frames leave in that order.
+    let (outbox, gate, out) = small_gated_writer(1);
+    outbox.send_within(b"p0".to_vec(), SHORT).unwrap();
+    wait_queued(&outbox, 0);
+    outbox.send_within(b"p1".to_vec(), SHORT).unwrap();
+    let parked: Vec<_> = (2..7)
+        .map(|i| {
+            let outbox2 = outbox.clone();
+            let h = std::thread::spawn(move || {
+                outbox2.send_within(format!("p{i}").into_bytes(), Duration::from_secs(10))
+            });
+            wait_until(|| outbox.tx.room.waiting() == i - 1);
+            assert_eq!(outbox.tx.room.waiting(), i - 1, "p{i} parked");
+            h
+        })
+        .collect();
+    drop(gate);
+    for h in parked {
+        assert_eq!(h.join().unwrap(), Ok(()));
+    }
+    let want: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
+    assert_eq!(written(&out, 7), want);
+}
