@@ -46,6 +46,11 @@ pub(crate) struct Texts<'a> {
 }
 
 impl<'a> Texts<'a> {
+    /// The strings of a scan of `src` that unescaped into `scratch`.
+    pub fn new(src: &'a str, scratch: &'a str) -> Self {
+        Texts { src, scratch }
+    }
+
     /// The text of `s` (empty if `s` came from another scan).
     pub fn get(&self, s: Str) -> &'a str {
         match s {
@@ -66,6 +71,21 @@ impl<'a> Scan<'a> {
             pos: 0,
             scratch,
         }
+    }
+
+    /// A scan of `src` from byte `pos` (where a value starts).
+    pub fn at(src: &'a str, pos: usize, scratch: &'a mut String) -> Self {
+        Scan {
+            src,
+            bytes: src.as_bytes(),
+            pos,
+            scratch,
+        }
+    }
+
+    /// The byte offset reached.
+    pub fn pos(&self) -> usize {
+        self.pos
     }
 
     /// Ends the scan: only whitespace may follow the value read. The strings found can
