@@ -9,12 +9,18 @@
 //! text, so the same bytes around another string read the same way (same id, no finish
 //! reason, no tool calls): the answer is the scan's answer. Anything else (other bytes
 //! around, two tokens where the text was, a text with an escaped id...) takes the full
-//! scan, which records the template again.
+//! scan, which records the template again — up to [`MAX_RECORDS`] times in a row: a
+//! stream whose chunks all differ elsewhere too (random padding in each) stops paying
+//! for the copies.
 
 use std::borrow::Cow;
 
 use super::{Choice, Chunk, Delta, ScannedChoice};
 use crate::provider::scan::{Scan, Str, Texts};
+
+/// Most templates recorded in a row without one read through (then the stream's chunks
+/// take the full scan alone).
+const MAX_RECORDS: u8 = 8;
 
 /// Where a string of the last chunk lies: before its text (offsets in the chunk) or
 /// after it (offsets from the text's end).
@@ -37,6 +43,8 @@ pub(crate) struct Template {
     id: Option<Place>,
     /// `before` and `after` hold a chunk.
     set: bool,
+    /// Templates recorded since the last chunk read through one.
+    records: u8,
 }
 
 impl Template {
@@ -44,7 +52,7 @@ impl Template {
     /// strings in `data` or unescaped into `scratch`; `None` when `data` has other bytes
     /// around one string token.
     pub(super) fn read(
-        &self,
+        &mut self,
         data: &str,
         scratch: &mut String,
     ) -> Option<(Option<Str>, Str, bool)> {
@@ -69,14 +77,19 @@ impl Template {
             Place::Before(a, b) => Str::Input(a, b),
             Place::After(a, b) => Str::Input(end + a, end + b),
         });
+        self.records = 0;
         Some((id, text, self.reasoning))
     }
 
     /// Keeps the shape of `data`, scanned as `id` and `choice`, when it is a text chunk
     /// (a delta with one text, plain in `data`, no tool calls, no finish reason, a plain
-    /// id or none); forgets the last one otherwise.
+    /// id or none); forgets the last one otherwise, and records none after
+    /// [`MAX_RECORDS`] in a row that nothing was read through.
     pub(super) fn record(&mut self, data: &str, id: Option<Str>, choice: Option<&ScannedChoice>) {
         self.set = false;
+        if self.records >= MAX_RECORDS {
+            return;
+        }
         let Some(c) = choice.filter(|c| c.finish_reason.is_none()) else {
             return;
         };
@@ -112,6 +125,7 @@ impl Template {
         self.reasoning = reasoning;
         self.id = id;
         self.set = true;
+        self.records += 1;
     }
 }
 

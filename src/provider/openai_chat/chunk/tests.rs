@@ -750,3 +750,38 @@ fn a_template_reads_only_one_string_token_between_the_same_bytes() {
         assert_eq!(templated, scan(&data, &mut scratch3, &mut fresh), "{data}");
     }
 }
+
+#[test]
+fn chunks_that_differ_elsewhere_too_stop_recording_templates() {
+    let chunk = |text: &str, pad: usize| {
+        format!(
+            r#"{{"id":"c","choices":[{{"delta":{{"content":"{text}"}}}}],"obfuscation":"{}"}}"#,
+            "x".repeat(pad)
+        )
+    };
+    let through = |template: &mut Template, data: &str| {
+        let mut scratch = String::new();
+        template.read(data, &mut scratch).is_some()
+    };
+    for (padded, kept) in [(3, true), (40, false)] {
+        let mut template = Template::default();
+        for pad in 0..padded {
+            let data = chunk("a", pad);
+            assert!(!through(&mut template, &data), "{data}");
+            let mut scratch = String::new();
+            same_as_value(
+                &data,
+                "scan",
+                &scan(&data, &mut scratch, &mut template).unwrap(),
+            );
+        }
+        // The same padding twice: read through the template while the stream has not
+        // given templates up.
+        let data = chunk("b", padded - 1);
+        assert_eq!(
+            through(&mut template, &data),
+            kept,
+            "after {padded} padded chunks"
+        );
+    }
+}
