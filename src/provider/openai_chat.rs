@@ -235,6 +235,8 @@ pub struct Parser {
     readings: Readings,
     /// Unescaped strings of the scanned chunk, kept from chunk to chunk.
     scratch: String,
+    /// The shape of the last text chunk scanned.
+    template: chunk::Template,
 }
 
 /// Which readings of a chunk [`Parser`] tries before the `Value` path.
@@ -266,6 +268,7 @@ impl Parser {
             cut_off: false,
             readings: Readings::All,
             scratch: String::new(),
+            template: chunk::Template::default(),
         }
     }
 
@@ -505,7 +508,8 @@ impl WireParser for Parser {
         if self.readings == Readings::All {
             let mut scratch = std::mem::take(&mut self.scratch);
             scratch.clear();
-            let scanned = chunk::scan(&ev.data, &mut scratch).map(|c| self.apply(c, None, out));
+            let scanned = chunk::scan(&ev.data, &mut scratch, &mut self.template)
+                .map(|c| self.apply(c, None, out));
             self.scratch = scratch;
             if let Some(step) = scanned {
                 return step;

@@ -134,22 +134,44 @@ impl<R: BufRead> SseReader<R> {
                 return Ok(self.lines.dispatch(&mut self.out));
             }
             let len = buf.len();
-            let (used, dispatched) = match memchr::memchr(b'\n', buf) {
-                Some(i) if self.partial.is_empty() => {
+            let (used, dispatched) = if self.partial.is_empty() {
+                // Every whole line in the buffer, parsed in place, up to a dispatch; the
+                // rest (a line split across reads) is kept for the next read.
+                let mut used = 0;
+                let mut dispatched = false;
+                while let Some(rest) = buf.get(used..) {
+                    let Some(i) = memchr::memchr(b'\n', rest) else {
+                        check_len(rest.len())?;
+                        self.partial.extend_from_slice(rest);
+                        used = len;
+                        break;
+                    };
                     check_len(i + 1)?;
-                    (i + 1, self.lines.line(&buf[..i], &mut self.out))
+                    used += i + 1;
+                    if self
+                        .lines
+                        .line(rest.get(..i).unwrap_or_default(), &mut self.out)
+                    {
+                        dispatched = true;
+                        break;
+                    }
                 }
-                Some(i) => {
-                    check_len(self.partial.len() + i + 1)?;
-                    self.partial.extend_from_slice(&buf[..i]);
-                    let dispatched = self.lines.line(&self.partial, &mut self.out);
-                    self.partial.clear();
-                    (i + 1, dispatched)
-                }
-                None => {
-                    check_len(self.partial.len() + buf.len())?;
-                    self.partial.extend_from_slice(buf);
-                    (buf.len(), false)
+                (used, dispatched)
+            } else {
+                match memchr::memchr(b'\n', buf) {
+                    Some(i) => {
+                        check_len(self.partial.len() + i + 1)?;
+                        self.partial
+                            .extend_from_slice(buf.get(..i).unwrap_or_default());
+                        let dispatched = self.lines.line(&self.partial, &mut self.out);
+                        self.partial.clear();
+                        (i + 1, dispatched)
+                    }
+                    None => {
+                        check_len(self.partial.len() + buf.len())?;
+                        self.partial.extend_from_slice(buf);
+                        (buf.len(), false)
+                    }
                 }
             };
             self.inner.consume(used);

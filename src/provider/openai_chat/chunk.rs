@@ -25,7 +25,8 @@ use serde_json::Value;
 
 use super::parse_usage;
 use crate::provider::chat::Usage;
-use crate::provider::scan::{Scan, Str};
+use crate::provider::scan::{Scan, Str, Texts};
+pub(crate) use template::Template;
 
 /// What the parser reads of one chunk.
 #[derive(Debug, Default, PartialEq)]
@@ -532,7 +533,25 @@ impl<'de> Deserialize<'de> for TokenDetails {
 /// order, strings borrowed from `data` or unescaped into `scratch`. `None` for any other
 /// payload (then [`parse_typed`] and the `Value` path decide); whenever it answers, the
 /// answer equals [`Chunk::from_value`] of the same payload (see `provider::scan`).
-pub(crate) fn scan<'a>(data: &'a str, scratch: &'a mut String) -> Option<Chunk<'a>> {
+///
+/// A chunk with the bytes of the last text chunk around another text is read through
+/// `template` ([`Template`]); every other scan records its shape there.
+pub(crate) fn scan<'a>(
+    data: &'a str,
+    scratch: &'a mut String,
+    template: &mut Template,
+) -> Option<Chunk<'a>> {
+    let mark = scratch.len();
+    if let Some((id, text, reasoning)) = template.read(data, scratch) {
+        let scratch: &'a String = scratch;
+        return Some(template::text_chunk(
+            Texts::new(data, scratch),
+            id,
+            text,
+            reasoning,
+        ));
+    }
+    scratch.truncate(mark);
     let mut s = Scan::new(data, scratch);
     let (mut id, mut choice) = (None, None);
     s.object(|s, key| {
@@ -563,6 +582,7 @@ pub(crate) fn scan<'a>(data: &'a str, scratch: &'a mut String) -> Option<Chunk<'
         Some(())
     })?;
     let t = s.finish()?;
+    template.record(data, id, choice.as_ref());
     let choice = match choice {
         None => None,
         Some(c) => {
@@ -706,5 +726,6 @@ fn scan_fragment(s: &mut Scan) -> Option<ScannedFragment> {
     Some(f)
 }
 
+mod template;
 #[cfg(test)]
 mod tests;

@@ -360,7 +360,7 @@ fn same_as_value(data: &str, what: &str, got: &Chunk) {
 fn check_scan(data: &str) -> bool {
     let mut scratch = String::from("left over from the last chunk");
     scratch.clear();
-    let Some(scanned) = scan(data, &mut scratch) else {
+    let Some(scanned) = scan(data, &mut scratch, &mut Template::default()) else {
         return false;
     };
     same_as_value(data, "scanned", &scanned);
@@ -581,5 +581,207 @@ fn arbitrary_bytes_never_panic_a_reading() {
         check_chunk(&data);
         let data = format!("{{\"choices\":[{{\"delta\":{{\"content\":{data}");
         check_scan(&data);
+    }
+}
+
+/// A text chunk with `@` where its text goes (twice when a key repeats), keys shuffled,
+/// sometimes with more than the text in its delta, a finish reason or a second choice.
+fn gen_frame(rng: &mut Rng) -> String {
+    let text_key = rng.pick(&["content", "reasoning_content", "reasoning"]);
+    let other_key = rng.pick(&["content", "reasoning_content", "reasoning"]);
+    let e = [
+        (text_key, Some("@".into())),
+        ("role", opt(rng, 30, |_| "\"assistant\"".into())),
+        (other_key, opt(rng, 15, |r| r.pick(TEXTS).into())),
+        (
+            "tool_calls",
+            opt(rng, 5, |r| r.pick(&["[]", "null"]).into()),
+        ),
+    ];
+    let delta = object(rng, &e);
+    let e = [
+        ("index", opt(rng, 70, |_| "0".into())),
+        ("delta", Some(delta)),
+        ("logprobs", opt(rng, 40, |_| "null".into())),
+        (
+            "finish_reason",
+            opt(rng, 60, |r| r.pick(&["null", "null", "\"stop\""]).into()),
+        ),
+    ];
+    let choice = object(rng, &e);
+    let second = if rng.chance(10) {
+        ",{\"delta\":{\"content\":\"second\"}}"
+    } else {
+        ""
+    };
+    let e = [
+        (
+            "id",
+            opt(rng, 80, |r| {
+                r.pick(&["\"chatcmpl-1\"", "\"c\\u0032\"", "null", "7"])
+                    .into()
+            }),
+        ),
+        (
+            "object",
+            opt(rng, 60, |_| "\"chat.completion.chunk\"".into()),
+        ),
+        ("created", opt(rng, 50, |_| "1741570283".into())),
+        ("model", opt(rng, 50, |_| "\"gpt-4o\"".into())),
+        ("choices", Some(format!("[{choice}{second}]"))),
+        ("usage", opt(rng, 30, |_| "null".into())),
+    ];
+    object(rng, &e)
+}
+
+/// A text for a frame's `@`: plain words mostly, else strings with escapes, other
+/// types, or bytes that are no single token.
+fn gen_text(rng: &mut Rng) -> String {
+    match rng.below(10) {
+        0..=4 => format!("\"{}\"", rng.pick(&["tok ", "the", "", " reads", "é 🦀"])),
+        5 | 6 => rng.pick(TEXTS).into(),
+        7 => {
+            let t = rng.pick(&["\"tok\"", "\"a\\nb\""]);
+            mutate(rng, t)
+        }
+        8 => rng
+            .pick(&[
+                "\"a\",\"content\":\"b\"",
+                "\"a\" ",
+                " \"a\"",
+                "\"a\"}",
+                "\"a",
+                "a\"",
+            ])
+            .into(),
+        _ => rng
+            .pick(&["\"\\ud800\"", "\"\\u00e9\\\"\"", "\"x\\\\\"", "\"\u{1}\""])
+            .into(),
+    }
+}
+
+#[test]
+fn chunks_read_through_the_last_chunks_shape_stream_as_the_value_path_does() {
+    // Streams of chunks that share their bytes around the text, as a service sends them,
+    // with every kind of text in between, now and then another frame or a random edit.
+    let mut rng = Rng(0x3C6E_F372_FE94_F82B);
+    let (mut through, mut total) = (0, 0);
+    for round in 0..3000 {
+        let mut frame = gen_frame(&mut rng);
+        let n = 2 + rng.below(6);
+        let mut datas = vec![];
+        for _ in 0..n {
+            if rng.chance(10) {
+                frame = gen_frame(&mut rng);
+            }
+            let mut data = String::new();
+            for (i, part) in frame.split('@').enumerate() {
+                if i > 0 {
+                    data.push_str(&gen_text(&mut rng));
+                }
+                data.push_str(part);
+            }
+            if rng.chance(5) {
+                data = mutate(&mut rng, &data);
+            }
+            datas.push(data);
+        }
+        let done = rng.chance(50);
+        assert_eq!(
+            run(&datas, Readings::All, done),
+            run(&datas, Readings::Value, done),
+            "round {round}: {datas:#?}"
+        );
+        // Chunk by chunk, with the template of the chunks before.
+        let mut template = Template::default();
+        for data in &datas {
+            let mut scratch = String::new();
+            let read = template.read(data, &mut scratch).is_some();
+            scratch.clear();
+            if let Some(got) = scan(data, &mut scratch, &mut template) {
+                same_as_value(data, "templated scan", &got);
+            }
+            through += read as usize;
+            total += 1;
+        }
+    }
+    assert!(
+        through > total / 20,
+        "only {through} of {total} chunks read through a template"
+    );
+}
+
+#[test]
+fn a_template_reads_only_one_string_token_between_the_same_bytes() {
+    let frame = |text: &str| {
+        format!(
+            r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,"finish_reason":null}}],"usage":null}}"#
+        )
+    };
+    let mut template = Template::default();
+    let mut scratch = String::new();
+    let first = frame("\"tok\"");
+    assert!(scan(&first, &mut scratch, &mut template).is_some());
+    for (text, through) in [
+        ("\"next\"", true),
+        ("\"\"", true),
+        ("\"a\\nb \\u00e9\"", true),
+        (" \"sp\"", true),
+        ("\"a\",\"content\":\"b\"", false),
+        ("\"a\" ", false),
+        ("null", false),
+        ("5", false),
+        ("\"\\ud800\"", false),
+        ("\"open", false),
+    ] {
+        let data = frame(text);
+        let mut scratch = String::new();
+        assert_eq!(
+            template.read(&data, &mut scratch).is_some(),
+            through,
+            "{data}"
+        );
+        // Through the template or not, the reading is a fresh scan's.
+        let (mut scratch, mut scratch2) = (String::new(), String::new());
+        let mut t = Template::default();
+        assert!(scan(&first, &mut scratch2, &mut t).is_some());
+        let templated = scan(&data, &mut scratch, &mut t);
+        let (mut scratch3, mut fresh) = (String::new(), Template::default());
+        assert_eq!(templated, scan(&data, &mut scratch3, &mut fresh), "{data}");
+    }
+}
+
+#[test]
+fn chunks_that_differ_elsewhere_too_stop_recording_templates() {
+    let chunk = |text: &str, pad: usize| {
+        format!(
+            r#"{{"id":"c","choices":[{{"delta":{{"content":"{text}"}}}}],"obfuscation":"{}"}}"#,
+            "x".repeat(pad)
+        )
+    };
+    let through = |template: &mut Template, data: &str| {
+        let mut scratch = String::new();
+        template.read(data, &mut scratch).is_some()
+    };
+    for (padded, kept) in [(3, true), (40, false)] {
+        let mut template = Template::default();
+        for pad in 0..padded {
+            let data = chunk("a", pad);
+            assert!(!through(&mut template, &data), "{data}");
+            let mut scratch = String::new();
+            same_as_value(
+                &data,
+                "scan",
+                &scan(&data, &mut scratch, &mut template).unwrap(),
+            );
+        }
+        // The same padding twice: read through the template while the stream has not
+        // given templates up.
+        let data = chunk("b", padded - 1);
+        assert_eq!(
+            through(&mut template, &data),
+            kept,
+            "after {padded} padded chunks"
+        );
     }
 }
