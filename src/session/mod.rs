@@ -296,12 +296,12 @@ impl Session {
             .registry
             .park_started(thread, move || idle.is_empty())
         {
-            Ok(()) => {
+            None => {
                 shared.registry.note_parked();
                 log::debug!("session {id} parked");
                 None
             }
-            Err(thread) => {
+            Some(thread) => {
                 let mut session = Session::over(&shared, rx, thread, running, live);
                 session.history_loaded = true;
                 Some(session)

@@ -333,19 +333,20 @@ impl Registry {
     /// empty (`is_idle`, under the lock): unregisters it and keeps its `row`, so that the
     /// revival its first request causes starts from it instead of the store
     /// ([`super::started`]). Kept before the id leaves the map, so the reviver of any
-    /// later request finds it. Returns the row back when the session must stay.
+    /// later request finds it. Returns the row back when the session must stay (`None`:
+    /// parked).
     pub fn park_started(
         &self,
         row: ThreadRow,
         is_idle: impl FnOnce() -> bool,
-    ) -> Result<(), ThreadRow> {
+    ) -> Option<ThreadRow> {
         let mut map = self.inner.lock();
         if !is_idle() {
-            return Err(row);
+            return Some(row);
         }
         map.remove(&row.id);
         self.started.lock().keep(row);
-        Ok(())
+        None
     }
 
     /// The row kept for `thread_id` by [`Registry::park_started`], taken out.

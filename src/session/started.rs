@@ -65,7 +65,7 @@ mod tests {
     fn rows_are_taken_once_and_the_oldest_goes_past_the_bound() {
         let mut kept = StartedRows::default();
         for i in 0..STARTED_ROWS + 2 {
-            kept.keep(ThreadRow::new(&format!("t{i}"), "/w", 1));
+            kept.keep(ThreadRow::new(format!("t{i}"), "/w", 1));
         }
         assert_eq!(kept.len(), STARTED_ROWS);
         assert!(kept.take("t0").is_none());

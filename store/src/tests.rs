@@ -700,7 +700,7 @@ fn one_statement_reads_see_only_committed_rows_and_leave_no_transaction_open() {
     assert!(idle(&store));
     assert_eq!(
         store.list_inputs("t1", &["pending"]).unwrap(),
-        [input.clone()]
+        std::slice::from_ref(&input)
     );
     assert_eq!(
         store.get_input("t1", "c1").unwrap().unwrap().state,
