@@ -3,7 +3,9 @@
 //! A request naming a conversation that is not live gets a mailbox at once (so later
 //! requests of that conversation queue behind it, in order) and the id goes to the
 //! reviver: one thread with its own read connection that checks the conversation exists
-//! and only then spawns its session thread. An unknown id is answered `thread_not_found`
+//! and only then spawns its session thread (a conversation started here whose row the
+//! registry keeps, [`super::started`], skips the check and the store reads of a
+//! revival). An unknown id is answered `thread_not_found`
 //! without any thread being created; the reviver's queue is bounded, so a flood of
 //! unknown ids is refused (`overloaded`) instead of piling up mailboxes.
 //!
