@@ -694,6 +694,40 @@ fn other_hosts_turn_is_seen(store: Store) {
     }
 }
 
+/// Host B starts a conversation (its session parks at once, keeping the row it created)
+/// and host A runs a turn of it before B's first request: B's session, revived from that
+/// row rather than the store, still finds the row moved, reads the history, sends the
+/// model A's turn before its own and shows both, in order, as A does.
+fn first_request_after_another_hosts_turn(store: Store) {
+    let fake = provider();
+    let Some((mut a, mut b, _keep)) = hosts(store, &fake) else {
+        return;
+    };
+    let t = b.call("thread/start", json!({}));
+    let th = t["thread"]["id"].as_str().unwrap().to_owned();
+    run_turn(&mut a, &th, "ONE-on-a");
+    run_turn(&mut b, &th, "TWO-on-b");
+    let sent = fake.requests().last().unwrap().body.to_string();
+    let at = |p: &str| {
+        sent.find(p)
+            .unwrap_or_else(|| panic!("{p} not sent: {sent}"))
+    };
+    assert!(at("ONE-on-a") < at("TWO-on-b"), "{sent}");
+    for h in [&mut a, &mut b] {
+        let r = h.call(
+            "thread/resume",
+            json!({"session_id": th, "response_only": true}),
+        );
+        assert_eq!(prompts(&r), ["ONE-on-a", "TWO-on-b"], "{r}");
+    }
+}
+
+both!(
+    first_request_after_another_hosts_turn_sqlite,
+    first_request_after_another_hosts_turn_postgres,
+    first_request_after_another_hosts_turn
+);
+
 /// Another host's turn committed after host B's session last checked the stored
 /// conversation (the fault `session_skips_refresh` makes B skip that check): B's turn,
 /// taking the lease, still finds the row moved, reads the history again, sends the model

@@ -34,6 +34,7 @@ pub mod reverse;
 pub mod run;
 pub mod selection;
 pub mod skills;
+pub mod started;
 pub mod takeover;
 pub mod title;
 pub mod turn;
@@ -43,10 +44,11 @@ pub use host::{Host, ServerOptions};
 use crate::outbound::Responder;
 use connections::PooledStore;
 use convert::TurnState;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use registry::{Mail, SessionEntry};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use wuu_protocol::{ClientRequest, ErrorCode};
 use wuu_store::ThreadRow;
 
@@ -207,7 +209,7 @@ impl Session {
             } else {
                 park_after
             };
-            match self.rx.recv_timeout(wait) {
+            match self.next_message(wait) {
                 Ok(msg) => {
                     self.handle(*msg);
                     self.row_fresh = false;
@@ -222,6 +224,32 @@ impl Session {
             }
         }
         self.unregister_and_drain();
+    }
+
+    /// The next message of the mailbox, waiting at most `wait`. The thread sleeps on
+    /// the session's wake, which whoever queues a message rings
+    /// ([`crate::engine::LiveStream::posted`], from the registry), rather than in the
+    /// channel's blocking receive, whose spinning and `sched_yield` before it sleeps cost
+    /// every session that goes idle after a turn a share of the CPU the running ones
+    /// need. A ring that finds the mailbox empty (left from a message already served)
+    /// waits again; when the wake cannot park (no `eventfd`), the channel's receive.
+    fn next_message(&self, wait: Duration) -> Result<Mail, RecvTimeoutError> {
+        let started = Instant::now();
+        loop {
+            match self.rx.try_recv() {
+                Ok(msg) => return Ok(msg),
+                Err(TryRecvError::Disconnected) => return Err(RecvTimeoutError::Disconnected),
+                Err(TryRecvError::Empty) => {}
+            }
+            let left = wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            if let Err(e) = self.live.wake().park(None, Some(left)) {
+                log::debug!("session {}: cannot park on its wake ({e})", self.id);
+                return self.rx.recv_timeout(left);
+            }
+        }
     }
 
     /// Parks a persisted conversation that is idle with an empty mailbox: unregisters it
@@ -241,6 +269,44 @@ impl Session {
             log::debug!("session {} parked", self.id);
         }
         parked
+    }
+
+    /// [`Session::park_if_idle`] for a session that has just created its conversation:
+    /// a persisted one with no history keeps its row in the registry
+    /// ([`Registry::park_started`](registry::Registry::park_started)) for its revival.
+    /// Returns the session when it must stay (then the caller serves it).
+    fn park_started(self) -> Option<Session> {
+        if !self.turns.is_empty() {
+            return (!self.park_if_idle()).then_some(self);
+        }
+        if self.ephemeral() || self.running.load(Ordering::SeqCst) {
+            return Some(self);
+        }
+        let Session {
+            shared,
+            id,
+            rx,
+            thread,
+            running,
+            live,
+            ..
+        } = self;
+        let idle = rx.clone();
+        match shared
+            .registry
+            .park_started(thread, move || idle.is_empty())
+        {
+            None => {
+                shared.registry.note_parked();
+                log::debug!("session {id} parked");
+                None
+            }
+            Some(thread) => {
+                let mut session = Session::over(&shared, rx, thread, running, live);
+                session.history_loaded = true;
+                Some(session)
+            }
+        }
     }
 
     /// Ends the session: unregisters it, then re-dispatches anything that was already
@@ -406,6 +472,38 @@ impl Session {
     }
 }
 
+impl Session {
+    /// A session of conversation `thread` over mailbox `rx`: no store connection,
+    /// history not loaded, idle.
+    fn over(
+        shared: &Arc<Host>,
+        rx: Receiver<Mail>,
+        thread: ThreadRow,
+        running: Arc<AtomicBool>,
+        live: crate::engine::LiveStream,
+    ) -> Session {
+        Session {
+            shared: shared.clone(),
+            id: thread.id.clone(),
+            rx,
+            store: None,
+            thread,
+            turns: vec![],
+            history_loaded: false,
+            running,
+            exit: false,
+            mem_inputs: vec![],
+            steer_signal: false,
+            engine: None,
+            engine_thread: Default::default(),
+            live,
+            hold_agent_turns: false,
+            row_fresh: false,
+            drain_due: false,
+        }
+    }
+}
+
 fn entry_for(
     tx: Sender<Mail>,
     running: Arc<AtomicBool>,
@@ -437,32 +535,51 @@ pub fn spawn_existing(
                 running: running.clone(),
             };
             match lifecycle::load_thread(&shared, &id) {
-                Ok(Some((store, thread))) => Session {
-                    shared: shared.clone(),
-                    id: id.clone(),
-                    rx: rx.clone(),
-                    store: Some(store),
-                    thread,
-                    turns: vec![],
-                    history_loaded: false,
-                    running,
-                    exit: false,
-                    mem_inputs: vec![],
-                    steer_signal: false,
-                    engine: None,
-                    engine_thread: Default::default(),
-                    live,
-                    hold_agent_turns: false,
-                    row_fresh: true,
-                    drain_due: false,
+                Ok(Some((store, thread))) => {
+                    let mut session = Session::over(&shared, rx.clone(), thread, running, live);
+                    session.store = Some(store);
+                    session.row_fresh = true;
+                    session.revived()
                 }
-                .revived(),
                 Ok(None) => refuse_all(&shared, &id, &rx, ErrorCode::ThreadNotFound, None),
                 Err(e) => {
                     let (code, message) = crate::session::host::store_refusal(&shared, &e);
                     refuse_all(&shared, &id, &rx, code, Some(message))
                 }
             }
+        },
+    )
+    .map(|_| ())
+    .map_err(|e| e.to_string())
+}
+
+/// Spawns the session thread of a conversation started on this process whose session
+/// parked before any request ([`started`]) over the mailbox `rx` the registry created
+/// for it: it resumes from `thread` and its empty history, as the session that parked
+/// held them, and serves the mailbox as a live session does (each message re-reads the
+/// row and the lease first). Errors: the OS refused a thread (the caller answers the
+/// mailbox).
+pub fn spawn_started(
+    shared: &Arc<Host>,
+    thread: ThreadRow,
+    rx: Receiver<Mail>,
+    running: Arc<AtomicBool>,
+    live: crate::engine::LiveStream,
+) -> Result<(), String> {
+    let shared = shared.clone();
+    crate::util::spawn(
+        format!("wuu-session-{}", crate::util::name_tail(&thread.id, 12)),
+        move || {
+            let id = thread.id.clone();
+            let _guard = crate::session::registry::PanicGuard {
+                shared: &shared,
+                id: &id,
+                rx: &rx,
+                running: running.clone(),
+            };
+            let mut session = Session::over(&shared, rx.clone(), thread, running, live);
+            session.history_loaded = true;
+            session.run();
         },
     )
     .map(|_| ())
@@ -511,31 +628,16 @@ pub fn spawn_new(shared: &Arc<Host>, req: ClientRequest, reply: Responder) {
                     rx: &rx,
                     running: running.clone(),
                 };
-                let mut session = Session {
-                    shared: shared.clone(),
-                    id: id.clone(),
-                    rx: rx.clone(),
-                    store,
-                    thread,
-                    turns,
-                    history_loaded: true,
-                    running,
-                    exit: false,
-                    mem_inputs: vec![],
-                    steer_signal: false,
-                    engine: None,
-                    engine_thread: Default::default(),
-                    live,
-                    hold_agent_turns: false,
-                    row_fresh: false,
-                    drain_due: false,
-                };
+                let mut session = Session::over(&shared, rx.clone(), thread, running, live);
+                session.store = store;
+                session.turns = turns;
+                session.history_loaded = true;
                 session.announce_created(reply);
                 session.release_store();
-                // A conversation only started needs no thread: it parks
-                // at once unless a request already arrived, and the first request
-                // for it revives it from the store.
-                if !session.park_if_idle() {
+                // A conversation only started needs no thread: it parks at once unless
+                // a request already arrived, and its first request revives it from the
+                // row it holds (a fork's copied history is read from the store).
+                if let Some(session) = session.park_started() {
                     session.run();
                 }
             }

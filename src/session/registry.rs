@@ -3,7 +3,9 @@
 //! A request naming a conversation that is not live gets a mailbox at once (so later
 //! requests of that conversation queue behind it, in order) and the id goes to the
 //! reviver: one thread with its own read connection that checks the conversation exists
-//! and only then spawns its session thread. An unknown id is answered `thread_not_found`
+//! and only then spawns its session thread (a conversation started here whose row the
+//! registry keeps, [`super::started`], skips the check and the store reads of a
+//! revival). An unknown id is answered `thread_not_found`
 //! without any thread being created; the reviver's queue is bounded, so a flood of
 //! unknown ids is refused (`overloaded`) instead of piling up mailboxes.
 //!
@@ -15,6 +17,7 @@
 //! calls) wait outside the lock instead; if the session parked meanwhile, the message
 //! comes back and is re-dispatched to a revived session.
 
+use super::started::StartedRows;
 use super::Host;
 use crate::engine::{Control, LiveStream};
 use crate::session::{self, SessionMsg};
@@ -26,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use wuu_protocol::ErrorCode;
+use wuu_store::ThreadRow;
 
 /// Messages a session mailbox holds; a client request finding it full is answered
 /// `overloaded`.
@@ -112,6 +116,9 @@ pub struct Registry {
     /// Running flags now set ([`Registry::set_running`]).
     running: std::sync::atomic::AtomicUsize,
     epoch: Instant,
+    /// Rows of conversations started here whose session parked before any request
+    /// ([`super::started`]); locked inside `inner` only.
+    started: Mutex<StartedRows>,
 }
 
 impl Registry {
@@ -142,6 +149,7 @@ impl Registry {
             last_trim_ms: Default::default(),
             running: Default::default(),
             epoch: Instant::now(),
+            started: Default::default(),
         }
     }
 
@@ -323,6 +331,31 @@ impl Registry {
         }
     }
 
+    /// Parks the session of a conversation just started here when its mailbox is
+    /// empty (`is_idle`, under the lock): unregisters it and keeps its `row`, so that the
+    /// revival its first request causes starts from it instead of the store
+    /// ([`super::started`]). Kept before the id leaves the map, so the reviver of any
+    /// later request finds it. Returns the row back when the session must stay (`None`:
+    /// parked).
+    pub fn park_started(
+        &self,
+        row: ThreadRow,
+        is_idle: impl FnOnce() -> bool,
+    ) -> Option<ThreadRow> {
+        let mut map = self.inner.lock();
+        if !is_idle() {
+            return Some(row);
+        }
+        map.remove(&row.id);
+        self.started.lock().keep(row);
+        None
+    }
+
+    /// The row kept for `thread_id` by [`Registry::park_started`], taken out.
+    pub fn take_started(&self, thread_id: &str) -> Option<ThreadRow> {
+        self.started.lock().take(thread_id)
+    }
+
     /// Ids of the live sessions running a turn now (one registry lock).
     pub fn running_ids(&self) -> std::collections::HashSet<String> {
         self.inner
@@ -411,6 +444,19 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
             );
             continue;
         };
+        if let Some(row) = shared.registry.take_started(&id) {
+            // Started here and never served: its session resumes from the row it held.
+            if let Err(e) = session::spawn_started(&shared, row, mailbox.clone(), running, live) {
+                log::error!("cannot spawn a session thread for {id:?}: {e}");
+                shared.registry.remove_if(&id, || true);
+                drain_refusing(
+                    &mailbox,
+                    ErrorCode::InternalError,
+                    &format!("cannot start a session thread: {e}"),
+                );
+            }
+            continue;
+        }
         let exists = if crate::util::is_ephemeral(&id) {
             // Ephemeral conversations live in memory only: not live means gone.
             Ok(false)

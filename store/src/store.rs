@@ -519,6 +519,18 @@ impl Store {
         }
     }
 
+    /// A read made of one statement. On SQLite it runs in autocommit mode, where the
+    /// statement is its own read transaction: the same one snapshot [`Store::read`]
+    /// gives, without executing `BEGIN` and `COMMIT` around it. On PostgreSQL, as
+    /// [`Store::read`].
+    pub(crate) fn read_one<T>(&self, f: impl FnOnce(&Tx<'_>) -> Result<T>) -> Result<T> {
+        match &self.backend {
+            Backend::Sqlite(l) => f(&Tx::sqlite(&l.conn, self.lease_stale_ms)),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres(_) => self.read(f),
+        }
+    }
+
     // ----- threads -------------------------------------------------------------------
 
     /// Inserts a new thread row. Errors: a constraint error ([`StoreError::Sqlite`]) when
@@ -544,7 +556,7 @@ impl Store {
     /// Reads a thread. `Ok(None)` when it does not exist; [`StoreError::Corrupt`] when its
     /// row cannot be decoded.
     pub fn get_thread(&self, id: &str) -> Result<Option<ThreadRow>> {
-        self.read(|tx| tx.get_thread(id))
+        self.read_one(|tx| tx.get_thread(id))
     }
 
     /// Overwrites the thread's columns from `t`: cwd, preview, selection (provider,
@@ -755,13 +767,13 @@ impl Store {
 
     /// Reads one input (in any state); `Ok(None)` when the id was never seen.
     pub fn get_input(&self, thread_id: &str, id: &str) -> Result<Option<InputRow>> {
-        self.read(|tx| tx.get_input(thread_id, id))
+        self.read_one(|tx| tx.get_input(thread_id, id))
     }
 
     /// The thread's inputs whose state is in `states` (all states when empty), in
     /// creation order (`created_at_ms`, then insertion).
     pub fn list_inputs(&self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>> {
-        self.read(|tx| tx.list_inputs(thread_id, states))
+        self.read_one(|tx| tx.list_inputs(thread_id, states))
     }
 
     // ----- runs ------------------------------------------------------------------------
@@ -845,7 +857,7 @@ impl Store {
 
     /// The holder of a thread's lease and its last heartbeat (Unix ms), if any.
     pub fn lease_of(&self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>> {
-        self.read(|tx| tx.lease_of(thread_id))
+        self.read_one(|tx| tx.lease_of(thread_id))
     }
 
     /// Settles what this process left running in one conversation whose session failed

@@ -666,6 +666,59 @@ fn cached_statements_are_not_compiled_again_on_every_call() {
     drop(dir);
 }
 
+#[test]
+fn one_statement_reads_see_only_committed_rows_and_leave_no_transaction_open() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    let input = InputRow {
+        thread_id: "t1".into(),
+        id: "c1".into(),
+        mode: "queue".into(),
+        state: "pending".into(),
+        body: json!({"prompt": "p"}),
+        created_at_ms: 1,
+        updated_at_ms: 1,
+    };
+    store.upsert_input(&input).unwrap();
+    // Another connection's write transaction, open and uncommitted.
+    let mut conn = raw(&store);
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .unwrap();
+    tx.execute(
+        "UPDATE threads SET preview = 'uncommitted' WHERE id = 't1'",
+        [],
+    )
+    .unwrap();
+    tx.execute("UPDATE inputs SET state = 'held' WHERE id = 'c1'", [])
+        .unwrap();
+    let idle = |s: &Store| s.lite().unwrap().conn.is_autocommit();
+    assert_eq!(
+        store.get_thread("t1").unwrap().unwrap().preview,
+        "preview of t1"
+    );
+    assert!(idle(&store));
+    assert_eq!(
+        store.list_inputs("t1", &["pending"]).unwrap(),
+        std::slice::from_ref(&input)
+    );
+    assert_eq!(
+        store.get_input("t1", "c1").unwrap().unwrap().state,
+        "pending"
+    );
+    assert_eq!(store.lease_of("t1").unwrap(), None);
+    assert!(idle(&store));
+    tx.commit().unwrap();
+    assert_eq!(
+        store.get_thread("t1").unwrap().unwrap().preview,
+        "uncommitted"
+    );
+    assert!(store.list_inputs("t1", &["pending"]).unwrap().is_empty());
+    // The store still writes: no read of it was left open.
+    store.touch_thread("t1", 99).unwrap();
+    assert!(idle(&store));
+}
+
 /// Rowids of the messages the text index matches for `phrase` (an FTS5 query).
 fn indexed(store: &Store, phrase: &str) -> Vec<i64> {
     let c = raw(store);
