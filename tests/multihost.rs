@@ -388,6 +388,13 @@ fn a_password_in_the_url_never_reaches_an_answer_or_a_log_line() {
             assert!(!frame.to_string().contains(SECRET), "{frame}");
         }
     }
+    // The host that served a turn logged at the level asked for, so the search for the
+    // password covered its debug lines too.
+    let served = std::fs::read_to_string(&a.log).unwrap();
+    assert!(
+        served.contains(" DEBUG "),
+        "RUST_LOG=debug logs debug lines:\n{served}"
+    );
     assert!(!init.to_string().contains(SECRET), "{init}");
 }
 

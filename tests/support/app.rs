@@ -165,13 +165,14 @@ impl App {
         log: Option<&Path>,
     ) -> App {
         let mut cmd = Command::new(wuu_bin());
+        // No inherited `RUST_LOG`, but the caller's own (`env`) applies: removed first.
+        cmd.env_remove("RUST_LOG");
         cmd.envs(env.iter().copied());
         cmd.arg("app-server")
             .arg("--workdir")
             .arg(workdir)
             .args(extra_args)
             .env("WUU_HOME", home)
-            .env_remove("RUST_LOG")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(match log {
