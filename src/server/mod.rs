@@ -353,19 +353,21 @@ fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// Opens the heartbeat thread's connection, registers this process (a first heartbeat),
-/// settles what dead owners left running (crash recovery, owners stale after `stale_ms`)
-/// and kills the commands a dead host left running. Errors: the store cannot be opened;
+/// settles what dead owners left running (crash recovery, owners stale after `stale_ms`;
+/// an owner that heartbeat after `started_at_ms`, this process's start, is left to the
+/// takeover sweep) and kills the commands a dead host left running. Errors: the store cannot be opened;
 /// a failed heartbeat or recovery is only logged.
 fn open_and_recover(
     location: &wuu_store::Location,
     owner: &LeaseOwner,
     stale_ms: i64,
+    started_at_ms: i64,
 ) -> Result<wuu_store::Store, wuu_store::StoreError> {
     let mut store = wuu_store::Store::open_location(location)?;
     if let Err(e) = store.heartbeat(owner) {
         log::warn!("lease heartbeat: {e}");
     }
-    match store.recover(owner, stale_ms) {
+    match store.recover(owner, stale_ms, started_at_ms) {
         Ok(r) if !r.is_empty() => log::info!("recovery: {r:?}"),
         Ok(_) => {}
         Err(e) => log::warn!("recovery failed: {e}"),
@@ -391,7 +393,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
     drop(s);
     // This connection stays open for the life of the process: closing the only
     // connection would checkpoint the WAL and sync the file.
-    let opened = open_and_recover(&location, &owner, settings.stale_ms);
+    let opened = open_and_recover(&location, &owner, settings.stale_ms, settings.started_at_ms);
     if let Some(s) = shared.upgrade() {
         if let Err(e) = &opened {
             log::error!("cannot open the store {}: {e}", location.shown());
@@ -427,7 +429,7 @@ fn heartbeat_loop(shared: std::sync::Weak<Shared>) {
         // and another host would take over the conversations it runs once they went
         // stale. (A SQLite file that could not be opened stays refused.)
         if store.is_none() && location.is_postgres() {
-            match open_and_recover(&location, &owner, settings.stale_ms) {
+            match open_and_recover(&location, &owner, settings.stale_ms, settings.started_at_ms) {
                 Ok(opened) => {
                     log::info!("the store {} is reachable again", location.shown());
                     *s.host.store_error.lock() = None;

@@ -410,7 +410,12 @@ impl Ops<'_> {
     }
 
     /// See [`crate::Store::recover`].
-    pub(crate) fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
+    pub(crate) fn recover(
+        &self,
+        me: &LeaseOwner,
+        stale_ms: i64,
+        started_at_ms: i64,
+    ) -> Result<RecoveryReport> {
         self.lock_leases()?;
         let now = now_ms();
         self.register_instance(me, now, 0)?;
@@ -427,7 +432,9 @@ impl Ops<'_> {
         }
         let mut live_threads = HashSet::new();
         for (thread_id, owner, heartbeat) in leases {
-            if owner_dead(&owner, heartbeat, me, now, stale_ms) {
+            // An owner that heartbeat while this process ran died after it started: the
+            // takeover sweep settles and announces its work as a survivor's.
+            if heartbeat < started_at_ms && owner_dead(&owner, heartbeat, me, now, stale_ms) {
                 self.conn.exec(
                     "DELETE FROM leases WHERE thread_id = ?1 AND instance = ?2",
                     &values![&thread_id, &owner.instance],
@@ -506,8 +513,13 @@ impl Tx<'_> {
     }
 
     /// See [`crate::Store::recover`].
-    pub fn recover(&self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
-        self.ops().recover(me, stale_ms)
+    pub fn recover(
+        &self,
+        me: &LeaseOwner,
+        stale_ms: i64,
+        started_at_ms: i64,
+    ) -> Result<RecoveryReport> {
+        self.ops().recover(me, stale_ms, started_at_ms)
     }
 }
 

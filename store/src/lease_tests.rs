@@ -25,7 +25,12 @@ trait Backend: Send + Sized + 'static {
     fn lease_of(&mut self, thread_id: &str) -> Result<Option<(LeaseOwner, i64)>>;
     fn dead_leases(&mut self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>>;
     fn set_lease_stale_ms(&mut self, stale_ms: i64);
-    fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport>;
+    fn recover(
+        &mut self,
+        me: &LeaseOwner,
+        stale_ms: i64,
+        started_at_ms: i64,
+    ) -> Result<RecoveryReport>;
     fn upsert_input(&mut self, i: &InputRow) -> Result<()>;
     fn list_inputs(&mut self, thread_id: &str, states: &[&str]) -> Result<Vec<InputRow>>;
 }
@@ -65,8 +70,13 @@ macro_rules! delegate {
         fn dead_leases(&mut self, me: &LeaseOwner) -> Result<Vec<(String, LeaseOwner, i64)>> {
             self.store.dead_leases(me)
         }
-        fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
-            self.store.recover(me, stale_ms)
+        fn recover(
+            &mut self,
+            me: &LeaseOwner,
+            stale_ms: i64,
+            started_at_ms: i64,
+        ) -> Result<RecoveryReport> {
+            self.store.recover(me, stale_ms, started_at_ms)
         }
         fn upsert_input(&mut self, i: &InputRow) -> Result<()> {
             self.store.upsert_input(i)
@@ -502,7 +512,7 @@ fn recover_dead_work<B: Backend>(mut store: B) {
     }
 
     let mut other = store.reopen();
-    let report = other.recover(&me, 60_000).unwrap();
+    let report = other.recover(&me, 60_000, i64::MAX).unwrap();
     assert_eq!(
         report.interrupted_turns,
         vec![
@@ -546,7 +556,52 @@ fn recover_dead_work<B: Backend>(mut store: B) {
     assert_eq!(store.lease_of("mine").unwrap().unwrap().0, me);
 
     // a second pass finds nothing more
-    assert!(other.recover(&me, 60_000).unwrap().is_empty());
+    assert!(other.recover(&me, 60_000, i64::MAX).unwrap().is_empty());
+}
+
+both!(
+    recovery_leaves_an_owner_that_died_after_this_start_to_the_takeover,
+    pg_recovery_leaves_an_owner_that_died_after_this_start_to_the_takeover,
+    recover_after_start
+);
+
+/// A host whose start-up recovery runs late (its heartbeat thread was slow) finds the
+/// lease of an owner that heartbeat after this host started and died since: that owner
+/// was alive while this host served, so its lease and turn are left for the takeover
+/// sweep, which settles and announces them as a survivor's; an owner dead before the
+/// start is recovered as before.
+fn recover_after_start<B: Backend>(mut store: B) {
+    let me = LeaseOwner::current();
+    let (before, after) = (dead_owner(), dead_owner());
+    for t in ["before", "after"] {
+        store.insert_thread(&thread(t, "/w", 10)).unwrap();
+    }
+    store.acquire_lease("before", &before).unwrap();
+    let started_at = jiff::Timestamp::now().as_millisecond() + 1;
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.acquire_lease("after", &after).unwrap();
+    for t in ["before", "after"] {
+        store.insert_turn(&turn(t, "running")).unwrap();
+    }
+    let mut other = store.reopen();
+    let report = other.recover(&me, 60_000, started_at).unwrap();
+    assert_eq!(report.removed_leases, vec![("before".to_string(), before)]);
+    assert_eq!(
+        report.interrupted_turns,
+        vec![SettledTurn {
+            thread_id: "before".into(),
+            turn_id: "running".into()
+        }]
+    );
+    let kept = store.lease_of("after").unwrap().unwrap().0;
+    assert_eq!(kept, after);
+    assert_eq!(
+        store.dead_leases(&me).unwrap().len(),
+        1,
+        "the sweep sees it"
+    );
+    let status = store.get_turn("after", "running").unwrap().unwrap().status;
+    assert_eq!(status, "in_progress");
 }
 
 both!(

@@ -879,7 +879,11 @@ impl Store {
     /// Crash recovery, in one transaction. Run it at startup (and whenever useful).
     ///
     /// 1. Deletes every lease whose owner is dead: a different instance than `me` whose
-    ///    heartbeat is older than `stale_ms` or whose pid is not alive on this host.
+    ///    heartbeat is older than `stale_ms` or whose pid is not alive on this host, and
+    ///    whose last heartbeat came before `started_at_ms` (Unix ms, when this process
+    ///    started). An owner that heartbeat after it died while this process ran: its
+    ///    lease, turns and runs are left to the takeover ([`Store::acquire_lease`]),
+    ///    which a running host does as a survivor (`i64::MAX`: every dead owner).
     /// 2. Settles every `in_progress` turn of a thread without a live lease as
     ///    `interrupted` (error `{"message": "interrupted: the process that ran this turn
     ///    stopped"}` unless it already had one; `completed_at_ms` = now if absent).
@@ -893,7 +897,12 @@ impl Store {
     /// settles a turn, its items left `in_progress` are settled too: a `tool_call` becomes
     /// `failed` with error [`crate::TOOL_OUTCOME_UNKNOWN`], any other item `completed`
     /// (column and body). Lease takeovers ([`Store::acquire_lease`]) do the same.
-    pub fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
-        self.transaction(|tx| tx.recover(me, stale_ms))
+    pub fn recover(
+        &mut self,
+        me: &LeaseOwner,
+        stale_ms: i64,
+        started_at_ms: i64,
+    ) -> Result<RecoveryReport> {
+        self.transaction(|tx| tx.recover(me, stale_ms, started_at_ms))
     }
 }

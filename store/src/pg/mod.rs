@@ -507,8 +507,13 @@ impl PgStore {
 
     /// See [`crate::Store::recover`]: on a shared database, takes over the leases of
     /// owners on any host whose heartbeat is older than `stale_ms` and settles their work.
-    pub fn recover(&mut self, me: &LeaseOwner, stale_ms: i64) -> Result<RecoveryReport> {
-        self.transaction(Some(""), |ops| ops.recover(me, stale_ms))
+    pub fn recover(
+        &mut self,
+        me: &LeaseOwner,
+        stale_ms: i64,
+        started_at_ms: i64,
+    ) -> Result<RecoveryReport> {
+        self.transaction(Some(""), |ops| ops.recover(me, stale_ms, started_at_ms))
     }
 
     /// Subscribes this connection to [`CHANNEL`]; [`PgStore::changes`] then reports the
