@@ -1024,7 +1024,7 @@ fn a_stubborn_codex_host_dies_with_a_killed_wuu_exec() {
     let mut exec = std::process::Command::new(env!("CARGO_BIN_EXE_wuu"))
         .args(["exec", "--json", "--cd"])
         .arg(&f.ws)
-        .arg("hi")
+        .arg("HOLD: killed mid-turn")
         .envs(f.env.iter().map(|(k, v)| (k, v)))
         .env("WUU_HOME", &f.home)
         .env("RUST_LOG", "info")

@@ -5,7 +5,8 @@
 # it reads is appended to FAKE_CODEX_LOG; its environment is written to $FAKE_CODEX_LOG.env
 # at start. In `crash` mode the first host exits mid-turn; the file $FAKE_CODEX_LOG.crashed
 # makes later hosts behave normally. In `stubborn` mode it ignores SIGTERM and SIGHUP,
-# starts a `sleep` in a session of its own, and keeps running after stdin closes.
+# starts a `sleep` in a session of its own, and keeps running after stdin closes. A prompt
+# containing HOLD keeps its turn running (normal and stubborn modes).
 set -u
 [ "${1:-}" = "app-server" ] || { echo "usage: fake-codex app-server" >&2; exit 2; }
 mode="${FAKE_CODEX_MODE:-normal}"
@@ -83,7 +84,11 @@ while IFS= read -r line; do
           # Let the host process the answer before the turn ends.
           sleep 0.3
           complete "finished" ;;
-        *) delta "hello"; complete "hello" ;;
+        *)
+          # A prompt with HOLD keeps its turn running until it is interrupted or the
+          # input ends (for tests that kill the client mid-turn).
+          if [[ $line == *HOLD* ]]; then delta "holding"; wait_for '"method":"none"' || continue; fi
+          delta "hello"; complete "hello" ;;
       esac ;;
     thread/compact/start)
       # Native compaction: `{}`, then a turn of its own with a contextCompaction item.
