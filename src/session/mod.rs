@@ -513,12 +513,17 @@ fn entry_for(
 }
 
 /// Spawns the session thread of an existing conversation (revival) over the mailbox
-/// `rx` the registry created for it. The thread loads the conversation and, if it has
-/// gone meanwhile, answers `thread_not_found` to what it was sent and ends. Errors: the
-/// OS refused a thread (the caller answers the mailbox).
+/// `rx` the registry created for it. With `kept`, the row of a conversation started on
+/// this process whose session parked before any request ([`started`]), the session
+/// resumes from it and its empty history as the session that parked held them (each
+/// message re-reads the row and the lease first, as in any live session); otherwise the
+/// thread loads the conversation and, if it has gone meanwhile, answers
+/// `thread_not_found` to what it was sent and ends. Errors: the OS refused a thread (the
+/// caller answers the mailbox).
 pub fn spawn_existing(
     shared: &Arc<Host>,
     thread_id: &str,
+    kept: Option<ThreadRow>,
     rx: Receiver<Mail>,
     running: Arc<AtomicBool>,
     live: crate::engine::LiveStream,
@@ -534,6 +539,11 @@ pub fn spawn_existing(
                 rx: &rx,
                 running: running.clone(),
             };
+            if let Some(thread) = kept {
+                let mut session = Session::over(&shared, rx.clone(), thread, running, live);
+                session.history_loaded = true;
+                return session.run();
+            }
             match lifecycle::load_thread(&shared, &id) {
                 Ok(Some((store, thread))) => {
                     let mut session = Session::over(&shared, rx.clone(), thread, running, live);
@@ -547,39 +557,6 @@ pub fn spawn_existing(
                     refuse_all(&shared, &id, &rx, code, Some(message))
                 }
             }
-        },
-    )
-    .map(|_| ())
-    .map_err(|e| e.to_string())
-}
-
-/// Spawns the session thread of a conversation started on this process whose session
-/// parked before any request ([`started`]) over the mailbox `rx` the registry created
-/// for it: it resumes from `thread` and its empty history, as the session that parked
-/// held them, and serves the mailbox as a live session does (each message re-reads the
-/// row and the lease first). Errors: the OS refused a thread (the caller answers the
-/// mailbox).
-pub fn spawn_started(
-    shared: &Arc<Host>,
-    thread: ThreadRow,
-    rx: Receiver<Mail>,
-    running: Arc<AtomicBool>,
-    live: crate::engine::LiveStream,
-) -> Result<(), String> {
-    let shared = shared.clone();
-    crate::util::spawn(
-        format!("wuu-session-{}", crate::util::name_tail(&thread.id, 12)),
-        move || {
-            let id = thread.id.clone();
-            let _guard = crate::session::registry::PanicGuard {
-                shared: &shared,
-                id: &id,
-                rx: &rx,
-                running: running.clone(),
-            };
-            let mut session = Session::over(&shared, rx.clone(), thread, running, live);
-            session.history_loaded = true;
-            session.run();
         },
     )
     .map(|_| ())

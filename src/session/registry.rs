@@ -444,20 +444,11 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
             );
             continue;
         };
-        if let Some(row) = shared.registry.take_started(&id) {
-            // Started here and never served: its session resumes from the row it held.
-            if let Err(e) = session::spawn_started(&shared, row, mailbox.clone(), running, live) {
-                log::error!("cannot spawn a session thread for {id:?}: {e}");
-                shared.registry.remove_if(&id, || true);
-                drain_refusing(
-                    &mailbox,
-                    ErrorCode::InternalError,
-                    &format!("cannot start a session thread: {e}"),
-                );
-            }
-            continue;
-        }
-        let exists = if crate::util::is_ephemeral(&id) {
+        // Started here and never served: its session resumes from the row it held.
+        let kept = shared.registry.take_started(&id);
+        let exists = if kept.is_some() {
+            Ok(true)
+        } else if crate::util::is_ephemeral(&id) {
             // Ephemeral conversations live in memory only: not live means gone.
             Ok(false)
         } else {
@@ -477,7 +468,7 @@ fn revive_loop(shared: Weak<Host>, rx: Receiver<Revival>) {
         match exists {
             Ok(true) => {
                 if let Err(e) =
-                    session::spawn_existing(&shared, &id, mailbox.clone(), running, live)
+                    session::spawn_existing(&shared, &id, kept, mailbox.clone(), running, live)
                 {
                     log::error!("cannot spawn a session thread for {id:?}: {e}");
                     shared.registry.remove_if(&id, || true);
