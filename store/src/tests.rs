@@ -375,20 +375,25 @@ fn search_index_is_built_for_older_stores_and_follows_every_write() {
     assert!(found(&store, "needle").is_empty());
 }
 
-#[test]
-fn transaction_commits_or_rolls_back_as_a_whole() {
-    let (_dir, mut store) = open_tmp();
-    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
-    store.insert_turn(&turn("t1", "u1")).unwrap();
-    let pending = InputRow {
-        thread_id: "t1".into(),
-        id: "c1".into(),
+/// A queued input of `thread_id`, pending, created and updated at 1 ms.
+fn pending_input(thread_id: &str, id: &str) -> InputRow {
+    InputRow {
+        thread_id: thread_id.into(),
+        id: id.into(),
         mode: "queue".into(),
         state: "pending".into(),
         body: json!({"prompt": "p"}),
         created_at_ms: 1,
         updated_at_ms: 1,
-    };
+    }
+}
+
+#[test]
+fn transaction_commits_or_rolls_back_as_a_whole() {
+    let (_dir, mut store) = open_tmp();
+    store.insert_thread(&thread("t1", "/w", 10)).unwrap();
+    store.insert_turn(&turn("t1", "u1")).unwrap();
+    let pending = pending_input("t1", "c1");
     store.upsert_input(&pending).unwrap();
 
     // failure half-way: neither change lands
@@ -670,15 +675,7 @@ fn cached_statements_are_not_compiled_again_on_every_call() {
 fn one_statement_reads_see_only_committed_rows_and_leave_no_transaction_open() {
     let (_dir, mut store) = open_tmp();
     store.insert_thread(&thread("t1", "/w", 10)).unwrap();
-    let input = InputRow {
-        thread_id: "t1".into(),
-        id: "c1".into(),
-        mode: "queue".into(),
-        state: "pending".into(),
-        body: json!({"prompt": "p"}),
-        created_at_ms: 1,
-        updated_at_ms: 1,
-    };
+    let input = pending_input("t1", "c1");
     store.upsert_input(&input).unwrap();
     // Another connection's write transaction, open and uncommitted.
     let mut conn = raw(&store);

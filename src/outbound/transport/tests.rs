@@ -64,15 +64,7 @@ impl FrameSink for GatedSink {
 
 /// Frames in, a gate that lets one write through per `()` (drop it: all), frames out.
 fn gated_writer() -> (Outbox, Sender<()>, crossbeam_channel::Receiver<Vec<u8>>) {
-    let (gate_tx, gate) = bounded(0);
-    let (out, out_rx) = crossbeam_channel::unbounded();
-    let sink = GatedSink {
-        gate,
-        open: false,
-        out,
-    };
-    let (outbox, _join) = start_writer(Box::new(sink), Box::new(|| {}));
-    (outbox, gate_tx, out_rx)
+    small_gated_writer(OUTBOX_CAPACITY)
 }
 
 /// A hand-off of one frame.
