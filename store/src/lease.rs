@@ -100,6 +100,16 @@ fn owner_dead(
     other.host == me.host && !pid_alive(other.pid)
 }
 
+/// A thread's running turns (?1 the thread, ?2 `in_progress`), read by its key.
+pub(crate) const THREAD_TURNS_IN_PROGRESS: &str =
+    "SELECT thread_id, id FROM turns WHERE thread_id = ?1 AND status = ?2 ORDER BY ordinal";
+
+/// A thread's live runs (?1 the thread, ?2 and ?3 the live statuses), read by
+/// `runs_by_thread`.
+pub(crate) const THREAD_LIVE_RUNS: &str =
+    "SELECT id, thread_id, owner_instance, updated_at_ms FROM runs \
+     WHERE thread_id = ?1 AND status IN (?2, ?3) ORDER BY created_at_ms, rowid";
+
 /// Key of the PostgreSQL advisory lock that lease changes and recovery hold for the
 /// rest of their transaction, so hosts take and settle leases one at a time (SQLite's
 /// `BEGIN IMMEDIATE` already serializes every writer).
@@ -225,12 +235,20 @@ impl Ops<'_> {
         now: i64,
         report: &mut RecoveryReport,
     ) -> Result<()> {
+        // One query per case: an `(?2 IS NULL OR thread_id = ?2)` filter cannot use the
+        // thread's key, so a lease's settlement scanned every running turn and run.
         let mut turns = Vec::new();
-        for row in self.conn.rows(
-            "SELECT thread_id, id FROM turns WHERE status = ?1 \
-             AND (CAST(?2 AS TEXT) IS NULL OR thread_id = ?2) ORDER BY thread_id, ordinal",
-            &values![turn_status::IN_PROGRESS, only_thread],
-        )? {
+        let rows = match only_thread {
+            Some(thread) => self.conn.rows(
+                THREAD_TURNS_IN_PROGRESS,
+                &values![thread, turn_status::IN_PROGRESS],
+            )?,
+            None => self.conn.rows(
+                "SELECT thread_id, id FROM turns WHERE status = ?1 ORDER BY thread_id, ordinal",
+                &values![turn_status::IN_PROGRESS],
+            )?,
+        };
+        for row in rows {
             let thread_id: String = get(&row, 0, "turns", "?")?;
             let turn_id: String = get(&row, 1, "turns", &thread_id)?;
             if orphan_thread(&thread_id) {
@@ -243,12 +261,18 @@ impl Ops<'_> {
         report.interrupted_turns.extend(turns);
 
         let mut runs = Vec::new();
-        for row in self.conn.rows(
-            "SELECT id, thread_id, owner_instance, updated_at_ms FROM runs \
-             WHERE status IN (?1, ?2) AND (CAST(?3 AS TEXT) IS NULL OR thread_id = ?3) \
-             ORDER BY created_at_ms, rowid",
-            &values![LIVE_RUN_STATUSES[0], LIVE_RUN_STATUSES[1], only_thread],
-        )? {
+        let rows = match only_thread {
+            Some(thread) => self.conn.rows(
+                THREAD_LIVE_RUNS,
+                &values![thread, LIVE_RUN_STATUSES[0], LIVE_RUN_STATUSES[1]],
+            )?,
+            None => self.conn.rows(
+                "SELECT id, thread_id, owner_instance, updated_at_ms FROM runs \
+                 WHERE status IN (?1, ?2) ORDER BY created_at_ms, rowid",
+                &values![LIVE_RUN_STATUSES[0], LIVE_RUN_STATUSES[1]],
+            )?,
+        };
+        for row in rows {
             let id: String = get(&row, 0, "runs", "?")?;
             let thread_id: String = get(&row, 1, "runs", &id)?;
             let owner: String = get(&row, 2, "runs", &id)?;

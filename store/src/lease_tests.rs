@@ -330,6 +330,20 @@ fn dead_owner_takeover<B: Backend>(mut store: B) {
             updated_at_ms: jiff::Timestamp::now().as_millisecond(),
         })
         .unwrap();
+    // another thread's work of the same dead owner is not this takeover's to settle
+    store.insert_thread(&thread("t2", "/w", 11)).unwrap();
+    store.insert_turn(&turn("t2", "v1")).unwrap();
+    store
+        .upsert_run(&RunRow {
+            id: "r2".into(),
+            thread_id: "t2".into(),
+            status: "running".into(),
+            owner_instance: dead.instance.clone(),
+            body: json!({"status": "running"}),
+            created_at_ms: 1,
+            updated_at_ms: jiff::Timestamp::now().as_millisecond(),
+        })
+        .unwrap();
 
     let me = LeaseOwner::current();
     let mut mine = store.reopen();
@@ -354,6 +368,11 @@ fn dead_owner_takeover<B: Backend>(mut store: B) {
     assert_eq!(run.status, "interrupted");
     assert_eq!(run.body["status"], "interrupted");
     assert_eq!(store.lease_of("t1").unwrap().unwrap().0, me);
+    assert_eq!(
+        store.get_turn("t2", "v1").unwrap().unwrap().status,
+        "in_progress"
+    );
+    assert_eq!(store.get_run("r2").unwrap().unwrap().status, "running");
 
     // my own running turn is never settled by my re-acquire
     store.insert_turn(&turn("t1", "u2")).unwrap();

@@ -880,3 +880,35 @@ fn a_store_of_version_8_migrates_its_index_and_listing() {
     assert_eq!(listed[0].id, "fill39");
     assert_eq!(store.latest_thread("/w").unwrap().unwrap().id, "fill39");
 }
+
+#[test]
+fn a_lease_settles_its_threads_orphans_by_the_threads_key() {
+    // A takeover reads one thread's running turns and live runs; a filter the key
+    // cannot serve (`?2 IS NULL OR thread_id = ?2`) read every running turn and run of
+    // the store on each turn's lease.
+    let (_dir, store) = open_tmp();
+    let c = raw(&store);
+    for sql in [
+        crate::lease::THREAD_TURNS_IN_PROGRESS,
+        crate::lease::THREAD_LIVE_RUNS,
+    ] {
+        let plan: Vec<String> = c
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(
+                rusqlite::params_from_iter(
+                    ["t1", "a", "b"]
+                        .iter()
+                        .take((1..=3).filter(|n| sql.contains(&format!("?{n}"))).count()),
+                ),
+                |r| r.get::<_, String>(3),
+            )
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        assert!(
+            plan.iter().any(|p| p.contains("(thread_id=?")),
+            "{sql}: {plan:?}"
+        );
+    }
+}
