@@ -114,10 +114,10 @@ pub const LANE_CHUNK_LINES: usize = LANE_FRAMES / 2;
 
 /// Frames of one producer gathered for one hand-off to the outbox
 /// ([`Outbox::send_lane`]): JSON lines joined by `\n`, no newline after the last. One
-/// hand-off costs one channel slot and one lane claim however many frames it carries (a
-/// streaming conversation hands its deltas over a batch at a time instead of one by
-/// one), and its buffer comes back for reuse ([`Recycled`]). Each frame must be one line
-/// (no raw `\n`), which every serde_json frame is.
+/// hand-off costs one channel slot, one allocation and one lane claim however many
+/// frames it carries (a streaming conversation hands its deltas over a batch at a time
+/// instead of one by one). Each frame must be one line (no raw `\n`), which
+/// every serde_json frame is.
 #[derive(Default, Debug)]
 pub struct Lines {
     bytes: Vec<u8>,
@@ -149,53 +149,12 @@ impl Lines {
         &self.bytes
     }
 
-    /// Takes the frames out, leaving an empty set in a buffer the writer gave back
-    /// ([`Recycled`]) or, when none is waiting, a new one with room for as many bytes
-    /// (at most [`RECYCLED_BYTES`]: one huge frame does not leave a huge buffer behind).
-    fn take(&mut self, recycled: &Recycled) -> (Vec<u8>, usize) {
-        let next = recycled
-            .take()
-            .unwrap_or_else(|| Vec::with_capacity(self.bytes.len().min(RECYCLED_BYTES)));
-        let bytes = std::mem::replace(&mut self.bytes, next);
+    /// Takes the frames out, leaving an empty set with room for as many bytes (at most
+    /// 64 KiB: one huge frame does not leave a huge buffer behind).
+    fn take(&mut self) -> (Vec<u8>, usize) {
+        let cap = self.bytes.len().min(64 * 1024);
+        let bytes = std::mem::replace(&mut self.bytes, Vec::with_capacity(cap));
         (bytes, std::mem::take(&mut self.count))
-    }
-}
-
-/// The largest buffer the writer gives back for reuse, in bytes (a hand-off of deltas is
-/// up to about 20 KiB; a larger one is freed).
-const RECYCLED_BYTES: usize = 32 * 1024;
-
-/// Buffers of written [`Lines`] hand-offs, emptied and given back by the writer for the
-/// next hand-off of any producer, at most [`RECYCLED`] of them (4 MiB at most). A
-/// streaming conversation otherwise allocates a buffer per hand-off on its thread and the writer frees it on
-/// its own: the allocator's heap then grows and shrinks with every burst, and each new
-/// buffer's first writes fault fresh pages in.
-struct Recycled(Receiver<Vec<u8>>, Sender<Vec<u8>>);
-
-/// Buffers [`Recycled`] keeps (one per streaming conversation at 128 at once; past that,
-/// right-sized new ones).
-const RECYCLED: usize = 128;
-
-impl Default for Recycled {
-    fn default() -> Self {
-        let (tx, rx) = bounded(RECYCLED);
-        Recycled(rx, tx)
-    }
-}
-
-impl Recycled {
-    /// An empty buffer given back, if one waits.
-    fn take(&self) -> Option<Vec<u8>> {
-        self.0.try_recv().ok()
-    }
-
-    /// Gives `bytes` back emptied, unless it is too large or the pool is full (then it is
-    /// freed).
-    fn give(&self, mut bytes: Vec<u8>) {
-        if bytes.capacity() <= RECYCLED_BYTES {
-            bytes.clear();
-            let _ = self.1.try_send(bytes);
-        }
     }
 }
 
@@ -439,7 +398,6 @@ struct Producers {
     tx: Sender<Frame>,
     sleep: Arc<WriterSleep>,
     room: Arc<Room>,
-    recycled: Arc<Recycled>,
 }
 
 impl Producers {
@@ -491,21 +449,6 @@ impl Outbox {
         self.enqueue_within(Frame::Line(frame), deadline)
     }
 
-    /// An empty [`Lines`] for a producer's hand-offs, in a buffer the writer gave back
-    /// when one waits (a new producer's first hand-off then grows no buffer).
-    pub fn lines(&self) -> Lines {
-        Lines {
-            bytes: self.tx.recycled.take().unwrap_or_default(),
-            count: 0,
-        }
-    }
-
-    /// Gives the buffer of a producer's [`Lines`] back for reuse when the producer is
-    /// done with it (what it still holds is dropped, not sent).
-    pub fn recycle(&self, lines: Lines) {
-        self.tx.recycled.give(lines.bytes);
-    }
-
     /// Hands the frames gathered in `lines` to the outbox as one slot of `lane`, and
     /// leaves `lines` empty. First waits (within `deadline`) while the lane has
     /// [`LANE_FRAMES`] frames queued among others' frames. Nothing is sent for an empty
@@ -517,10 +460,10 @@ impl Outbox {
         lines: &mut Lines,
         deadline: Duration,
     ) -> Result<(), Overflow> {
-        if lines.is_empty() {
+        let (bytes, n) = lines.take();
+        if n == 0 {
             return Ok(());
         }
-        let (bytes, n) = lines.take(&self.tx.recycled);
         debug_assert!(n <= LANE_CHUNK_LINES, "a hand-off of {n} frames");
         // The clock is read only by a lane that has to wait (the hot path of every
         // hand-off does not).
@@ -680,9 +623,7 @@ fn start_writer_with(
     // producers one slot each in their order (admitting at half let those woken first
     // refill the rest ahead of the line, the same ones round after round).
     let room = Arc::new(Room::new(capacity, capacity.saturating_sub(WRITER_TAKE)));
-    let recycled = Arc::new(Recycled::default());
-    let (out2, sleep2, room2, recycled2) =
-        (out.clone(), sleep.clone(), room.clone(), recycled.clone());
+    let (out2, sleep2, room2) = (out.clone(), sleep.clone(), room.clone());
     let handle = std::thread::Builder::new()
         .name("wuu-writer".into())
         .spawn(move || {
@@ -697,19 +638,14 @@ fn start_writer_with(
             }
             let gone = Gone(Some(rx), room2);
             if let Some(rx) = gone.0.as_ref() {
-                run_writer(rx, &sleep2, &gone.1, &recycled2, &out2, on_closed);
+                run_writer(rx, &sleep2, &gone.1, &out2, on_closed);
             }
         })
         .expect("spawn writer thread");
     sleep.set_writer(handle.thread().clone());
     (
         Outbox {
-            tx: Arc::new(Producers {
-                tx,
-                sleep,
-                room,
-                recycled,
-            }),
+            tx: Arc::new(Producers { tx, sleep, room }),
             inflight: Default::default(),
             out,
             defer: Default::default(),
@@ -723,7 +659,6 @@ fn run_writer(
     rx: &Receiver<Frame>,
     sleep: &WriterSleep,
     room: &Room,
-    recycled: &Recycled,
     out: &Output,
     on_closed: Box<dyn Fn() + Send>,
 ) {
@@ -756,11 +691,7 @@ fn run_writer(
             }
             rest = rest.get(n + 1..).unwrap_or_default();
         }
-        for slot in taken.drain(..) {
-            if let Slot::Lines(bytes) = slot {
-                recycled.give(bytes);
-            }
-        }
+        taken.clear();
         if out.broken.load(SeqCst) && !told {
             told = true;
             on_closed();

@@ -123,7 +123,6 @@ impl<'a> Driver<'a> {
         let turn_idx = s.turns.len() - 1;
         let next_item = s.turns[turn_idx].items.len() as u32 + 1;
         let trace = Trace::open(&s.shared.opts.home, &s.id);
-        let deltas = s.shared.outbox.lines();
         Driver {
             s,
             turn_idx,
@@ -151,7 +150,7 @@ impl<'a> Driver<'a> {
             ctl: None,
             masks: Default::default(),
             lane: Default::default(),
-            deltas,
+            deltas: Default::default(),
             batching: false,
         }
     }
@@ -161,8 +160,6 @@ impl<'a> Driver<'a> {
         let outcome = self.run_engine();
         let end = self.end_of(outcome);
         self.settle(&end);
-        let deltas = std::mem::take(&mut self.deltas);
-        self.s.shared.outbox.recycle(deltas);
         (end, std::mem::take(&mut self.deferred))
     }
 

@@ -194,7 +194,6 @@ fn a_lane_gets_its_claims_back_from_frames_never_written() {
             tx,
             sleep: Default::default(),
             room: Arc::new(Room::new(OUTBOX_CAPACITY, OUTBOX_CAPACITY / 2)),
-            recycled: Default::default(),
         }),
         inflight: Default::default(),
         out: std::sync::Arc::new(Output {
@@ -271,7 +270,7 @@ fn joined_frames_are_written_as_lines() {
     });
     sink.write_lines(lines.as_bytes()).unwrap();
     assert_eq!(sink.0.writes.concat(), b"{\"a\":1}\n{\"b\":2}\n");
-    let (bytes, n) = lines.take(&Recycled::default());
+    let (bytes, n) = lines.take();
     assert_eq!((bytes.len(), n), (15, 2));
     assert!(lines.is_empty() && lines.as_bytes().is_empty());
 }
@@ -545,38 +544,4 @@ fn producers_parked_on_a_full_outbox_are_written_in_the_order_they_parked() {
     }
     let want: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
     assert_eq!(written(&out, 7), want);
-}
-
-#[test]
-fn written_hand_offs_give_their_buffers_back_for_the_next() {
-    let (outbox, gate, out) = gated_writer();
-    drop(gate);
-    let lane = Lane::default();
-    let frames: Vec<String> = (0..16).map(|i| format!("{{\"delta\":{i}}}")).collect();
-    let mut lines = joined(&frames);
-    outbox.send_lane(&lane, &mut lines, SHORT).unwrap();
-    outbox.flush();
-    let written: Vec<Vec<u8>> = out.try_iter().collect();
-    assert_eq!(written.concat(), frames.concat().into_bytes());
-    // The writer emptied the written buffer and gave it back: the next hand-off's
-    // buffer is it, with the room of the first, not a new one sized to nothing.
-    let given = outbox
-        .tx
-        .recycled
-        .take()
-        .expect("the buffer was given back");
-    assert!(given.is_empty());
-    let room = given.capacity();
-    assert!(room >= frames.join("\n").len());
-    outbox.tx.recycled.give(given);
-    lines.next_frame().extend_from_slice(b"{}");
-    outbox.send_lane(&lane, &mut lines, SHORT).unwrap();
-    assert!(lines.is_empty() && lines.as_bytes().is_empty());
-    assert_eq!(lines.bytes.capacity(), room, "the buffer given back");
-    // A huge buffer is freed, not kept.
-    outbox
-        .tx
-        .recycled
-        .give(Vec::with_capacity(RECYCLED_BYTES + 1));
-    assert!(outbox.tx.recycled.take().is_none());
 }
