@@ -898,7 +898,8 @@ fn row_stream(streams: usize, deltas: usize, hold: bool) {
         .as_secs_f64()
         .max(1e-6);
     println!(
-        "## streaming ({streams} conversations at once, {deltas} deltas each, Rust fake provider)"
+        "## streaming ({streams} conversations at once, {deltas} deltas each, Rust fake provider; homes under {})",
+        std::env::temp_dir().display()
     );
     println!("bare SSE readers ({streams} threads): {bare_line}");
     admitted.sort_by(f64::total_cmp);
