@@ -276,6 +276,48 @@ fn shutdown_answers_and_exits_zero_and_eof_exits_zero() {
 }
 
 #[test]
+fn requests_sent_after_shutdown_are_refused_not_left_unanswered() {
+    // A client that pipelines writes its next requests before `shutdown` is answered and
+    // keeps its end open: each of them is answered `server_closed` (a second `shutdown`
+    // its result), and nothing of them is done.
+    let mut app = App::start(None);
+    let t = app.call("thread/start", json!({}));
+    let id = thread_id(&t);
+    let mut lines = String::new();
+    for (rid, method, params) in [
+        ("s", "shutdown", json!({})),
+        ("a", "config/read", json!({})),
+        ("b", "thread/start", json!({})),
+        (
+            "c",
+            "turn/queue",
+            json!({"thread_id": id, "prompt": "after shutdown"}),
+        ),
+        ("d", "shutdown", json!({})),
+    ] {
+        lines += &(json!({"id": rid, "method": method, "params": params}).to_string() + "\n");
+    }
+    app.write_raw(lines.as_bytes());
+    assert_eq!(app.response("s")["result"]["ok"], true);
+    for rid in ["a", "b", "c"] {
+        let r = app.response(rid);
+        assert_eq!(r["error"]["code"], "server_closed", "{rid}: {r}");
+    }
+    assert_eq!(app.response("d")["result"]["ok"], true);
+    assert_eq!(app.wait_exit(Duration::from_secs(10)), Some(0));
+
+    let db = rusqlite::Connection::open(app.home.join("wuu.db")).unwrap();
+    let threads: i64 = db
+        .query_row("SELECT count(*) FROM threads", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(threads, 1, "the refused thread/start stored nothing");
+    let inputs: i64 = db
+        .query_row("SELECT count(*) FROM inputs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(inputs, 0, "the refused turn/queue stored nothing");
+}
+
+#[test]
 fn sigterm_exits_zero() {
     let mut app = App::start(None);
     app.call("thread/start", json!({}));

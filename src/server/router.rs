@@ -7,56 +7,21 @@ use crate::outbound::transport::{LineRead, LineSource, MAX_LINE_BYTES};
 use crate::outbound::Responder;
 use crate::session::SessionMsg;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use wuu_protocol::{
     ClientRequest, DecodeError, ErrorCode, ErrorObject, Message, ProtocolError, Request, Response,
     Route,
 };
 
-/// Reads and routes lines until end of input or `shutdown`.
+/// Reads and routes lines until end of input or the end that `shutdown` asks for.
 pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
     let mut buf = Vec::with_capacity(8 * 1024);
     loop {
-        match source.next_line(&mut buf) {
-            Ok(LineRead::Eof) => {
-                log::debug!("input closed");
-                return;
-            }
-            Err(e) => {
-                log::warn!("input error: {e}");
-                return;
-            }
-            Ok(LineRead::TooLong(n)) => {
-                shared.host.outbox.send(
-                    serde_json::to_vec(&Response::err(
-                        None,
-                        ErrorObject::new(
-                            ErrorCode::InvalidRequest,
-                            format!(
-                                "invalid request: line too long ({n} bytes; the limit is {MAX_LINE_BYTES} bytes)"
-                            ),
-                        ),
-                    ))
-                    .expect("serialize"),
-                );
-            }
-            Ok(LineRead::Line) => {
-                if buf.iter().all(u8::is_ascii_whitespace) {
-                    continue;
-                }
-                // A bug triggered by one line must not end the connection: the line's
-                // request gets `internal_error` from its dropped responder and the next
-                // line is served.
-                let flow = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    handle_line(shared, &buf)
-                }))
-                .unwrap_or_else(|_| {
-                    log::error!("handling a request line panicked; serving the next line");
-                    Flow::Continue
-                });
-                if flow == Flow::Stop {
-                    return;
-                }
-            }
+        let read = source.next_line(&mut buf);
+        match serve_read(shared, read, &buf) {
+            Flow::Continue => {}
+            Flow::End => return,
+            Flow::Shutdown(reply) => return close_while_reading(shared, source, reply),
         }
         if buf.capacity() > 1024 * 1024 {
             buf = Vec::with_capacity(8 * 1024);
@@ -64,10 +29,134 @@ pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
     }
 }
 
-#[derive(PartialEq, Eq)]
+/// `shutdown`: the end (refuse new work, settle what runs, answer the request, flush)
+/// runs on this thread while a `wuu-reader-closing` thread goes on reading, so that a
+/// request sent after `shutdown` is answered `server_closed` instead of never read (a
+/// client that pipelines writes its next requests before the answer). Once the end is
+/// done, the connection ends when the input has been quiet for [`QUIET`] (what was
+/// already sent is served), or after [`LAST_LINES`] at most (spec app-server.md §2.2).
+fn close_while_reading(shared: &Arc<Shared>, mut source: Box<dyn LineSource>, reply: Responder) {
+    shared
+        .host
+        .closing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    // Locked while a line is served, so the end never cuts one short.
+    let state = Arc::new(parking_lot::Mutex::new(Closing::default()));
+    let (s2, state2) = (shared.clone(), state.clone());
+    let reading = crate::util::spawn("wuu-reader-closing".into(), move || {
+        let mut buf = Vec::with_capacity(8 * 1024);
+        loop {
+            state2.lock().reading_since = Some(Instant::now());
+            let read = source.next_line(&mut buf);
+            let mut st = state2.lock();
+            st.reading_since = None;
+            if st.ended {
+                return;
+            }
+            match serve_read(&s2, read, &buf) {
+                Flow::Continue => {}
+                Flow::End => {
+                    st.gone = true;
+                    return;
+                }
+                // Answered once the first `shutdown`'s end is done.
+                Flow::Shutdown(again) => {
+                    s2.shutdown(Some(again));
+                }
+            }
+            drop(st);
+            if buf.capacity() > 1024 * 1024 {
+                buf = Vec::with_capacity(8 * 1024);
+            }
+        }
+    });
+    if let Err(e) = &reading {
+        log::warn!("cannot read on while shutting down ({e}): later lines are not answered");
+    }
+    shared.shutdown(Some(reply));
+    let until = Instant::now() + LAST_LINES;
+    loop {
+        let mut st = state.lock();
+        let quiet = st.reading_since.is_some_and(|t| t.elapsed() >= QUIET);
+        if reading.is_err() || st.gone || quiet || Instant::now() >= until {
+            st.ended = true;
+            break;
+        }
+        drop(st);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    shared.host.outbox.flush();
+}
+
+/// After `shutdown`'s end, how long the input must have been quiet before the
+/// connection ends.
+const QUIET: Duration = Duration::from_millis(50);
+
+/// After `shutdown`'s end, the longest the connection stays open for lines still coming.
+const LAST_LINES: Duration = Duration::from_secs(1);
+
+/// The reading after `shutdown` ([`close_while_reading`]).
+#[derive(Default)]
+struct Closing {
+    /// The connection has ended: a line read now is not served.
+    ended: bool,
+    /// When the closing reader began waiting for its next line (`None` while it serves
+    /// one).
+    reading_since: Option<Instant>,
+    /// The input ended.
+    gone: bool,
+}
+
+/// Serves one read of the input: a line is parsed and routed, an over-long line
+/// answered `invalid_request`; end of input or a read error ends the loop.
+fn serve_read(shared: &Arc<Shared>, read: std::io::Result<LineRead>, buf: &[u8]) -> Flow {
+    match read {
+        Ok(LineRead::Eof) => {
+            log::debug!("input closed");
+            Flow::End
+        }
+        Err(e) => {
+            log::warn!("input error: {e}");
+            Flow::End
+        }
+        Ok(LineRead::TooLong(n)) => {
+            shared.host.outbox.send(
+                serde_json::to_vec(&Response::err(
+                    None,
+                    ErrorObject::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "invalid request: line too long ({n} bytes; the limit is {MAX_LINE_BYTES} bytes)"
+                        ),
+                    ),
+                ))
+                .expect("serialize"),
+            );
+            Flow::Continue
+        }
+        Ok(LineRead::Line) => {
+            if buf.iter().all(u8::is_ascii_whitespace) {
+                return Flow::Continue;
+            }
+            // A bug triggered by one line must not end the connection: the line's
+            // request gets `internal_error` from its dropped responder and the next
+            // line is served.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handle_line(shared, buf)))
+                .unwrap_or_else(|_| {
+                    log::error!("handling a request line panicked; serving the next line");
+                    Flow::Continue
+                })
+        }
+    }
+}
+
+/// What the reader does after a line.
 enum Flow {
     Continue,
-    Stop,
+    /// End of input: the caller ends the connection.
+    End,
+    /// A `shutdown` request (its responder): the connection ends once it is answered.
+    Shutdown(Responder),
 }
 
 fn handle_line(shared: &Arc<Shared>, line: &[u8]) -> Flow {
@@ -139,8 +228,7 @@ fn dispatch(shared: &Arc<Shared>, req: Request, answer: bool, line: &[u8]) -> Fl
     };
     let reply = Responder::new(id, shared.host.outbox.clone(), decoded.method());
     if let ClientRequest::Shutdown(_) = decoded {
-        shared.shutdown(Some(reply));
-        return Flow::Stop;
+        return Flow::Shutdown(reply);
     }
     if shared.host.is_closing() {
         reply.err(ErrorCode::ServerClosed, "the server is shutting down");
