@@ -726,6 +726,29 @@ fn help_and_bad_flags() {
 }
 
 #[test]
+fn a_workdir_that_cannot_be_resolved_fails_inside_the_run() {
+    // Spec §2.9: a workdir resolution failure is an error inside the run, so JSON mode
+    // reports it as its one `result` (status `failed`, empty ids), exit 2.
+    let env = Env::new();
+    let missing = env.ws().join("missing");
+    let file = env.ws().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for bad in [&missing, &file] {
+        let o = env.run(&["--json", "--cd", bad.to_str().unwrap(), "hi"]);
+        assert_eq!(o.code, 2, "{}", o.stderr);
+        assert_eq!(o.events.len(), 1, "{:?}", o.events);
+        let r = &o.events[0];
+        assert_eq!(r["type"], "result", "{r}");
+        assert_eq!(r["status"], "failed", "{r}");
+        assert_eq!(r["thread_id"], "", "{r}");
+        assert_eq!(r["exit_code"], 2, "{r}");
+        assert_eq!(r["error_category"], "invalid_input", "{r}");
+        assert!(r["error"].as_str().unwrap_or("").contains("--cd"), "{r}");
+    }
+    assert_eq!(env.fake.requests().len(), 0);
+}
+
+#[test]
 fn broken_stdout_pipe_exits_6() {
     let env = Env::new();
     env.fake.push(Script::many_deltas(60_000, "abcdefghij"));

@@ -39,6 +39,7 @@ pub mod writer;
 
 use cancel::{install_signals, read_stdin, Cancel, Ctl};
 use cli::{Command, InvalidInput, Options};
+use exit::Fail;
 pub use exit::{code, status_of};
 use output::Out;
 use project::Projector;
@@ -93,14 +94,10 @@ fn run(opts: Options) -> i32 {
         deadline: opts.timeout.map(|t| Instant::now() + t),
         cancelled: None,
     };
+    // A workdir that cannot be resolved fails inside the run (spec §2.9, tier 2: a
+    // `result` in JSON mode), after the checks of tier 1 below.
+    let workdir = resolve_workdir(&opts);
     // Tier 1 (spec §2.9): invalid input before any output: stderr only, exit 2.
-    let workdir = match resolve_workdir(&opts) {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("error: {}", crate::secrets::redact(&e.to_string()));
-            return code::INVALID_INPUT;
-        }
-    };
     if opts.config.is_some() && opts.ignore_user_config {
         eprintln!("error: --config and --ignore-user-config cannot be combined");
         return code::INVALID_INPUT;
@@ -152,6 +149,10 @@ fn run(opts: Options) -> i32 {
         result: None,
         stuck: false,
     };
+    let (workdir, bad_workdir) = match workdir {
+        Ok(w) => (w, None),
+        Err(e) => (PathBuf::new(), Some(e)),
+    };
     let mut r = Runner {
         opts,
         workdir,
@@ -162,7 +163,11 @@ fn run(opts: Options) -> i32 {
         schema: None,
         settled: None,
     };
-    let code = match r.execute(prompt) {
+    let outcome = match bad_workdir {
+        Some(e) => Err(Fail::new(code::INVALID_INPUT, e.to_string())),
+        None => r.execute(prompt),
+    };
+    let code = match outcome {
         Ok(code) => code,
         Err(f) => r.fail_result(f),
     };
