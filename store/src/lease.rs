@@ -235,8 +235,8 @@ impl Ops<'_> {
         now: i64,
         report: &mut RecoveryReport,
     ) -> Result<()> {
-        // One query per case: an `(?2 IS NULL OR thread_id = ?2)` filter cannot use the
-        // thread's key, so a lease's settlement scanned every running turn and run.
+        // One query per case: a filter `(? IS NULL OR thread_id = ?)` cannot use the
+        // thread's key and would read every running turn and run for each lease.
         let mut turns = Vec::new();
         let rows = match only_thread {
             Some(thread) => self.conn.rows(
