@@ -31,8 +31,9 @@ pub fn read_loop(shared: &Arc<Shared>, mut source: Box<dyn LineSource>) {
 
 /// `shutdown`: the end (refuse new work, settle what runs, answer the request, flush)
 /// runs on this thread while a `wuu-reader-closing` thread goes on reading, so that a
-/// request sent after `shutdown` is answered `server_closed` instead of never read (a
-/// client that pipelines writes its next requests before the answer). Once the end is
+/// request sent after `shutdown` (another `shutdown` too) is answered `server_closed`
+/// instead of never read (a client that pipelines writes its next requests before the
+/// answer). Once the end is
 /// done, the connection ends when the input has been quiet for [`QUIET`] (what was
 /// already sent is served), or after [`LAST_LINES`] at most (spec app-server.md §2.2).
 fn close_while_reading(shared: &Arc<Shared>, mut source: Box<dyn LineSource>, reply: Responder) {
@@ -59,9 +60,10 @@ fn close_while_reading(shared: &Arc<Shared>, mut source: Box<dyn LineSource>, re
                     st.gone = true;
                     return;
                 }
-                // Answered once the first `shutdown`'s end is done.
+                // Refused like any request now: the end under way waits for every
+                // request read to be answered, so this one must not wait for the end.
                 Flow::Shutdown(again) => {
-                    s2.shutdown(Some(again));
+                    again.err(ErrorCode::ServerClosed, "the server is shutting down");
                 }
             }
             drop(st);
