@@ -700,6 +700,63 @@ fn edit_message_rewinds_and_the_model_forgets() {
 }
 
 #[test]
+fn editing_a_steer_cuts_its_turn_at_the_steer_and_keeps_the_start_stored() {
+    // A steer sent while a tool runs joins the running turn; editing it rewinds to it:
+    // the turn keeps what came before (its prompt and the tool call), in the store too.
+    let (fake, mut app) = setup();
+    let th = app.call("thread/start", json!({}))["thread"]["id"].clone();
+    fake.push(Script::tool_call("c1", "bash", r#"{"command":"sleep 2"}"#));
+    fake.push(Script::text(&["done after the steer"]));
+    let started = app.call("turn/start", json!({"thread_id": th, "prompt": "work"}));
+    let turn = started["turn"]["id"].clone();
+    app.wait_for("bash started", |v| {
+        v["method"] == "item/started" && v["params"]["item"]["type"] == "tool_call"
+    });
+    app.call(
+        "turn/steer",
+        json!({"thread_id": th, "expected_turn_id": turn, "prompt": "also this", "client_id": "s-1",
+               "images": [], "files": []}),
+    );
+    app.notification("turn/steered");
+    let done = app.wait_for("turn/completed", |v| {
+        v["method"] == "turn/completed" && v["params"]["turn"]["id"] == turn
+    });
+    let items = done["params"]["turn"]["items"].as_array().unwrap().clone();
+    let ids = |items: &[Value]| -> Vec<String> {
+        items
+            .iter()
+            .map(|i| i["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let steer = items
+        .iter()
+        .rposition(|i| i["type"] == "user_message")
+        .unwrap();
+    assert!(steer > 0, "{done}");
+    // What the turn keeps: its items before the steer (its prompt, and the tool call
+    // when that was recorded first).
+    let kept = ids(&items[..steer]);
+    let r = app.call(
+        "thread/edit-message",
+        json!({"thread_id": th, "turn_id": turn, "item_id": items[steer]["id"]}),
+    );
+    assert_eq!(r["draft"]["prompt"], "also this");
+    let turn_items = |t: &Value| ids(t["items"].as_array().unwrap());
+    assert_eq!(turn_items(&r["thread"]["turns"][0]), kept);
+    app.notification("thread/updated");
+    // Stored: a restart reads the same cut.
+    app.restart();
+    let full = app.call(
+        "thread/resume",
+        json!({"session_id": th, "response_only": true}),
+    );
+    let t = &full["thread"]["turns"][0];
+    assert_eq!(turn_items(t), kept, "{t}");
+    assert!(t.to_string().contains("work"), "{t}");
+    assert!(!t.to_string().contains("also this"), "{t}");
+}
+
+#[test]
 fn context_composition_breaks_down_the_next_request() {
     let (fake, mut app) = setup();
     let th = app.call("thread/start", json!({}))["thread"]["id"].clone();

@@ -180,11 +180,26 @@ impl Session {
         let whole_turn = self.turns[ti].items[..ii]
             .iter()
             .all(|i| i.item_type != "user_message");
-        let from_seq = (!whole_turn).then(|| item.seq.unwrap_or(0));
         if self.store.is_some() {
             let id = self.id.clone();
             let tid = turn_id.to_owned();
-            self.persist(|st| st.truncate_history(&id, &tid, from_seq))?;
+            let iid = item.id.clone();
+            // The cut's position is the stored item's `seq`: an item a running turn added
+            // carries none in memory until the conversation is read again.
+            self.persist(|st| {
+                let from_seq = if whole_turn {
+                    None
+                } else {
+                    let stored = st.get_item(&id, &iid)?;
+                    Some(stored.map(|row| row.seq).ok_or_else(|| {
+                        wuu_store::StoreError::NotFound {
+                            kind: "item",
+                            id: format!("{id}/{iid}"),
+                        }
+                    })?)
+                };
+                st.truncate_history(&id, &tid, from_seq)
+            })?;
         }
         if whole_turn {
             self.turns.truncate(ti);
