@@ -510,6 +510,13 @@ fn schema_correction_turn_then_structured_result() {
     ]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(o.all("turn_started").len(), 2, "{:?}", o.types());
+    // Spec §5.5: the failed attempt says another turn follows; the last does not.
+    let awaiting: Vec<Value> = o
+        .all("turn_completed")
+        .iter()
+        .map(|t| t["awaiting_auto_continuation"].clone())
+        .collect();
+    assert_eq!(awaiting, [json!(true), json!(false)]);
     assert!(o.all("error").is_empty());
     let r = o.result();
     assert_eq!(r["structured_result"], json!({"answer": 42}));
@@ -528,6 +535,13 @@ fn schema_retries_exhausted_fail() {
     let o = env.run(&["--json", "--output-schema", "s.json", "list"]);
     assert_eq!(o.code, 1, "{}", o.stderr);
     assert_eq!(o.all("turn_started").len(), 3);
+    // Two corrections follow; after the last attempt none does.
+    let awaiting: Vec<Value> = o
+        .all("turn_completed")
+        .iter()
+        .map(|t| t["awaiting_auto_continuation"].clone())
+        .collect();
+    assert_eq!(awaiting, [json!(true), json!(true), json!(false)]);
     assert!(o.result().get("structured_result").is_none());
 }
 

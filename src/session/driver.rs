@@ -59,6 +59,10 @@ pub struct TurnOptions {
     pub deadline_ms: Option<i64>,
     /// The run this turn belongs to (`run/interrupt` for it stops the turn).
     pub run_id: Option<String>,
+    /// A final answer that fails `output_schema` gets a correction turn (the run has
+    /// corrections and turns left): its `turn/completed` then says
+    /// `awaiting_auto_continuation: true`.
+    pub corrects_schema: bool,
 }
 
 /// The live state of the active turn.

@@ -320,6 +320,8 @@ fn drive(
             output_schema: schema.clone(),
             deadline_ms,
             run_id: Some(run.id.clone()),
+            corrects_schema: corrections < MAX_SCHEMA_CORRECTIONS
+                && (run.turns.len() as u32) < max_turns,
         };
         let (end, deferred) = Driver::new(s, opts).run();
         for msg in deferred {

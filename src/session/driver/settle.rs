@@ -264,6 +264,15 @@ impl Driver<'_> {
         let trace_path = self.trace.path_string();
         match end {
             TurnEnd::Completed { content } => {
+                // The run starts a correction turn for an answer that fails its schema
+                // (spec exec.md §5.5): this turn is then not the run's last.
+                let awaiting_auto_continuation = self.opts.corrects_schema
+                    && !self.s.shared.is_closing()
+                    && self.opts.output_schema.as_ref().is_some_and(|schema| {
+                        crate::session::run::parse_structured(content)
+                            .and_then(|v| crate::session::run::schema_errors(schema, &v))
+                            .is_err()
+                    });
                 let n = TurnCompleted {
                     thread_id,
                     turn,
@@ -276,7 +285,7 @@ impl Driver<'_> {
                     stop_reason: row.stop_reason.clone(),
                     truncated: Some(row.truncated),
                     trace_path,
-                    awaiting_auto_continuation: false,
+                    awaiting_auto_continuation,
                 };
                 let _ = self.s.shared.outbox.notify(&n);
             }
