@@ -355,8 +355,8 @@ fn create_db_file(path: &std::path::Path) -> std::io::Result<()> {
 /// Opens the heartbeat thread's connection, registers this process (a first heartbeat),
 /// settles what dead owners left running (crash recovery, owners stale after `stale_ms`;
 /// an owner that heartbeat after `started_at_ms`, this process's start, is left to the
-/// takeover sweep) and kills the commands a dead host left running. Errors: the store cannot be opened;
-/// a failed heartbeat or recovery is only logged.
+/// takeover sweep) and kills the commands a dead host left running. Errors: the store
+/// cannot be opened; a failed heartbeat or recovery is only logged.
 fn open_and_recover(
     location: &wuu_store::Location,
     owner: &LeaseOwner,

@@ -45,16 +45,6 @@ impl StartedRows {
     pub fn take(&mut self, id: &str) -> Option<ThreadRow> {
         self.rows.remove(id).map(|(_, row)| row)
     }
-
-    /// Rows kept now.
-    pub fn len(&self) -> usize {
-        self.rows.len()
-    }
-
-    /// Whether no row is kept.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -67,7 +57,7 @@ mod tests {
         for i in 0..STARTED_ROWS + 2 {
             kept.keep(ThreadRow::new(format!("t{i}"), "/w", 1));
         }
-        assert_eq!(kept.len(), STARTED_ROWS);
+        assert_eq!(kept.rows.len(), STARTED_ROWS);
         assert!(kept.take("t0").is_none());
         assert!(kept.take("t1").is_none());
         assert_eq!(kept.take("t2").map(|r| r.id), Some("t2".to_owned()));
@@ -76,7 +66,7 @@ mod tests {
         assert_eq!(kept.take(&last).map(|r| r.id), Some(last.clone()));
         // Kept again: replaces, does not evict.
         kept.keep(ThreadRow::new("t3", "/w", 2));
-        assert_eq!(kept.len(), STARTED_ROWS - 2);
+        assert_eq!(kept.rows.len(), STARTED_ROWS - 2);
         assert_eq!(kept.take("t3").map(|r| r.created_at_ms), Some(2));
     }
 }

@@ -37,6 +37,16 @@ fn item(thread_id: &str, turn_id: &str, id: &str, ty: &str, text: &str) -> ItemR
     }
 }
 
+/// SQLite's plan of `sql` with `params` (the detail column of `EXPLAIN QUERY PLAN`).
+fn query_plan(c: &rusqlite::Connection, sql: &str, params: impl rusqlite::Params) -> Vec<String> {
+    c.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .unwrap()
+        .query_map(params, |r| r.get(3))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect()
+}
+
 /// A raw connection for poking at the file behind the store's back.
 fn raw(store: &Store) -> rusqlite::Connection {
     let c = rusqlite::Connection::open(store.path()).unwrap();
@@ -566,13 +576,7 @@ fn workspace_listing_reads_the_index_without_sorting() {
     drop(store);
     let conn = rusqlite::Connection::open(dir.path().join("home").join(DB_FILE)).unwrap();
     let sql = crate::threads::workspace_listing_sql_for_tests();
-    let plan: Vec<String> = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-        .unwrap()
-        .query_map(rusqlite::params!["/w", false], |r| r.get(3))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
+    let plan = query_plan(&conn, &sql, rusqlite::params!["/w", false]);
     assert!(
         plan.iter().any(|p| p.contains("threads_listing")),
         "{plan:?}"
@@ -884,31 +888,13 @@ fn a_store_of_version_8_migrates_its_index_and_listing() {
 #[test]
 fn a_lease_settles_its_threads_orphans_by_the_threads_key() {
     // A takeover reads one thread's running turns and live runs; a filter the key
-    // cannot serve (`?2 IS NULL OR thread_id = ?2`) read every running turn and run of
-    // the store on each turn's lease.
+    // cannot serve (`?2 IS NULL OR thread_id = ?2`) would read every running turn and
+    // run of the store on each turn's lease.
     let (_dir, store) = open_tmp();
     let c = raw(&store);
-    for sql in [
-        crate::lease::THREAD_TURNS_IN_PROGRESS,
-        crate::lease::THREAD_LIVE_RUNS,
-    ] {
-        let plan: Vec<String> = c
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .unwrap()
-            .query_map(
-                rusqlite::params_from_iter(
-                    ["t1", "a", "b"]
-                        .iter()
-                        .take((1..=3).filter(|n| sql.contains(&format!("?{n}"))).count()),
-                ),
-                |r| r.get::<_, String>(3),
-            )
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        assert!(
-            plan.iter().any(|p| p.contains("(thread_id=?")),
-            "{sql}: {plan:?}"
-        );
+    let turns = query_plan(&c, crate::lease::THREAD_TURNS_IN_PROGRESS, ["t1", "a"]);
+    let runs = query_plan(&c, crate::lease::THREAD_LIVE_RUNS, ["t1", "a", "b"]);
+    for plan in [turns, runs] {
+        assert!(plan.iter().any(|p| p.contains("(thread_id=?")), "{plan:?}");
     }
 }
